@@ -1,0 +1,160 @@
+"""torch.compile(model, backend="vulkan"): the Dynamo backend.
+
+aot_autograd with core ATen decompositions gives a functional ATen graph; it
+is partitioned (partition.py); each Vulkan partition becomes a VulkanSubgraph
+that specialises to its inputs' shapes on first call, lowers to a Plan,
+and replays one recorded kp sequence per call.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import pickle
+import warnings
+
+import torch
+import torch.fx as fx
+from torch._decomp import core_aten_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from . import cache, config, device
+from .partition import PARTITION_PREFIX, PartitionReport, partition
+from .runtime import planner, shaders
+from .runtime.program import Program, StaleBinding
+
+log = logging.getLogger(__name__)
+_graph_ids = itertools.count()
+_reports: list[PartitionReport] = []
+_warned: set[str] = set()
+
+
+class VulkanFallbackError(RuntimeError):
+    """Raised under DYNAMO_VULKAN_FALLBACK=error when a node would run on the CPU."""
+
+
+def reports() -> list[PartitionReport]:
+    """Partition reports of the graphs compiled in this process, oldest first."""
+    return list(_reports)
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+def _static_indices() -> set[int]:
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None) if ctx else None
+    return set(getattr(meta, "static_input_indices", None) or [])
+
+
+class VulkanSubgraph(torch.nn.Module):
+    """One Vulkan partition: specialises per input signature, then replays."""
+
+    def __init__(self, gm: fx.GraphModule, resident: list[bool], cfg: config.Config,
+                 dump_dir, name: str):
+        super().__init__()
+        self.gm = gm
+        self.resident = resident
+        self.cfg = cfg
+        self.dump_dir = dump_dir
+        self.name = name
+        self.programs: dict[tuple, Program] = {}
+        out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+        self.tuple_out = isinstance(out, (tuple, list))
+        self.graph_text = gm.code + repr([(n.target, getattr(gm, n.target).shape)
+                                          for n in gm.graph.nodes if n.op == "get_attr"])
+
+    def forward(self, *args):
+        key = tuple((tuple(a.shape), a.stride(), a.dtype, a.storage_offset())
+                    if isinstance(a, torch.Tensor) else a for a in args)
+        prog = self.programs.get(key)
+        if prog is None:
+            prog = self.programs[key] = self._build(key, list(args))
+        try:
+            out = prog(args)
+        except StaleBinding:
+            prog = self.programs[key] = Program(prog.plan, list(args), self.cfg.profile)
+            out = prog(args)
+        return tuple(out) if self.tuple_out else out[0]
+
+    def _build(self, key, args) -> Program:
+        resident = [r or isinstance(a, torch.nn.Parameter) for r, a in zip(self.resident, args)]
+        info = device.device_info(self.cfg.device_index)
+        pkey = cache.digest("plan", self.graph_text, key, resident, shaders.sources_hash(),
+                            info.get("name"), info.get("driver_info"), self.cfg.key())
+        plan = cache.memory_get("plan", pkey)
+        if plan is not None:
+            cache.count("plan", "memory_hits")
+        else:
+            blob = cache.disk_get("plan", pkey)
+            if blob is not None:
+                try:
+                    plan = pickle.loads(blob)
+                    cache.count("plan", "disk_hits")
+                except Exception:           # verified bytes that do not unpickle: rebuild
+                    cache.count("plan", "corrupt")
+                    plan = None
+            if plan is None:
+                cache.count("plan", "misses")
+                planner.specialise(self.gm, args)
+                plan = planner.lower(self.gm, args, resident, info)
+                cache.disk_put("plan", pkey, pickle.dumps(plan))
+            cache.memory_put("plan", pkey, plan)
+        prog = Program(plan, args, self.cfg.profile)
+        if self.dump_dir is not None:
+            from .debug import dump_program
+            dump_program(self.dump_dir, self.name, len(self.programs), plan)
+        return prog
+
+
+def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None = None):
+    """The fw compiler: partition, wrap each Vulkan partition, keep the rest eager."""
+    cfg = cfg or config.load()
+    gid = next(_graph_ids)
+    static = _static_indices()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    static_nodes = {n for i, n in enumerate(placeholders) if i in static}
+    original = gm.code
+    gm, report = partition(gm, gid)
+    _reports.append(report)
+    dump_dir = None
+    if cfg.debug_dump is not None:
+        from .debug import dump_graph
+        dump_dir = dump_graph(cfg.debug_dump, gid, original, report)
+    for node in report.cpu_nodes:
+        if cfg.fallback == "error":
+            raise VulkanFallbackError(f"{node.op} ({node.name}) would run on the CPU: "
+                                      f"{node.reason} (DYNAMO_VULKAN_FALLBACK=error)")
+        if cfg.fallback == "warn":
+            _warn_once(node.op, f"dynamo_vulkan: {node.op} runs on the CPU: {node.reason}")
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module" and node.target.startswith(PARTITION_PREFIX):
+            sub = getattr(gm, node.target)
+            resident = [a in static_nodes for a in node.args]
+            setattr(gm, node.target, VulkanSubgraph(sub, resident, cfg, dump_dir,
+                                                    f"graph{gid}_{node.target}"))
+    gm.recompile()
+    log.info("%s", report)
+    return make_boxed_func(gm.forward)
+
+
+def _cpu_backward(gm: fx.GraphModule, example_inputs):
+    return make_boxed_func(gm.forward)
+
+
+def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
+    """The `vulkan` backend registered through the torch_dynamo_backends entry point."""
+    cfg = config.load()
+    if not device.is_available(cfg.device_index):
+        reason = device.device_info(cfg.device_index).get("reason", "no Vulkan device")
+        _warn_once("no-device", f"dynamo_vulkan: {reason}; running the model on the CPU")
+        return gm.forward
+    return aot_autograd(
+        fw_compiler=lambda g, ex: compile_graph(g, ex, cfg),
+        bw_compiler=_cpu_backward,
+        decompositions=core_aten_decompositions(),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)

@@ -1,0 +1,46 @@
+"""Environment toggles, read each time a graph is compiled (see DESIGN.md)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+FALLBACK_MODES = ("warn", "error", "silent")
+
+
+@dataclass(frozen=True)
+class Config:
+    cache_enabled: bool
+    cache_dir: Path
+    debug_dump: Path | None
+    fallback: str
+    device_index: int
+    profile: bool
+
+    def key(self) -> str:
+        """The parts of the config that change a compiled program."""
+        return f"dev{self.device_index}"
+
+
+def _flag(name: str, default: str) -> bool:
+    return os.environ.get(name, default).strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def load() -> Config:
+    fallback = os.environ.get("DYNAMO_VULKAN_FALLBACK", "warn").strip().lower()
+    if fallback not in FALLBACK_MODES:
+        raise ValueError(
+            f"DYNAMO_VULKAN_FALLBACK={fallback!r} is not one of {FALLBACK_MODES}")
+    dev = os.environ.get("DYNAMO_VULKAN_DEVICE", "0").strip() or "0"
+    if not dev.isdigit():
+        raise ValueError(f"DYNAMO_VULKAN_DEVICE={dev!r} must be a device index (0, 1, ...)")
+    dump = os.environ.get("DYNAMO_VULKAN_DEBUG_DUMP", "").strip()
+    cache_dir = os.environ.get("DYNAMO_VULKAN_CACHE_DIR", "").strip()
+    return Config(
+        cache_enabled=_flag("DYNAMO_VULKAN_CACHE", "1"),
+        cache_dir=Path(cache_dir) if cache_dir else Path.home() / ".cache" / "dynamo_vulkan",
+        debug_dump=Path(dump) if dump else None,
+        fallback=fallback,
+        device_index=int(dev),
+        profile=_flag("DYNAMO_VULKAN_PROFILE", "0"),
+    )

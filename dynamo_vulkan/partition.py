@@ -1,0 +1,128 @@
+"""Split an ATen graph into Vulkan partitions and CPU nodes, and say why.
+
+A node goes to Vulkan when its op has a lowering rule (or it only combines
+constants, which are folded), all its tensors have dtypes the GPU kernels
+handle, and the rule's own check passes. Everything else runs eagerly on the
+CPU; the PartitionReport records each decision with its reason.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from dynamo_vulkan.lowering import LOWERINGS
+from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
+
+PARTITION_PREFIX = "fused_"
+
+
+@dataclass
+class NodeDecision:
+    name: str
+    op: str
+    where: str        # "vulkan" | "cpu"
+    reason: str = ""
+
+
+@dataclass
+class PartitionReport:
+    graph_id: int
+    nodes: list[NodeDecision] = field(default_factory=list)
+    partitions: int = 0
+
+    @property
+    def vulkan_nodes(self) -> list[NodeDecision]:
+        return [n for n in self.nodes if n.where == "vulkan"]
+
+    @property
+    def cpu_nodes(self) -> list[NodeDecision]:
+        return [n for n in self.nodes if n.where == "cpu"]
+
+    def __str__(self) -> str:
+        lines = [f"graph {self.graph_id}: {len(self.vulkan_nodes)} nodes on Vulkan in "
+                 f"{self.partitions} partition(s), {len(self.cpu_nodes)} on the CPU"]
+        for n in self.nodes:
+            lines.append(f"  {n.where:6s} {n.name:24s} {n.op}" + (f"  ({n.reason})" if n.reason else ""))
+        return "\n".join(lines)
+
+
+def op_name(node: fx.Node) -> str:
+    t = node.target
+    return str(t) if isinstance(t, torch._ops.OpOverload) else getattr(t, "__name__", str(t))
+
+
+def _tensor_vals(node: fx.Node):
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    flat = []
+    for v in vals:
+        if isinstance(v, (list, tuple)):
+            flat.extend(v)
+        else:
+            flat.append(v)
+    return [v for v in flat if isinstance(v, torch.Tensor)]
+
+
+def why_not_vulkan(node: fx.Node) -> str | None:
+    """None if the node can run on Vulkan, else the reason it cannot."""
+    t = node.target
+    if t is operator.getitem:
+        src = node.args[0]
+        return None if why_not_vulkan(src) is None else "its producer runs on the CPU"
+    if not isinstance(t, torch._ops.OpOverload):
+        return f"{getattr(t, '__name__', t)} is not an ATen op"
+    rule = LOWERINGS.get(t)
+    if rule is None:
+        foldable = not node.all_input_nodes and torch.Tag.nondeterministic_seeded not in t.tags
+        if not foldable:
+            return f"no Vulkan lowering for {t}"
+    if t is torch.ops.aten.copy_.default:
+        if node.args[0].op != "placeholder":
+            return "copy_ into an intermediate"
+    for v in _tensor_vals(node):
+        if str(v.dtype) not in KIND_OF_DTYPE:
+            return f"dtype {v.dtype} is not supported on Vulkan"
+        if v.device.type != "cpu" and v.device.type != "meta":
+            return f"tensor on device {v.device}"
+    if rule is not None and rule.check is not None:
+        return rule.check(node)
+    return None
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self):
+        self.reasons: dict[fx.Node, str | None] = {}
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        if node.op != "call_function":
+            return False
+        if node not in self.reasons:
+            self.reasons[node] = why_not_vulkan(node)
+        return self.reasons[node] is None
+
+
+def partition(gm: fx.GraphModule, graph_id: int):
+    """Fuse supported nodes into submodules named fused_N; return (gm, report)."""
+    support = _Support()
+    report = PartitionReport(graph_id)
+    compute = [n for n in gm.graph.nodes if n.op == "call_function"]
+    for n in compute:
+        support.is_node_supported(None, n)
+    partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
+    parts = partitioner.propose_partitions()
+    in_part = {n for p in parts for n in p.nodes}
+    for n in compute:
+        reason = support.reasons.get(n)
+        if n in in_part:
+            report.nodes.append(NodeDecision(n.name, op_name(n), "vulkan"))
+        else:
+            report.nodes.append(NodeDecision(n.name, op_name(n), "cpu",
+                                             reason or "not placed in a partition"))
+    report.partitions = len(parts)
+    if parts:
+        gm = partitioner.fuse_partitions(parts)   # submodules named fused_N
+    return gm, report

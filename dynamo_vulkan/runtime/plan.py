@@ -1,0 +1,72 @@
+"""The lowered program: plain data (picklable for the disk cache).
+
+A Plan lists buffers (in words of 32 bits), dispatches (which SPIR-V, which
+buffers, specialisation constants, workgroup counts) and how the partition's
+inputs and outputs map onto buffers. runtime/program.py turns it into kp
+objects and one recorded sequence.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# GPU storage kinds: every buffer is 32-bit words.
+KIND_OF_DTYPE = {"torch.float32": "f32", "torch.int64": "i32", "torch.int32": "i32",
+                 "torch.int16": "i32", "torch.int8": "i32", "torch.uint8": "i32", "torch.bool": "b"}
+NUMPY_OF_KIND = {"f32": np.float32, "i32": np.int32, "b": np.uint32}
+
+
+@dataclass
+class Buffer:
+    words: int
+    role: str            # "temp" | "input" | "output" | "const" | "param"
+    kind: str = "f32"
+    const: np.ndarray | None = None
+
+
+@dataclass
+class Dispatch:
+    name: str            # kernel family + variant, for reports
+    spirv_key: str       # key into Plan.sources
+    bindings: list[int]  # buffer ids, binding 0..n-1
+    writes: list[int]    # binding positions the kernel writes
+    spec: list[int]      # uint32 specialisation constants by constant_id
+    groups: tuple[int, int, int]
+    note: str = ""       # shapes, for the debug dump and profile table
+
+
+@dataclass
+class InputSpec:
+    buffer: int | None   # None: not a tensor (a Python scalar) or unused
+    dtype: str           # torch dtype as a string
+    shape: tuple
+    resident: bool       # parameter/buffer: uploaded once, kept while its version holds
+
+
+@dataclass
+class OutputSpec:
+    buffer: int | None   # None: the output is input `alias` itself
+    dtype: str
+    shape: tuple
+    alias: int | None = None
+
+
+@dataclass
+class Plan:
+    buffers: list[Buffer] = field(default_factory=list)
+    dispatches: list[Dispatch] = field(default_factory=list)
+    inputs: list[InputSpec] = field(default_factory=list)
+    outputs: list[OutputSpec] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)   # spirv_key -> GLSL
+    mutations: list[tuple[int, int]] = field(default_factory=list)  # (input index, buffer) written back
+
+    def describe(self) -> str:
+        lines = [f"buffers: {len(self.buffers)} "
+                 f"({sum(b.words for b in self.buffers if b.role == 'temp') * 4 / 1e6:.3f} MB temp)"]
+        for i, b in enumerate(self.buffers):
+            lines.append(f"  %{i}: {b.role} {b.kind} x{b.words}")
+        lines.append(f"dispatches: {len(self.dispatches)}")
+        for d in self.dispatches:
+            lines.append(f"  {d.name} groups={d.groups} buffers={d.bindings} {d.note}")
+        return "\n".join(lines)

@@ -1,0 +1,160 @@
+"""Lower one FX partition, specialised to concrete inputs, into a Plan.
+
+Walks the nodes in order, calling each op's lowering rule; folds nodes whose
+inputs are all constants on the CPU; then assigns temporaries to physical
+buffers by liveness so intermediates share memory.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
+from dynamo_vulkan.lowering.core import Context
+from dynamo_vulkan.lowering.elementwise import ew
+
+from .plan import InputSpec, OutputSpec, Plan
+
+
+def specialise(gm: fx.GraphModule, args: list) -> None:
+    """Refresh node.meta['val'] with concrete shapes from the real args."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
+
+
+def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> Plan:
+    ctx = Context(caps)
+    plan = ctx.plan
+    values: dict[fx.Node, object] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index_of = {n: i for i, n in enumerate(placeholders)}
+    for i, (node, a) in enumerate(zip(placeholders, args)):
+        if isinstance(a, torch.Tensor) and node.users:
+            kind = kind_of(a.dtype)
+            buf = ctx.buffer(a.numel(), "param" if resident[i] else "input", kind)
+            values[node] = TRef(buf, tuple(a.shape), contiguous_strides(tuple(a.shape)), 0, kind)
+            plan.inputs.append(InputSpec(buf, str(a.dtype), tuple(a.shape), resident[i]))
+        else:
+            values[node] = a
+            plan.inputs.append(InputSpec(None, str(getattr(a, "dtype", type(a).__name__)),
+                                         (), False))
+
+    def val(x):
+        return fx.node.map_arg(x, lambda n: values[n])
+
+    for node in gm.graph.nodes:
+        ctx.node = node
+        if node.op == "placeholder":
+            continue
+        if node.op == "get_attr":
+            values[node] = getattr(gm, node.target)
+        elif node.op == "call_function":
+            args_, kwargs = val(node.args), val(node.kwargs)
+            if node.target is operator.getitem:
+                values[node] = args_[0][args_[1]]
+                continue
+            if not _has_ref((args_, kwargs)) and is_foldable_target(node):
+                values[node] = node.target(*args_, **kwargs)
+                continue
+            if node.target is torch.ops.aten.copy_.default and args_[0] is not None:
+                dst_node = node.args[0]
+                if dst_node not in index_of:
+                    raise LoweringError("copy_ into a value that is not a graph input")
+                src = ew(ctx, "$0", [args_[1]], values[dst_node].kind, shape=values[dst_node].shape)
+                plan.mutations.append((index_of[dst_node], src.buf))
+                ctx.plan.buffers[src.buf].role = "output"
+                values[node] = values[dst_node]
+                continue
+            rule = LOWERINGS.get(node.target)
+            if rule is None:
+                raise LoweringError(f"no Vulkan lowering for {node.target}")
+            try:
+                values[node] = rule.fn(ctx, *args_, **kwargs)
+            except LoweringError:
+                raise
+            except Exception as e:
+                raise LoweringError(f"lowering {node.format_node()} failed: {e}") from e
+        elif node.op == "output":
+            outs = node.args[0]
+            outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+            for o in outs:
+                plan.outputs.append(_output(ctx, o, values, index_of))
+        else:
+            raise LoweringError(f"unsupported node kind {node.op}")
+    assign_buffers(plan)
+    return plan
+
+
+def is_foldable_target(node: fx.Node) -> bool:
+    t = node.target
+    return isinstance(t, torch._ops.OpOverload) and \
+        torch.Tag.nondeterministic_seeded not in t.tags
+
+
+def _has_ref(tree) -> bool:
+    found = []
+    fx.node.map_aggregate(tree, lambda x: found.append(1) if isinstance(x, TRef) else x)
+    return bool(found)
+
+
+def _output(ctx: Context, o, values, index_of) -> OutputSpec:
+    if o is None:
+        return OutputSpec(None, "None", (), alias=None)
+    v = values[o]
+    meta = o.meta.get("val")
+    if o in index_of and isinstance(v, TRef):
+        return OutputSpec(None, str(meta.dtype), tuple(v.shape), alias=index_of[o])
+    if isinstance(v, torch.Tensor):           # a folded constant
+        v = ctx.ref(v)
+    if not isinstance(v, TRef):
+        raise LoweringError(f"output {o} is not a tensor")
+    buf = ctx.plan.buffers[v.buf]
+    if not (v.is_contiguous() and v.offset == 0 and buf.role == "temp" and buf.words == v.numel
+            and not any(x.buf == v.buf for x in _later_outputs(ctx))):
+        v = ew(ctx, "$0", [v], v.kind)
+    ctx.plan.buffers[v.buf].role = "output"
+    ctx._outs = getattr(ctx, "_outs", []) + [v]
+    return OutputSpec(v.buf, str(meta.dtype), tuple(v.shape))
+
+
+def _later_outputs(ctx):
+    return getattr(ctx, "_outs", [])
+
+
+def assign_buffers(plan: Plan) -> None:
+    """Give temporaries physical buffers by liveness (first write .. last use)."""
+    first, last = {}, {}
+    for i, d in enumerate(plan.dispatches):
+        for b in d.bindings:
+            first.setdefault(b, i)
+            last[b] = i
+    temps = sorted((b for b, buf in enumerate(plan.buffers) if buf.role == "temp" and b in first),
+                   key=lambda b: first[b])
+    remap: dict[int, int] = {}
+    free: list[int] = []          # physical buffers free for reuse
+    live: list[tuple[int, int]] = []  # (last use, physical)
+    for b in temps:
+        start = first[b]
+        still = []
+        for end, phys in live:
+            (free.append(phys) if end < start else still.append((end, phys)))
+        live = still
+        need = plan.buffers[b].words
+        fit = [p for p in free if plan.buffers[p].words >= need]
+        if fit:
+            phys = min(fit, key=lambda p: plan.buffers[p].words)
+            free.remove(phys)
+        else:
+            phys = b
+        remap[b] = phys
+        live.append((last[b], phys))
+    for d in plan.dispatches:
+        d.bindings = [remap.get(b, b) for b in d.bindings]
+    for b in set(remap) - set(remap.values()):
+        plan.buffers[b].words = 0     # merged into another buffer; never allocated
+        plan.buffers[b].role = "unused"

@@ -1,0 +1,217 @@
+"""A Plan made real: kp tensors, algorithms, and ONE recorded sequence.
+
+Calling a Program copies the streamed inputs into their staging memory,
+submits the sequence once, and copies outputs out. Resident inputs
+(parameters, buffers) are uploaded once and again only when their
+`_version` changes; nothing else happens per node on the call path.
+"""
+from __future__ import annotations
+
+import logging
+import weakref
+
+import numpy as np
+import torch
+
+from .. import device
+from . import shaders
+from .plan import NUMPY_OF_KIND, Plan
+
+log = logging.getLogger(__name__)
+
+# Vulkan flag values (vulkan_core.h) for kp.OpMemoryBarrier.
+SHADER_READ, SHADER_WRITE = 0x20, 0x40
+STAGE_COMPUTE = 0x800
+
+TORCH_OF_KIND = {"f32": torch.float32, "i32": torch.int32, "b": torch.int32}
+_stats = {"submits": 0, "uploads": 0}
+
+
+def runtime_stats() -> dict:
+    """Process-wide counters: submits of compiled programs, weight uploads."""
+    return dict(_stats)
+
+
+class Resident:
+    """A parameter or buffer's copy on the GPU, shared by every program that
+    reads the same tensor; re-uploaded when the tensor's version moves."""
+
+    _pool: dict[tuple, "Resident"] = {}
+
+    def __init__(self, mgr, t: torch.Tensor, kind: str):
+        self.ref = weakref.ref(t)
+        self.ptr = t.data_ptr()
+        self.version = -1
+        self.kind = kind
+        self.tensor = mgr.tensor_t(np.empty(max(1, t.numel()), NUMPY_OF_KIND[kind]),
+                                   tensor_type=_kp().TensorTypes.storage)
+        self.mgr = mgr
+
+    @classmethod
+    def get(cls, mgr, t: torch.Tensor, kind: str) -> "Resident":
+        key = (id(t), t.data_ptr(), tuple(t.shape), t.dtype, kind)
+        r = cls._pool.get(key)
+        if r is None or r.ref() is not t:
+            r = cls(mgr, t, kind)
+            cls._pool[key] = r
+            weakref.finalize(t, cls._pool.pop, key, None)
+        return r
+
+    def sync(self, t: torch.Tensor) -> None:
+        if t._version != self.version:
+            upload(self.mgr, self.tensor, host_words(t, self.kind))
+            self.version = t._version
+            _stats["uploads"] += 1
+
+
+def _kp():
+    import kp
+    return kp
+
+
+def host_words(t: torch.Tensor, kind: str) -> np.ndarray:
+    """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32)."""
+    t = t.detach()
+    if t.dtype == torch.int64 and t.numel():
+        lo, hi = torch.aminmax(t)
+        if lo < -2**31 or hi >= 2**31:
+            raise OverflowError(f"an int64 input holds {int(lo)}..{int(hi)}, which does not fit "
+                                "the int32 that Vulkan kernels use")
+    t = t.to(TORCH_OF_KIND[kind]).contiguous().reshape(-1)
+    return t.numpy().view(np.uint32)
+
+
+def upload(mgr, dst, words: np.ndarray) -> None:
+    """Copy words into a device-only kp tensor through a staging tensor freed after."""
+    kp = _kp()
+    staging = mgr.tensor_t(words if words.size else np.zeros(1, np.uint32))
+    mgr.sequence().record(kp.OpTensorSyncDevice([staging])) \
+        .record(kp.OpTensorCopy([staging, dst])).eval()
+    staging.destroy()
+
+
+class Program:
+    def __init__(self, plan: Plan, args: list, profile: bool = False):
+        kp = _kp()
+        self.plan = plan
+        self.mgr = mgr = device.manager()
+        self.profile = profile
+        storage = kp.TensorTypes.storage
+        self.tensors: list = [None] * len(plan.buffers)
+        self._staging: dict[int, np.ndarray] = {}
+        self.residents: list = []          # (arg index, Resident)
+        self.streamed: list = []           # (arg index, staging array, kind)
+        for i, spec in enumerate(plan.inputs):
+            if spec.buffer is None:
+                continue
+            kind = plan.buffers[spec.buffer].kind
+            if spec.resident:
+                r = Resident.get(mgr, args[i], kind)
+                self.tensors[spec.buffer] = r.tensor
+                self.residents.append((i, r))
+        for b, buf in enumerate(plan.buffers):
+            if self.tensors[b] is not None or buf.role == "unused":
+                continue
+            empty = np.empty(buf.words, np.uint32)
+            if buf.role in ("input", "output"):
+                self.tensors[b] = mgr.tensor_t(empty)           # device + staging
+                self._staging[b] = self.tensors[b].data()
+            else:
+                self.tensors[b] = mgr.tensor_t(empty, tensor_type=storage)
+                if buf.role == "const":
+                    upload(mgr, self.tensors[b], buf.const)
+        for i, spec in enumerate(plan.inputs):
+            if spec.buffer is not None and not spec.resident:
+                self.streamed.append((i, self._staging[spec.buffer],
+                                      plan.buffers[spec.buffer].kind))
+        self.outputs = []
+        for o in plan.outputs:
+            if o.buffer is None:
+                self.outputs.append((None, o.alias, None, None))
+            else:
+                n = int(np.prod(o.shape)) if o.shape else 1
+                kind = plan.buffers[o.buffer].kind
+                self.outputs.append((self._staging[o.buffer][:n], o.shape, kind,
+                                     getattr(torch, o.dtype.replace("torch.", ""))))
+        self.mutations = [(i, self._staging[b][:max(1, args[i].numel())], plan.buffers[b].kind)
+                          for i, b in plan.mutations]
+        self._record()
+
+    def _record(self):
+        kp = _kp()
+        plan, mgr = self.plan, self.mgr
+        n_ts = 2 * len(plan.dispatches) + 2 if self.profile else 0
+        seq = mgr.sequence(total_timestamps=n_ts)
+        ins = [self.tensors[s.buffer] for s in plan.inputs if s.buffer is not None and not s.resident]
+        self._labels = []
+        if ins:
+            seq.record(kp.OpTensorSyncDevice(ins))
+            self._labels.append("copy inputs in")
+        self.algorithms = []
+        dirty: set[int] = set()      # buffers written since the last barrier
+        touched: set[int] = set()    # buffers read since the last barrier
+        empty = np.zeros(0, np.uint32)
+        for d in plan.dispatches:
+            writes = {d.bindings[w] for w in d.writes}
+            reads = set(d.bindings) - writes
+            hazard = (set(d.bindings) & dirty) | (writes & touched)
+            if hazard:
+                seq.record(kp.OpMemoryBarrier([self.tensors[b] for b in sorted(hazard | dirty)],
+                                              SHADER_WRITE, SHADER_READ | SHADER_WRITE,
+                                              STAGE_COMPUTE, STAGE_COMPUTE))
+                self._labels.append(None)
+                dirty.clear()
+                touched.clear()
+            algo = mgr.algorithm([self.tensors[b] for b in d.bindings],
+                                 shaders.compile_source(plan.sources[d.spirv_key], d.name),
+                                 list(d.groups), np.array(d.spec, np.uint32), empty)
+            self.algorithms.append(algo)
+            seq.record(kp.OpAlgoDispatch(algo, empty))
+            self._labels.append(f"{d.name} {d.note}")
+            dirty |= writes
+            touched |= reads
+        outs = sorted({o.buffer for o in plan.outputs if o.buffer is not None} |
+                      {b for _, b in plan.mutations})
+        if outs:
+            seq.record(kp.OpTensorSyncLocal([self.tensors[b] for b in outs]))
+            self._labels.append("copy outputs out")
+        self.sequence = seq
+
+    def __call__(self, args):
+        for i, r in self.residents:
+            t = args[i]
+            if r.ref() is not t or r.ptr != t.data_ptr():
+                raise StaleBinding(i)
+            r.sync(t)
+        for i, staging, kind in self.streamed:
+            staging[:] = host_words(args[i], kind)
+        self.sequence.eval()
+        _stats["submits"] += 1
+        if self.profile:
+            self._report()
+        for i, staging, kind in self.mutations:
+            t = args[i]
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy()).view(t.shape))
+        out = []
+        for staging, shape, kind, dtype in self.outputs:
+            if staging is None:
+                out.append(args[shape])
+                continue
+            t = torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy())
+            if kind == "b":
+                t = t != 0
+            out.append(t.to(dtype).view(shape))
+        return out
+
+    def _report(self):
+        ts = np.array(self.sequence.get_timestamps(), dtype=np.float64)
+        period = device.device_info().get("timestamp_period_ns", 1.0)
+        us = np.diff(ts) * period / 1e3     # one timestamp before and one after each op
+        rows = [f"{t:10.1f} us  {label}" for label, t in zip(self._labels, us) if label]
+        logging.getLogger("dynamo_vulkan.profile").info(
+            "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
+
+
+class StaleBinding(Exception):
+    """A resident input is a different tensor than the one the program was recorded with."""

@@ -1,0 +1,76 @@
+"""GLSL -> SPIR-V through glslc, cached in memory and on disk by source hash."""
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .. import cache
+
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
+
+
+class ShaderCompileError(RuntimeError):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def shader_dir() -> Path:
+    return Path(str(importlib.resources.files("dynamo_vulkan.shaders")))
+
+
+@functools.lru_cache(maxsize=None)
+def read(name: str) -> str:
+    """A shader file with its includes expanded (so the hash covers them)."""
+    text = (shader_dir() / name).read_text()
+    return _INCLUDE.sub(lambda m: read(m.group(1)), text)
+
+
+@functools.lru_cache(maxsize=1)
+def sources_hash() -> str:
+    return cache.digest(*sorted((p.name, p.read_bytes()) for p in shader_dir().iterdir()
+                                if p.suffix in (".comp", ".glsl")))
+
+
+def glslc() -> str:
+    exe = shutil.which("glslc")
+    if exe is None:
+        raise ShaderCompileError("glslc was not found on PATH: apt-get install glslc "
+                                 "(scripts/setup.sh does this)")
+    return exe
+
+
+def compile_source(source: str, name: str = "kernel") -> bytes:
+    """SPIR-V for a complete GLSL compute source."""
+    key = cache.digest("spirv", source)
+    hit = cache.memory_get("spirv", key)
+    if hit is not None:
+        cache.count("spirv", "memory_hits")
+        return hit
+    spv = cache.disk_get("spirv", key)
+    if spv is not None:
+        cache.count("spirv", "disk_hits")
+    else:
+        cache.count("spirv", "misses")
+        with tempfile.TemporaryDirectory() as d:
+            src = Path(d) / f"{name}.comp"
+            out = Path(d) / f"{name}.spv"
+            src.write_text(source)
+            r = subprocess.run([glslc(), "--target-env=vulkan1.1", "-O", str(src), "-o", str(out)],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                numbered = "\n".join(f"{i + 1:4d} {l}" for i, l in enumerate(source.splitlines()))
+                raise ShaderCompileError(f"glslc failed for {name}:\n{r.stderr}\n{numbered}")
+            spv = out.read_bytes()
+        cache.disk_put("spirv", key, spv)
+    cache.memory_put("spirv", key, spv)
+    return spv
+
+
+def clear_memory() -> None:
+    read.cache_clear()
+    sources_hash.cache_clear()

@@ -1,0 +1,182 @@
+"""What every lowering rule works with: tensor references into GPU buffers,
+the context that allocates buffers and emits dispatches, and the registry.
+
+A value on the GPU is a `TRef`: a buffer plus shape, strides and offset in
+elements, so view ops only make a new TRef. Kernels read operands through their
+strides (specialisation constants), and the planner later assigns physical
+buffers by liveness.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from dynamo_vulkan import cache
+from dynamo_vulkan.runtime import shaders
+from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
+
+GLSL_TYPE = {"f32": "float", "i32": "int", "b": "bool"}
+MAX_GROUPS = 65535
+
+
+class LoweringError(RuntimeError):
+    """A node that the Vulkan lowering cannot handle with these inputs."""
+
+
+@dataclass(frozen=True)
+class TRef:
+    buf: int
+    shape: tuple
+    strides: tuple
+    offset: int
+    kind: str
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def is_contiguous(self) -> bool:
+        return self.strides == contiguous_strides(self.shape)
+
+    def with_layout(self, shape, strides, offset) -> "TRef":
+        return TRef(self.buf, tuple(shape), tuple(strides), int(offset), self.kind)
+
+
+def contiguous_strides(shape) -> tuple:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def kind_of(dtype: torch.dtype) -> str:
+    kind = KIND_OF_DTYPE.get(str(dtype))
+    if kind is None:
+        raise LoweringError(f"dtype {dtype} is not supported on Vulkan")
+    return kind
+
+
+def f32_bits(x: float) -> int:
+    import struct
+    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
+
+
+def i32_bits(x: int) -> int:
+    x = int(x)
+    if not -2**31 <= x < 2**31:
+        raise LoweringError(f"integer constant {x} does not fit in int32")
+    return x & 0xFFFFFFFF
+
+
+def groups_for(n: int, per_group: int = 1) -> tuple[int, int, int]:
+    """Workgroup counts for n items, folded into a 2-D grid past 65535."""
+    total = max(1, -(-n // per_group))
+    x = min(total, MAX_GROUPS)
+    return (x, -(-total // x), 1)
+
+
+class Context:
+    """Builds one Plan: buffers, constants, dispatches, and the GLSL they use."""
+
+    def __init__(self, caps: dict):
+        self.plan = Plan()
+        self.caps = caps
+        self.node = None           # the FX node being lowered (for meta and errors)
+        self._consts: dict[int, TRef] = {}
+
+    # --- buffers -----------------------------------------------------------
+    def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:
+        limit = self.caps.get("max_storage_buffer_range", 128 << 20)
+        if words * 4 > limit:
+            raise LoweringError(f"a buffer of {words * 4} bytes exceeds the device's "
+                                f"maxStorageBufferRange ({limit} bytes)")
+        self.plan.buffers.append(Buffer(max(1, int(words)), role, kind, const))
+        return len(self.plan.buffers) - 1
+
+    def empty(self, shape, kind: str) -> TRef:
+        shape = tuple(int(s) for s in shape)
+        return TRef(self.buffer(math.prod(shape), "temp", kind), shape,
+                    contiguous_strides(shape), 0, kind)
+
+    def ref(self, x) -> TRef:
+        """A TRef for a lowered value or a host constant (uploaded once)."""
+        if isinstance(x, TRef):
+            return x
+        if isinstance(x, torch.Tensor):
+            ref = self._consts.get(id(x))
+            if ref is None:
+                kind = kind_of(x.dtype)
+                data = x.detach().contiguous().reshape(-1)
+                data = data.to(torch.float32 if kind == "f32" else torch.int32).numpy()
+                if kind == "i32" and x.dtype == torch.int64 and x.numel() and \
+                        (x.max() >= 2**31 or x.min() < -2**31):
+                    raise LoweringError("an int64 constant does not fit in int32")
+                buf = self.buffer(data.size, "const", kind, data.view("uint32").copy())
+                ref = TRef(buf, tuple(x.shape), contiguous_strides(tuple(x.shape)), 0, kind)
+                self._consts[id(x)] = ref
+                self._keep = getattr(self, "_keep", []) + [x]  # keep id() stable
+            return ref
+        raise LoweringError(f"expected a tensor, got {type(x).__name__}")
+
+    # --- node metadata -----------------------------------------------------
+    def meta(self, i: int | None = None):
+        val = self.node.meta["val"]
+        return val[i] if i is not None else val
+
+    def out_kind(self, i: int | None = None) -> str:
+        return kind_of(self.meta(i).dtype)
+
+    def out_shape(self, i: int | None = None) -> tuple:
+        return tuple(int(s) for s in self.meta(i).shape)
+
+    # --- kernels -----------------------------------------------------------
+    def dispatch(self, family: str, defines: dict, bindings: list, writes: list[int],
+                 spec: list[int], groups, note: str = "") -> None:
+        """Emit one dispatch of shaders/<family>.comp specialised by `defines`.
+
+        bindings: TRefs or buffer ids, bound in order; writes: their positions
+        that the kernel writes; spec: uint32 values by constant_id."""
+        head = ["#version 450"] + [f"#define {k} {v}" for k, v in defines.items()]
+        source = "\n".join(head) + "\n" + shaders.read(f"{family}.comp")
+        key = cache.digest(source)
+        self.plan.sources[key] = source
+        bufs = [b.buf if isinstance(b, TRef) else int(b) for b in bindings]
+        self.plan.dispatches.append(Dispatch(
+            name=f"{family}:{defines.get('VARIANT', '')}".rstrip(":"), spirv_key=key,
+            bindings=bufs, writes=list(writes), spec=[int(s) & 0xFFFFFFFF for s in spec],
+            groups=tuple(int(g) for g in groups), note=note))
+
+
+# --- the registry -----------------------------------------------------------
+@dataclass
+class Rule:
+    fn: Callable
+    check: Callable | None = None   # node -> reason string if unsupported, else None
+
+
+LOWERINGS: dict[object, Rule] = {}
+
+
+def lowering(*targets, check=None):
+    """Register `fn(ctx, *args, **kwargs)` as the lowering of ATen `targets`."""
+    def deco(fn):
+        for t in targets:
+            LOWERINGS[t] = Rule(fn, check)
+        return fn
+    return deco
+
+
+def meta_view(ref: TRef, fn) -> TRef:
+    """Apply a view op to a meta tensor of ref's layout and read the new layout."""
+    span = 1 + sum((s - 1) * st for s, st in zip(ref.shape, ref.strides) if s > 0)
+    base = torch.empty(ref.offset + span, device="meta")
+    t = fn(base.as_strided(ref.shape, ref.strides, ref.offset))
+    return ref.with_layout(tuple(t.shape), tuple(t.stride()), t.storage_offset())

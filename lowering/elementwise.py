@@ -1,0 +1,340 @@
+"""Elementwise family (shaders/elementwise.comp): one generator for unary,
+binary, ternary ops, casts, fills and strided copies, with broadcasting and
+views handled by strides. The tables below are the op -> expression entries."""
+from __future__ import annotations
+
+import torch
+
+from .core import (GLSL_TYPE, Context, LoweringError, TRef, f32_bits, groups_for, i32_bits,
+                   kind_of, lowering)
+
+aten = torch.ops.aten
+WG = 256
+
+
+def broadcast_shape(*shapes) -> tuple:
+    return tuple(torch.broadcast_shapes(*shapes))
+
+
+def _expand(ref: TRef, shape: tuple) -> tuple:
+    """Strides of ref broadcast to shape (0 on broadcast dims)."""
+    pad = len(shape) - ref.ndim
+    strides = [0] * pad + list(ref.strides)
+    sizes = [1] * pad + list(ref.shape)
+    return tuple(0 if sz == 1 and s != 1 else st for sz, st, s in zip(sizes, strides, shape))
+
+
+def _coalesce(shape, stride_sets):
+    """Merge dims that are contiguous for every operand; drop size-1 dims."""
+    dims = [(s, [st[i] for st in stride_sets]) for i, s in enumerate(shape) if s != 1]
+    merged = []
+    for size, strides in dims:
+        if merged:
+            psize, pstrides = merged[-1]
+            if all(ps == s * size for ps, s in zip(pstrides, strides)):
+                merged[-1] = (psize * size, strides)
+                continue
+        merged.append((size, strides))
+    if not merged:
+        merged = [(1, [0] * len(stride_sets))]
+    return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(stride_sets))]
+
+
+def _scalar_spec(value, kind: str) -> int:
+    if kind == "f32":
+        return f32_bits(float(value))
+    return i32_bits(int(value))
+
+
+def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
+       out: TRef | None = None, shape: tuple | None = None, result: str | None = None) -> TRef:
+    """out = expr($0, $1, ...) elementwise.
+
+    operands: TRefs, host tensors (0-dim ones become constants) or Python scalars.
+    compute: kind every operand is converted to before expr (None: their own).
+    result: kind of expr's value (default: compute or out_kind); converted to out_kind.
+    out: write into this (possibly strided) TRef instead of a new buffer."""
+    ops = []
+    for o in operands:
+        if isinstance(o, torch.Tensor) and o.dim() == 0:
+            o = o.item()
+        ops.append(ctx.ref(o) if isinstance(o, torch.Tensor) else o)
+    tensors = [o for o in ops if isinstance(o, TRef)]
+    if shape is None:
+        shape = out.shape if out is not None else broadcast_shape(*[t.shape for t in tensors])
+    shape = tuple(int(s) for s in shape)
+    if out is None:
+        out = ctx.empty(shape, out_kind)
+    numel = out.numel
+    if numel == 0:
+        return out
+    strides = [_expand(t, shape) for t in tensors] + [_expand(out, shape)]
+    dims, strides = _coalesce(shape, strides)
+    nd = len(dims)
+
+    spec = [WG, numel]
+    decls, loads, names = [], [], []
+    cid = 2
+    for d in dims:
+        decls.append(f"layout(constant_id={cid}) const uint D{cid - 2}={d}u;")
+        spec.append(d)
+        cid += 1
+
+    def operand_decl(tag: str, ref_strides, offset):
+        nonlocal cid
+        decls.append(f"layout(constant_id={cid}) const uint O{tag}=0u;")
+        spec.append(offset)
+        cid += 1
+        for k, st in enumerate(ref_strides):
+            decls.append(f"layout(constant_id={cid}) const uint S{tag}_{k}=0u;")
+            spec.append(st)
+            cid += 1
+
+    buffers = [out]
+    index = ["uint r = i;"]
+    ti = 0
+    for j, o in enumerate(ops):
+        ck = compute or (o.kind if isinstance(o, TRef) else None)
+        if isinstance(o, TRef):
+            operand_decl(str(j), strides[ti], o.offset)
+            ti += 1
+            buffers.append(o)
+            b = len(buffers) - 1
+            raw = f"ld_{o.kind}(b{b}[o{j}])"
+            ck = ck or o.kind
+            loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({raw});")
+        else:
+            if ck is None:
+                ck = "b" if isinstance(o, bool) else "i32" if isinstance(o, int) else "f32"
+            if ck == "b":
+                o = int(bool(o))
+                ctype = "int"
+            else:
+                ctype = GLSL_TYPE[ck]
+            val = _scalar_spec(o, "f32" if ctype == "float" else "i32")
+            base = "float" if ctype == "float" else "int"
+            decls.append(f"layout(constant_id={cid}) const uint C{j}={val}u;")
+            spec.append(val)
+            cid += 1
+            conv = "uintBitsToFloat" if base == "float" else "int"
+            loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}(C{j}));")
+        names.append(f"v{j}")
+    operand_decl("o", strides[-1], out.offset)
+
+    # index code: unravel i over dims (last fastest), accumulate each operand offset
+    offs = [f"o{j}" for j, o in enumerate(ops) if isinstance(o, TRef)] + ["oo"]
+    tags = [str(j) for j, o in enumerate(ops) if isinstance(o, TRef)] + ["o"]
+    index += [f"uint {v} = O{t};" for v, t in zip(offs, tags)]
+    for k in reversed(range(nd)):
+        index.append(f"{{ uint c = r % D{k}; r /= D{k};" +
+                     "".join(f" {v} += c * S{t}_{k};" for v, t in zip(offs, tags)) + " }")
+    body = expr
+    for j in reversed(range(len(names))):
+        body = body.replace(f"${j}", names[j])
+    rk = result or compute or out_kind
+    value = f"({body})"
+    if rk != out_kind:
+        value = {"b": f"({value} != {GLSL_TYPE[rk]}(0))"}.get(out_kind,
+                                                              f"{GLSL_TYPE[out_kind]}({value})")
+    store = f"b0[oo] = st_{out_kind}({value});"
+
+    defines = {
+        "VARIANT": f"{len(tensors)}in{nd}d",
+        "SPEC_DECLS": " ".join(decls),
+        "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
+        "INDEX_CODE": " ".join(index + loads),
+        "OUT_STORE": f"{GLSL_TYPE[rk]} res_ = {GLSL_TYPE[rk]}({body}); " +
+                     store.replace(f"({body})", "res_", 1),
+    }
+    ctx.dispatch("elementwise", defines, buffers, [0], spec, groups_for(numel, WG),
+                 note=f"{shape} <- {expr}")
+    return out
+
+
+def copy_to(ctx: Context, src, out: TRef) -> TRef:
+    """Strided copy (with conversion) of src into out's view."""
+    return ew(ctx, "$0", [src], out.kind, compute=out.kind, out=out)
+
+
+def contiguous(ctx: Context, ref: TRef) -> TRef:
+    return ref if ref.is_contiguous() else ew(ctx, "$0", [ref], ref.kind)
+
+
+# --- tables ----------------------------------------------------------------
+FLOAT_UNARY = {
+    aten.exp.default: "exp($0)", aten.log.default: "log($0)", aten.sqrt.default: "sqrt($0)",
+    aten.rsqrt.default: "inversesqrt($0)", aten.tanh.default: "tanh_f($0)",
+    aten.sigmoid.default: "sigmoid_f($0)", aten.sin.default: "sin($0)",
+    aten.cos.default: "cos($0)", aten.tan.default: "tan($0)", aten.exp2.default: "exp2($0)",
+    aten.log2.default: "log2($0)", aten.log10.default: "log($0) * 0.43429448190325176",
+    aten.log1p.default: "log(1.0 + $0)", aten.expm1.default: "exp($0) - 1.0",
+    aten.reciprocal.default: "1.0 / $0", aten.erf.default: "erf_f($0)",
+    aten.asin.default: "asin($0)", aten.acos.default: "acos($0)", aten.atan.default: "atan($0)",
+    aten.sinh.default: "sinh($0)", aten.cosh.default: "cosh($0)",
+    aten.asinh.default: "asinh($0)", aten.acosh.default: "acosh($0)",
+    aten.atanh.default: "atanh($0)",
+    aten.silu.default: "$0 * sigmoid_f($0)",
+    aten.isnan.default: "isnan($0)", aten.isinf.default: "isinf($0)",
+}
+SAME_KIND_UNARY = {
+    aten.neg.default: "-$0", aten.abs.default: "abs($0)",
+    aten.sign.default: "sign($0)", aten.floor.default: "floor($0)", aten.ceil.default: "ceil($0)",
+    aten.trunc.default: "trunc($0)", aten.round.default: "roundEven($0)",
+    aten.lift_fresh_copy.default: "$0",
+    aten.logical_not.default: "!$0", aten.bitwise_not.default: "~$0",
+}
+ARITH = {  # computed in the output's kind
+    aten.mul.Tensor: "$0 * $1", aten.div.Tensor: "$0 / $1",
+    aten.maximum.default: "max($0, $1)", aten.minimum.default: "min($0, $1)",
+    aten.pow.Tensor_Tensor: "pow_f($0, $1)", aten.pow.Tensor_Scalar: "pow_f($0, $1)",
+    aten.pow.Scalar: "pow_f($0, $1)", aten.atan2.default: "atan($0, $1)",
+    aten.fmod.Tensor: "$0 - $1 * trunc($0 / $1)", aten.fmod.Scalar: "$0 - $1 * trunc($0 / $1)",
+    aten.remainder.Tensor: "$0 - $1 * floor($0 / $1)",
+    aten.remainder.Scalar: "$0 - $1 * floor($0 / $1)",
+    aten.bitwise_and.Tensor: "$0 & $1", aten.bitwise_or.Tensor: "$0 | $1",
+    aten.bitwise_xor.Tensor: "$0 ^ $1",
+}
+COMPARE = {  # computed in the promoted input kind, result bool
+    aten.eq.Tensor: "$0 == $1", aten.eq.Scalar: "$0 == $1", aten.ne.Tensor: "$0 != $1",
+    aten.ne.Scalar: "$0 != $1", aten.lt.Tensor: "$0 < $1", aten.lt.Scalar: "$0 < $1",
+    aten.le.Tensor: "$0 <= $1", aten.le.Scalar: "$0 <= $1", aten.gt.Tensor: "$0 > $1",
+    aten.gt.Scalar: "$0 > $1", aten.ge.Tensor: "$0 >= $1", aten.ge.Scalar: "$0 >= $1",
+}
+LOGICAL = {aten.logical_and.default: "$0 && $1", aten.logical_or.default: "$0 || $1",
+           aten.logical_xor.default: "$0 != $1"}
+
+
+def _input_kind(ctx: Context) -> str:
+    """The promoted kind of the node's tensor/scalar inputs (torch's type promotion)."""
+    vals = [a.meta["val"] if hasattr(a, "meta") else a for a in ctx.node.args[:2]]
+    return kind_of(torch.result_type(*vals)) if len(vals) == 2 else kind_of(vals[0].dtype)
+
+
+def _register_tables():
+    for op, e in FLOAT_UNARY.items():
+        lowering(op)(lambda ctx, x, e=e: ew(ctx, e, [x], ctx.out_kind(), compute="f32",
+                                            result="b" if "isnan" in e or "isinf" in e else "f32"))
+    for op, e in SAME_KIND_UNARY.items():
+        lowering(op)(lambda ctx, x, e=e, **kw: ew(ctx, e, [x], ctx.out_kind(),
+                                                  compute=ctx.out_kind()))
+    for op, e in ARITH.items():
+        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], ctx.out_kind(),
+                                               compute=ctx.out_kind()))
+    for op, e in COMPARE.items():
+        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], "b", compute=_input_kind(ctx),
+                                               result="b"))
+    for op, e in LOGICAL.items():
+        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], "b", compute="b"))
+
+
+_register_tables()
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
+def add(ctx, a, b, alpha=1):
+    sign = "-" if ctx.node.target in (aten.sub.Tensor, aten.sub.Scalar) else "+"
+    k = ctx.out_kind()
+    if alpha == 1:
+        return ew(ctx, f"$0 {sign} $1", [a, b], k, compute=k)
+    return ew(ctx, f"$0 {sign} $2 * $1", [a, b, alpha], k, compute=k)
+
+
+@lowering(aten.mul.Scalar, aten.div.Scalar)
+def scalar_arith(ctx, a, b):
+    op = "*" if ctx.node.target == aten.mul.Scalar else "/"
+    return ew(ctx, f"$0 {op} $1", [a, b], ctx.out_kind(), compute=ctx.out_kind())
+
+
+@lowering(aten.div.Tensor_mode)
+def div_mode(ctx, a, b, rounding_mode=None):
+    k = ctx.out_kind()
+    fn = {"trunc": "trunc", "floor": "floor", None: ""}[rounding_mode]
+    if k == "i32" and rounding_mode == "trunc":
+        return ew(ctx, "$0 / $1", [a, b], k, compute="i32")
+    return ew(ctx, f"{fn}($0 / $1)", [a, b], k, compute="f32", result="f32")
+
+
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther)
+def where(ctx, cond, a, b):
+    k = ctx.out_kind()
+    t = GLSL_TYPE[k]
+    return ew(ctx, f"bool($0) ? {t}($1) : {t}($2)", [cond, a, b], k, result=k)
+
+
+@lowering(aten.relu.default)
+def relu(ctx, x):
+    k = ctx.out_kind()
+    e = "(isnan($0) || $0 > 0.0) ? $0 : 0.0" if k == "f32" else "max($0, 0)"
+    return ew(ctx, e, [x], k, compute=k)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor)
+def clamp(ctx, x, lo=None, hi=None):
+    k = ctx.out_kind()
+    expr, ops = "$0", [x]
+    if lo is not None:
+        ops.append(lo)
+        expr = f"max({expr}, ${len(ops) - 1})"
+    if hi is not None:
+        ops.append(hi)
+        expr = f"min({expr}, ${len(ops) - 1})"
+    if k == "f32":  # torch propagates NaN through clamp
+        expr = f"(isnan($0) ? $0 : {expr})"
+    return ew(ctx, expr, ops, k, compute=k)
+
+
+@lowering(aten.clamp_min.default, aten.clamp_max.default)
+def clamp_one(ctx, x, bound):
+    lo = ctx.node.target == aten.clamp_min.default
+    return clamp(ctx, x, bound if lo else None, None if lo else bound)
+
+
+@lowering(aten.gelu.default)
+def gelu(ctx, x, approximate="none"):
+    if approximate == "tanh":
+        e = "0.5 * $0 * (1.0 + tanh_f(0.7978845608028654 * ($0 + 0.044715 * $0 * $0 * $0)))"
+    else:
+        e = "0.5 * $0 * (1.0 + erf_f($0 * M_SQRT1_2))"
+    return ew(ctx, e, [x], "f32", compute="f32")
+
+
+@lowering(aten.leaky_relu.default)
+def leaky_relu(ctx, x, slope=0.01):
+    return ew(ctx, "$0 > 0.0 ? $0 : $0 * $1", [x, slope], "f32", compute="f32")
+
+
+@lowering(aten.hardtanh.default)
+def hardtanh(ctx, x, lo=-1.0, hi=1.0):
+    return ew(ctx, "clamp($0, $1, $2)", [x, lo, hi], "f32", compute="f32")
+
+
+@lowering(aten._to_copy.default, aten.clone.default, aten.copy.default)
+def to_copy(ctx, x, *rest, **kwargs):
+    if ctx.node.target == aten.copy.default:   # copy(dst, src): src broadcast to dst's shape
+        x = rest[0]
+    k = ctx.out_kind()
+    return ew(ctx, "$0", [x], k, compute=None, result=None, shape=ctx.out_shape()) \
+        if isinstance(x, TRef) and x.kind == k else \
+        ew(ctx, _cast_expr(x, k), [x], k, shape=ctx.out_shape(), result=k)
+
+
+def _cast_expr(x, k: str) -> str:
+    src = x.kind if isinstance(x, TRef) else "f32"
+    if k == "b":
+        return "$0 != " + {"f32": "0.0", "i32": "0", "b": "false"}[src]
+    if src == "f32" and k == "i32":
+        return "int(trunc($0))"
+    return f"{GLSL_TYPE[k]}($0)"
+
+
+@lowering(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)
+def full_like(ctx, x, value=None, **kwargs):
+    value = {aten.zeros_like.default: 0, aten.ones_like.default: 1}.get(ctx.node.target, value)
+    k = ctx.out_kind()
+    return ew(ctx, "$0", [value], k, compute=k, shape=ctx.out_shape())
+
+
+@lowering(aten.fill.Scalar)
+def fill(ctx, x, value):
+    k = ctx.out_kind()
+    return ew(ctx, "$0", [value], k, compute=k, shape=ctx.out_shape())

@@ -1,0 +1,84 @@
+"""Indexing and assembly: embedding / index_select (shaders/gather.comp),
+and cat / slice_scatter / select_scatter as strided copies into views."""
+from __future__ import annotations
+
+import torch
+
+from .core import LoweringError, TRef, groups_for, lowering, meta_view
+from .elementwise import contiguous, copy_to, ew
+
+aten = torch.ops.aten
+WG = 256
+
+
+def gather_rows(ctx, src: TRef, idx: TRef, out_shape) -> TRef:
+    """out[i, ...] = src[idx[i]] for a 2-D src (rows x row_len, any strides)."""
+    if idx.ndim != 1:
+        idx = contiguous(ctx, idx).with_layout((idx.numel,), (1,), 0) if not idx.is_contiguous() \
+            else idx.with_layout((idx.numel,), (1,), idx.offset)
+    out = ctx.empty(out_shape, src.kind)
+    n, row = idx.shape[0], src.shape[1]
+    if out.numel:
+        spec = [WG, n, row, src.shape[0], src.offset, src.strides[0], src.strides[1],
+                idx.offset, idx.strides[0] if idx.ndim else 0]
+        ctx.dispatch("gather", {"VARIANT": "rows"}, [out, src, idx], [0], spec,
+                     groups_for(n * row, WG), note=f"{n} rows of {row}")
+    return out
+
+
+@lowering(aten.embedding.default)
+def embedding(ctx, weight, indices, padding_idx=-1, scale_grad=False, sparse=False):
+    w = ctx.ref(weight)
+    if w.ndim != 2:
+        raise LoweringError("embedding weight must be 2-D")
+    return gather_rows(ctx, w, ctx.ref(indices), ctx.out_shape())
+
+
+@lowering(aten.index_select.default)
+def index_select(ctx, x, dim, index):
+    x = ctx.ref(x)
+    dim = dim % max(1, x.ndim)
+    # move dim to the front and flatten the rest into one row (copy if not expressible)
+    perm = [dim] + [d for d in range(x.ndim) if d != dim]
+    moved = meta_view(x, lambda t: t.permute(perm))
+    rest = 1
+    for s in moved.shape[1:]:
+        rest *= s
+    try:
+        src = meta_view(moved, lambda t: t.view(moved.shape[0], rest))
+    except RuntimeError:
+        src = meta_view(contiguous(ctx, moved), lambda t: t.view(moved.shape[0], rest))
+    idx = ctx.ref(index)
+    rows = gather_rows(ctx, src, idx, (idx.numel,) + tuple(moved.shape[1:]))
+    inv = [0] * x.ndim
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return contiguous(ctx, meta_view(rows, lambda t: t.permute(inv)))
+
+
+@lowering(aten.cat.default)
+def cat(ctx, tensors, dim=0):
+    out = ctx.empty(ctx.out_shape(), ctx.out_kind())
+    dim = dim % out.ndim
+    pos = 0
+    for t in tensors:
+        t = ctx.ref(t)
+        if t.ndim == 1 and t.shape[0] == 0 and out.ndim > 1:
+            continue                           # legacy empty tensor in cat
+        size = t.shape[dim]
+        if size:
+            copy_to(ctx, t, meta_view(out, lambda v: v.narrow(dim, pos, size)))
+        pos += size
+    return out
+
+
+@lowering(aten.slice_scatter.default, aten.select_scatter.default)
+def scatter_view(ctx, base, src, dim=0, *args):
+    out = ew(ctx, "$0", [base], ctx.out_kind(), compute=ctx.out_kind())
+    if ctx.node.target == aten.select_scatter.default:
+        view = meta_view(out, lambda v: v.select(dim, args[0]))
+    else:
+        start, end, step = (list(args) + [None, None, 1])[:3]
+        view = meta_view(out, lambda v: aten.slice.Tensor(v, dim, start, end, step))
+    copy_to(ctx, src, view)
+    return out

@@ -1,0 +1,93 @@
+"""Row family (shaders/rowwise.comp): softmax, log_softmax, layer norm."""
+from __future__ import annotations
+
+import torch
+
+from .core import Context, TRef, contiguous_strides, f32_bits, lowering
+from .elementwise import _coalesce, contiguous
+
+aten = torch.ops.aten
+WG = 128
+
+
+def _row_kernel(ctx: Context, mode: str, x: TRef, out: TRef, dim: int, extra: list,
+                extra_decls: dict, eps: float = 0.0, stats=()):
+    kept = [d for d in range(x.ndim) if d != dim]
+    shape, (istr, ostr) = _coalesce([x.shape[d] for d in kept],
+                                    [[x.strides[d] for d in kept], [out.strides[d] for d in kept]])
+    rows = 1
+    for d in kept:
+        rows *= x.shape[d]
+    n = x.shape[dim]
+    spec = [WG, rows, n, x.offset, x.strides[dim], out.strides[dim], f32_bits(eps)]
+    decls, code = [], []
+    cid = 7
+    for k in reversed(range(len(shape))):
+        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
+                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
+                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
+        spec += [shape[k], istr[k], ostr[k]]
+        cid += 3
+        code.append(f"{{ uint c = q % KD{k}; q /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    for name, value in extra_decls.items():
+        decls.append(f"layout(constant_id={cid}) const uint {name}=0u;")
+        spec.append(value)
+        cid += 1
+    bindings = [out, x, *stats, *extra]
+    names = ["outb", "inb"] + (["meanb", "rstdb"] if stats else []) + \
+        [e for e in ("wb", "bb") if f"HAS_{'WEIGHT' if e == 'wb' else 'BIAS'}" in mode][:len(extra)]
+    defines = {mode.split()[0]: 1, "VARIANT": mode.split()[0].lower()}
+    for m in mode.split()[1:]:
+        defines[m] = 1
+    defines.update({"SPEC_DECLS": " ".join(decls), "ROW_INDEX": " ".join(code),
+                    "BUFFER_DECLS": " ".join(f"BUFFER({i}, {nm})" for i, nm in enumerate(names))})
+    if rows:
+        ctx.dispatch("rowwise", defines, bindings, list(range(1 + len(stats))), spec,
+                     (min(rows, 65535), -(-rows // 65535), 1), note=f"{x.shape} dim={dim}")
+
+
+@lowering(aten._softmax.default, aten._log_softmax.default)
+def softmax(ctx, x, dim, half_to_float=False):
+    mode = "SOFTMAX" if ctx.node.target == aten._softmax.default else "LOG_SOFTMAX"
+    out = ctx.empty(x.shape, "f32")
+    if x.ndim == 0:
+        return _row_kernel(ctx, mode, x.with_layout((1,), (1,), x.offset), out.with_layout(
+            (1,), (1,), 0), 0, [], {}) or out
+    _row_kernel(ctx, mode, x, out, dim % x.ndim, [], {})
+    return out
+
+
+@lowering(aten.native_layer_norm.default)
+def layer_norm(ctx, x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    k = len(normalized_shape)
+    lead = x.shape[:x.ndim - k]
+    n = 1
+    for s in normalized_shape:
+        n *= s
+    if not _trailing_collapsible(x, k):
+        x = contiguous(ctx, x)
+    flat = x.with_layout(lead + (n,), x.strides[:x.ndim - k] + (1,),
+                         x.offset)
+    out = ctx.empty(x.shape, "f32")
+    out_flat = out.with_layout(lead + (n,), contiguous_strides(lead + (n,)), 0)
+    stat_shape = lead + (1,) * k
+    mean, rstd = ctx.empty(stat_shape, "f32"), ctx.empty(stat_shape, "f32")
+    mode, extra, decls = "LAYER_NORM", [], {}
+    for name, t, tag in (("HAS_WEIGHT", weight, "W"), ("HAS_BIAS", bias, "B")):
+        if t is not None:
+            t = ctx.ref(t)
+            if not _trailing_collapsible(t, t.ndim):
+                t = contiguous(ctx, t)
+            mode += f" {name}"
+            extra.append(t)
+            decls[f"{tag}_OFF"] = t.offset
+            decls[f"{tag}_RS"] = 1 if t.numel > 1 else 0
+    _row_kernel(ctx, mode, flat, out_flat, len(lead), extra, decls, eps, stats=(mean, rstd))
+    return out, mean, rstd
+
+
+def _trailing_collapsible(x: TRef, k: int) -> bool:
+    """The last k dims of x are laid out contiguously (read as one row, stride 1)."""
+    shape, strides = x.shape[x.ndim - k:], x.strides[x.ndim - k:]
+    want = contiguous_strides(shape)
+    return all(st == w for s, st, w in zip(shape, strides, want) if s != 1)

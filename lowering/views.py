@@ -1,0 +1,30 @@
+"""View ops: metadata only. Each is applied to a meta tensor of the input's
+layout and the resulting shape/strides/offset become the new TRef; a view
+that the layout cannot express (a reshape of a transposed tensor) copies first."""
+from __future__ import annotations
+
+import torch
+
+from .core import TRef, lowering, meta_view
+from .elementwise import contiguous
+
+aten = torch.ops.aten
+VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
+            aten.permute.default, aten.transpose.int, aten.t.default, aten.expand.default,
+            aten.unsqueeze.default, aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims,
+            aten.slice.Tensor, aten.select.int, aten.alias.default, aten.detach.default,
+            aten.as_strided.default, aten.unfold.default, aten.diagonal.default,
+            aten.narrow.default)
+
+
+@lowering(*VIEW_OPS)
+def view(ctx, x, *args, **kwargs):
+    op = ctx.node.target
+    if not isinstance(x, TRef):            # a folded constant
+        return op(x, *args, **kwargs)
+    if op in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+        try:
+            return meta_view(x, lambda t: t.view(*args))
+        except RuntimeError:                # not expressible as a view: copy first
+            return meta_view(contiguous(ctx, x), lambda t: t.view(*args))
+    return meta_view(x, lambda t: op(t, *args, **kwargs))

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine: system packages (Vulkan
+# loader, lavapipe, glslc, headers, toolchain), a venv in .venv with torch
+# 2.13.0 CPU, kp 0.9.0 built from PyPI's sdist against the system headers,
+# and this project installed editable. Quick when everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${DYNAMO_VULKAN_VENV:-$ROOT/.venv}
+EXTRAS=${DYNAMO_VULKAN_EXTRAS:-test}
+
+APT_PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-tools glslc libfmt-dev pybind11-dev cmake g++ make"
+missing=""
+for p in $APT_PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "[setup] apt-get install:$missing"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating venv $VENV"
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+PIP="$PY -m pip -q --disable-pip-version-check"
+
+if ! "$PY" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+  echo "[setup] installing torch 2.13.0 (CPU)"
+  $PIP install "torch==2.13.0"
+fi
+
+if ! "$PY" -c 'import kp; kp.OpMemoryBarrier' 2>/dev/null; then
+  echo "[setup] building kp 0.9.0 from PyPI's sdist against the system headers"
+  $PIP install "numpy>=1.26" "pybind11>=2.12" setuptools wheel cmake
+  tmp=$(mktemp -d)
+  $PY -m pip download -q --no-deps --no-binary=:all: -d "$tmp" kp==0.9.0
+  tar xzf "$tmp"/kp-0.9.0.tar.gz -C "$tmp"
+  "$PY" scripts/patch_kp.py "$tmp"/kp-0.9.0
+  KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
+  KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON \
+  KOMPUTE_OPT_INSTALL=OFF \
+  CMAKE_PREFIX_PATH="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    $PIP install --no-build-isolation --no-deps "$tmp"/kp-0.9.0 > "$tmp/build.log" 2>&1 \
+    || { tail -40 "$tmp/build.log"; echo "[setup] kp build failed (log: $tmp/build.log)"; exit 1; }
+  rm -rf "$tmp"
+fi
+
+stamp="$VENV/.dynamo_vulkan_installed"
+want="$(sha256sum pyproject.toml | cut -c1-16)-$EXTRAS"
+if [ ! -e "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "[setup] installing dynamo_vulkan[$EXTRAS] (editable)"
+  $PIP install --no-build-isolation -e ".[$EXTRAS]"
+  echo "$want" > "$stamp"
+fi
+"$PY" -c 'import dynamo_vulkan, sys; print("[setup] ready:", dynamo_vulkan.device_info().get("name", "no Vulkan device"), file=sys.stderr)'

@@ -1,0 +1,41 @@
+// Shared by every kernel: 32-bit word storage, typed loads/stores, and the
+// flat invocation index over a 2-D grid (for more than 65535 workgroups).
+// Every buffer is an array of uint words; f32, i32 and bool (0/1) are decoded here.
+#extension GL_KHR_shader_subgroup_basic : enable
+#extension GL_KHR_shader_subgroup_arithmetic : enable
+
+#define BUFFER(b, name) layout(set = 0, binding = b) buffer Buf##b { uint name[]; };
+
+float ld_f32(uint w) { return uintBitsToFloat(w); }
+int ld_i32(uint w) { return int(w); }
+bool ld_b(uint w) { return w != 0u; }
+uint st_f32(float v) { return floatBitsToUint(v); }
+uint st_i32(int v) { return uint(v); }
+uint st_b(bool v) { return v ? 1u : 0u; }
+
+uint flat_workgroup() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
+uint flat_invocation() { return flat_workgroup() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; }
+
+const float M_SQRT1_2 = 0.70710678118654752440;
+const float M_2_SQRTPI = 1.12837916709551257390;
+
+// erf with |error| < 1.2e-7 (Numerical Recipes erfc, Chebyshev fit).
+float erf_f(float x) {
+    float z = abs(x);
+    float t = 1.0 / (1.0 + 0.5 * z);
+    float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+              t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+              t * (-0.82215223 + t * 0.17087277)))))))));
+    return x >= 0.0 ? 1.0 - r : r - 1.0;
+}
+float tanh_f(float x) {  // GLSL tanh overflows to NaN for |x| > ~44 on some drivers
+    float e = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - e) / (1.0 + e);
+}
+float sigmoid_f(float x) { return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
+float pow_f(float a, float b) {  // torch semantics for negative bases and integer exponents
+    if (b == 0.0) return 1.0;
+    if (a >= 0.0) return pow(a, b);
+    if (b == floor(b)) { float p = pow(-a, b); return mod(b, 2.0) == 0.0 ? p : -p; }
+    return uintBitsToFloat(0x7fc00000u);
+}

@@ -1,0 +1,39 @@
+// Reduction family: out[o] = FINAL(COMBINE over r of LOAD(in[o, r])), one
+// workgroup per output element; threads stride over the R reduced elements,
+// then subgroup operations and shared memory combine the partial results.
+// Kept and reduced dims each carry their own strides (spec constants), so any
+// dims of any view reduce without a copy. lowering/reduce.py declares variants.
+#include "common.glsl"
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint NOUT = 1;
+layout(constant_id = 2) const uint R = 1;
+layout(constant_id = 3) const uint IN_OFF = 0;
+SPEC_DECLS
+BUFFER(0, outb)
+BUFFER(1, inb)
+
+shared ACC_T partial[64];
+
+void main() {
+    uint o = flat_workgroup();
+    if (o >= NOUT) return;
+    uint base = IN_OFF;
+    OUTER_INDEX
+    ACC_T acc = INIT;
+    for (uint r = gl_LocalInvocationID.x; r < R; r += gl_WorkGroupSize.x) {
+        uint off = base;
+        INNER_INDEX
+        ACC_T v = LOAD(inb[off]);
+        acc = COMBINE(acc, v);
+    }
+    acc = SUBGROUP_COMBINE(acc);
+    if (subgroupElect()) partial[gl_SubgroupID] = acc;
+    barrier();
+    if (gl_SubgroupID == 0) {
+        acc = gl_SubgroupInvocationID < gl_NumSubgroups ? partial[gl_SubgroupInvocationID] : INIT;
+        for (uint s = gl_SubgroupSize + gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
+            acc = COMBINE(acc, partial[s]);
+        acc = SUBGROUP_COMBINE(acc);
+        if (subgroupElect()) outb[o] = STORE(FINAL(acc));
+    }
+}
