@@ -210,16 +210,24 @@ def _input_kind(ctx: Context) -> str:
     return kind_of(torch.result_type(*vals)) if len(vals) == 2 else kind_of(vals[0].dtype)
 
 
+BOOL_FORMS = {"$0 & $1": "$0 && $1", "$0 | $1": "$0 || $1", "$0 ^ $1": "$0 != $1", "~$0": "!$0"}
+
+
+def _for_kind(expr: str, kind: str) -> str:
+    """Bitwise ops on bool tensors are the logical ops in GLSL."""
+    return BOOL_FORMS.get(expr, expr) if kind == "b" else expr
+
+
 def _register_tables():
     for op, e in FLOAT_UNARY.items():
         lowering(op)(lambda ctx, x, e=e: ew(ctx, e, [x], ctx.out_kind(), compute="f32",
                                             result="b" if "isnan" in e or "isinf" in e else "f32"))
     for op, e in SAME_KIND_UNARY.items():
-        lowering(op)(lambda ctx, x, e=e, **kw: ew(ctx, e, [x], ctx.out_kind(),
-                                                  compute=ctx.out_kind()))
+        lowering(op)(lambda ctx, x, e=e, **kw: ew(ctx, _for_kind(e, ctx.out_kind()), [x],
+                                                  ctx.out_kind(), compute=ctx.out_kind()))
     for op, e in ARITH.items():
-        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], ctx.out_kind(),
-                                               compute=ctx.out_kind()))
+        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, _for_kind(e, ctx.out_kind()), [a, b],
+                                               ctx.out_kind(), compute=ctx.out_kind()))
     for op, e in COMPARE.items():
         lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], "b", compute=_input_kind(ctx),
                                                result="b"))

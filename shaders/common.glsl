@@ -13,8 +13,10 @@ uint st_f32(float v) { return floatBitsToUint(v); }
 uint st_i32(int v) { return uint(v); }
 uint st_b(bool v) { return v ? 1u : 0u; }
 
-uint flat_workgroup() { return gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x; }
-uint flat_invocation() { return flat_workgroup() * gl_WorkGroupSize.x + gl_LocalInvocationID.x; }
+// Macros, not functions: gl_WorkGroupSize must be read after the kernel's
+// layout(local_size_x_id) declaration, which comes after this include.
+#define flat_workgroup() (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x)
+#define flat_invocation() (flat_workgroup() * gl_WorkGroupSize.x + gl_LocalInvocationID.x)
 
 const float M_SQRT1_2 = 0.70710678118654752440;
 const float M_2_SQRTPI = 1.12837916709551257390;

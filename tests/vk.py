@@ -1,0 +1,36 @@
+"""Shared by the kernel tests: compile with backend="vulkan", compare with eager."""
+from __future__ import annotations
+
+import torch
+
+import dynamo_vulkan
+
+
+def compiled(fn):
+    return torch.compile(fn, backend="vulkan", dynamic=False, fullgraph=False)
+
+
+def check(fn, *args, rtol=1e-4, atol=1e-4, all_vulkan=True, **kwargs):
+    """Run fn eagerly and through Vulkan on the same inputs; assert they match
+    and, with all_vulkan, that no node of the newest graph ran on the CPU."""
+    n_reports = len(dynamo_vulkan.reports())
+    expected = fn(*args, **kwargs)
+    got = compiled(fn)(*args, **kwargs)
+    torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, equal_nan=True)
+    reports = dynamo_vulkan.reports()[n_reports:]
+    assert reports, "nothing was compiled"
+    if all_vulkan:
+        cpu = [n for r in reports for n in r.cpu_nodes]
+        assert not cpu, f"nodes fell back to the CPU: {cpu}"
+        assert sum(len(r.vulkan_nodes) for r in reports) > 0
+    return got
+
+
+def noncontig(t: torch.Tensor) -> torch.Tensor:
+    """The same values in a non-contiguous layout (every other element of a wider tensor)."""
+    wide = torch.empty(t.shape[:-1] + (t.shape[-1] * 2,), dtype=t.dtype) if t.dim() else t.clone()
+    if t.dim() == 0:
+        return wide
+    view = wide[..., ::2]
+    view.copy_(t)
+    return view
