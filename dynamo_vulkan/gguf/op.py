@@ -107,6 +107,8 @@ def _as_blocks(blocks) -> torch.Tensor:
         blocks = torch.from_numpy(np.ascontiguousarray(blocks).view(np.uint8).copy())
     if blocks.dtype != torch.uint8:
         raise TypeError(f"GGUF blocks must be uint8, got {blocks.dtype}")
+    if blocks.dim() == 1 and blocks.is_contiguous():
+        return blocks  # the same tensor object: a tied LM head shares the embedding's buffer
     return blocks.contiguous().reshape(-1)
 
 

@@ -1,0 +1,262 @@
+"""A plain PyTorch decoder-only transformer over GGUF weights (llama family, gemma3).
+
+Linear layers are :class:`~dynamo_vulkan.gguf.op.GGUFLinear` (weights stay quantized);
+the token embedding is a :class:`~dynamo_vulkan.gguf.op.GGUFEmbedding` (only looked-up
+rows are dequantized) and, when tied, the LM head reuses its blocks.
+
+KV cache: every attention layer owns two buffers, ``k_cache`` [n_kv_heads, max_ctx,
+head_dim] and ``v_cache``, written in place with ``index_copy_`` at the step's positions.
+Attention always reads the whole cache under a mask built from tensors (positions
+``start_pos + arange(T)`` against ``arange(max_ctx)``), so a decode step (T = 1) has one
+shape whatever its position, and ``forward`` has no data-dependent Python control flow
+(no ``.item()``): under ``torch.compile`` a decode step is one graph.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..gguf.op import GGUFEmbedding, GGUFLinear
+from .config import DecoderConfig
+
+__all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "apply_rope"]
+
+
+class ContextOverflowError(ValueError):
+    """The tokens do not fit the model's KV cache (max_ctx)."""
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, weight: torch.Tensor, eps: float):
+        super().__init__()
+        self.register_buffer("weight", weight.detach().to(torch.float32).contiguous())
+        self.eps = float(eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_factors: torch.Tensor | None = None):
+    """cos/sin [max_ctx, rot/2] of RoPE angles ``pos * freq_scale * base^(-2i/rot) / factor_i``."""
+    inv = base ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
+    if freq_factors is not None:
+        inv = inv / freq_factors.to(torch.float64).reshape(-1)[: rot // 2]
+    t = torch.arange(max_ctx, dtype=torch.float64) * freq_scale
+    ang = torch.outer(t, inv)
+    return torch.cos(ang).to(torch.float32), torch.sin(ang).to(torch.float32)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: int, neox: bool) -> torch.Tensor:
+    """Rotate the first ``rot`` dims of x [..., T, d] by angles of cos/sin [T, rot/2].
+
+    ``neox``: the pairs are (i, i + rot/2) (llama.cpp ROPE_TYPE_NEOX); otherwise adjacent
+    pairs (2i, 2i + 1) (llama.cpp ROPE_TYPE_NORM)."""
+    d = x.shape[-1]
+    xr = x[..., :rot] if rot < d else x
+    half = rot // 2
+    if neox:
+        x1, x2 = xr[..., :half], xr[..., half:]
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    else:
+        xp = xr.unflatten(-1, (half, 2))
+        x1, x2 = xp[..., 0], xp[..., 1]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    if rot < d:
+        out = torch.cat([out, x[..., rot:]], dim=-1)
+    return out
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DecoderConfig, layer: int, max_ctx: int, *, qkv: GGUFLinear | None = None,
+                 q: GGUFLinear | None = None, k: GGUFLinear | None = None, v: GGUFLinear | None = None,
+                 o: GGUFLinear, q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None):
+        super().__init__()
+        self.layer = layer
+        self.n_heads = cfg.n_heads
+        self.n_kv = cfg.n_kv_heads
+        self.head_dim = cfg.head_dim
+        self.v_head_dim = cfg.v_head_dim
+        self.rot = cfg.rope_dim
+        self.neox = cfg.rope_neox
+        self.scale = cfg.attn_scale
+        self.window = cfg.sliding_window[layer]
+        self.qkv = qkv  # fused q|k|v rows when the three share a quant type
+        self.q, self.k, self.v = q, k, v
+        self.o = o
+        self.q_norm = q_norm
+        self.k_norm = k_norm
+        self.split = [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.v_head_dim]
+        self.register_buffer("k_cache", torch.zeros(self.n_kv, max_ctx, self.head_dim), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(self.n_kv, max_ctx, self.v_head_dim), persistent=False)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                mask: torch.Tensor) -> torch.Tensor:
+        T = x.shape[1]
+        if self.qkv is not None:
+            q, k, v = self.qkv(x).split(self.split, dim=-1)
+        else:
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        q = q.reshape(T, self.n_heads, self.head_dim).transpose(0, 1)  # [nh, T, hd]
+        k = k.reshape(T, self.n_kv, self.head_dim).transpose(0, 1)  # [nkv, T, hd]
+        v = v.reshape(T, self.n_kv, self.v_head_dim).transpose(0, 1)  # [nkv, T, vd]
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
+        q = apply_rope(q, cos, sin, self.rot, self.neox) * self.scale
+        k = apply_rope(k, cos, sin, self.rot, self.neox)
+        self.k_cache.index_copy_(1, pos, k)
+        self.v_cache.index_copy_(1, pos, v)
+        C = self.k_cache.shape[1]
+        g = self.n_heads // self.n_kv
+        # query heads h = kv * g + j share kv head `kv`: group them instead of repeating K/V
+        qg = q.reshape(self.n_kv, g * T, self.head_dim)
+        scores = torch.matmul(qg, self.k_cache.transpose(1, 2)).reshape(self.n_kv, g, T, C)
+        scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
+        probs = torch.softmax(scores, dim=-1).reshape(self.n_kv, g * T, C)
+        out = torch.matmul(probs, self.v_cache)  # [nkv, g*T, vd]
+        out = out.reshape(self.n_heads, T, self.v_head_dim).transpose(0, 1).reshape(1, T, self.n_heads * self.v_head_dim)
+        return self.o(out)
+
+    def extra_repr(self) -> str:
+        w = f", sliding_window={self.window}" if self.window else ""
+        return f"heads={self.n_heads}, kv_heads={self.n_kv}, head_dim={self.head_dim}{w}"
+
+
+class FeedForward(nn.Module):
+    def __init__(self, act: str, down: GGUFLinear, *, gate_up: GGUFLinear | None = None,
+                 gate: GGUFLinear | None = None, up: GGUFLinear | None = None):
+        super().__init__()
+        self.act = act
+        self.gate_up = gate_up  # fused gate|up rows when both share a quant type
+        self.gate, self.up = gate, up
+        self.down = down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up is not None:
+            g, u = self.gate_up(x).chunk(2, dim=-1)
+        else:
+            g, u = self.gate(x), self.up(x)
+        if self.act == "gelu_tanh":
+            h = F.gelu(g, approximate="tanh") * u
+        else:
+            h = F.silu(g) * u
+        return self.down(h)
+
+
+class Block(nn.Module):
+    def __init__(self, attn_norm: RMSNorm, attn: Attention, ffn_norm: RMSNorm, ffn: FeedForward,
+                 post_attn_norm: RMSNorm | None = None, post_ffn_norm: RMSNorm | None = None, rope_key: str = "r0"):
+        super().__init__()
+        self.attn_norm = attn_norm
+        self.attn = attn
+        self.post_attn_norm = post_attn_norm
+        self.ffn_norm = ffn_norm
+        self.ffn = ffn
+        self.post_ffn_norm = post_ffn_norm
+        self.rope_key = rope_key
+
+    def forward(self, x, pos, cos, sin, mask):
+        h = self.attn(self.attn_norm(x), pos, cos, sin, mask)
+        if self.post_attn_norm is not None:
+            h = self.post_attn_norm(h)
+        x = x + h
+        h = self.ffn(self.ffn_norm(x))
+        if self.post_ffn_norm is not None:
+            h = self.post_ffn_norm(h)
+        return x + h
+
+
+class Rotary(nn.Module):
+    def __init__(self, cos: torch.Tensor, sin: torch.Tensor):
+        super().__init__()
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+
+class Decoder(nn.Module):
+    """``forward(tokens [1, T], start_pos) -> logits`` of the last position ([1, vocab]),
+    or of every position ([1, T, vocab]) with ``all_logits=True``.
+
+    ``start_pos`` (an int or a 0-dim integer tensor; pass a tensor under torch.compile so
+    the value is not baked into the graph) is the position of ``tokens[0, 0]``; the KV
+    cache must hold positions ``[0, start_pos)`` from earlier calls."""
+
+    def __init__(self, cfg: DecoderConfig, embed: GGUFEmbedding, blocks: list[Block], norm: RMSNorm,
+                 lm_head: GGUFLinear, rotary: dict[str, Rotary], max_ctx: int):
+        super().__init__()
+        self.config = cfg
+        self.max_ctx = int(max_ctx)
+        self.embed = embed
+        self.layers = nn.ModuleList(blocks)
+        self.norm = norm
+        self.lm_head = lm_head
+        self.rotary = nn.ModuleDict(rotary)
+        self.embed_scale = cfg.embed_scale
+        self.softcap = cfg.final_logit_softcap
+        self.windows = sorted({w for w in cfg.sliding_window if w})
+        self.register_buffer("kv_positions", torch.arange(self.max_ctx, dtype=torch.int64), persistent=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    def check_fits(self, n_tokens: int, start_pos: int = 0) -> None:
+        """Raise :class:`ContextOverflowError` unless positions [start_pos, start_pos + n_tokens) fit."""
+        if start_pos < 0:
+            raise ContextOverflowError(f"start_pos must be >= 0, got {start_pos}")
+        if n_tokens < 1:
+            raise ValueError("no tokens to run")
+        if start_pos + n_tokens > self.max_ctx:
+            raise ContextOverflowError(
+                f"{n_tokens} tokens at position {start_pos} need a context of {start_pos + n_tokens}, "
+                f"but this model's KV cache holds {self.max_ctx} (load it with a larger max_ctx; "
+                f"the file's trained context is {self.config.context_length})"
+            )
+
+    @torch.no_grad()
+    def reset_cache(self) -> None:
+        for layer in self.layers:
+            layer.attn.k_cache.zero_()
+            layer.attn.v_cache.zero_()
+
+    def forward(self, tokens: torch.Tensor, start_pos=0, all_logits: bool = False) -> torch.Tensor:
+        if tokens.dim() == 1:
+            tokens = tokens.unsqueeze(0)
+        if tokens.dim() != 2 or tokens.shape[0] != 1:
+            raise ValueError(f"tokens must have shape [1, T], got {list(tokens.shape)}")
+        T = tokens.shape[1]
+        if isinstance(start_pos, torch.Tensor):
+            if not torch.compiler.is_compiling():
+                self.check_fits(T, int(start_pos))
+            start = start_pos.to(torch.int64).reshape(())
+        else:
+            self.check_fits(T, int(start_pos))
+            start = torch.tensor(int(start_pos), dtype=torch.int64)
+        pos = start + torch.arange(T, dtype=torch.int64)  # [T]
+        rel = pos.unsqueeze(1) - self.kv_positions.unsqueeze(0)  # [T, C]: query pos - key pos
+        causal = rel >= 0
+        masks = {None: causal}
+        for w in self.windows:
+            masks[w] = causal & (rel < w)
+        ropes = {k: (r.cos.index_select(0, pos), r.sin.index_select(0, pos)) for k, r in self.rotary.items()}
+
+        x = self.embed(tokens)  # [1, T, H]
+        if self.embed_scale is not None:
+            x = x * self.embed_scale
+        for layer in self.layers:
+            cos, sin = ropes[layer.rope_key]
+            x = layer(x, pos, cos, sin, masks[layer.attn.window])
+        if not all_logits:
+            x = x[:, -1:, :]
+        x = self.norm(x)
+        logits = self.lm_head(x)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits if all_logits else logits[:, -1, :]
