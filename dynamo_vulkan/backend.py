@@ -20,6 +20,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from . import cache, config, device
 from .partition import PARTITION_PREFIX, PartitionReport, partition
+from .lowering import LoweringError
 from .runtime import planner, shaders
 from .runtime.program import Program, StaleBinding
 
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 _graph_ids = itertools.count()
 _reports: list[PartitionReport] = []
 _warned: set[str] = set()
+
+
+_EAGER = object()   # marks a signature whose partition runs eagerly on the CPU
 
 
 class VulkanFallbackError(RuntimeError):
@@ -72,13 +76,26 @@ class VulkanSubgraph(torch.nn.Module):
                     if isinstance(a, torch.Tensor) else a for a in args)
         prog = self.programs.get(key)
         if prog is None:
-            prog = self.programs[key] = self._build(key, list(args))
+            prog = self.programs[key] = self._build_or_fallback(key, list(args))
+        if prog is _EAGER:
+            return self.gm(*args)
         try:
             out = prog(args)
         except StaleBinding:
             prog = self.programs[key] = Program(prog.plan, list(args), self.cfg.profile)
             out = prog(args)
         return tuple(out) if self.tuple_out else out[0]
+
+    def _build_or_fallback(self, key, args):
+        try:
+            return self._build(key, args)
+        except LoweringError as e:
+            if self.cfg.fallback == "error":
+                raise VulkanFallbackError(f"{self.name} could not be lowered for inputs {key}: "
+                                          f"{e} (DYNAMO_VULKAN_FALLBACK=error)") from e
+            if self.cfg.fallback == "warn":
+                _warn_once(f"lower:{e}", f"dynamo_vulkan: {self.name} runs on the CPU: {e}")
+            return _EAGER
 
     def _build(self, key, args) -> Program:
         resident = [r or isinstance(a, torch.nn.Parameter) for r, a in zip(self.resident, args)]

@@ -78,7 +78,7 @@ def scatter_view(ctx, base, src, dim=0, *args):
     if ctx.node.target == aten.select_scatter.default:
         view = meta_view(out, lambda v: v.select(dim, args[0]))
     else:
-        start, end, step = (list(args) + [None, None, 1])[:3]
+        start, end, step = (list(args) + [None, None, 1][len(args):])[:3]
         view = meta_view(out, lambda v: aten.slice.Tensor(v, dim, start, end, step))
     copy_to(ctx, src, view)
     return out

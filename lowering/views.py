@@ -28,3 +28,16 @@ def view(ctx, x, *args, **kwargs):
         except RuntimeError:                # not expressible as a view: copy first
             return meta_view(contiguous(ctx, x), lambda t: t.view(*args))
     return meta_view(x, lambda t: op(t, *args, **kwargs))
+
+
+@lowering(aten.split_with_sizes.default, aten.split.Tensor, aten.unbind.int)
+def split(ctx, x, *args):
+    """Multi-output views: one TRef per piece, read off the meta op's outputs."""
+    op = ctx.node.target
+    if not isinstance(x, TRef):
+        return op(x, *args)
+    pieces = []
+    n = len(op(torch.empty_strided(x.shape, x.strides, device="meta"), *args))
+    for i in range(n):
+        pieces.append(meta_view(x, lambda t, i=i: op(t, *args)[i]))
+    return tuple(pieces)

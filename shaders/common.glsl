@@ -3,6 +3,7 @@
 // Every buffer is an array of uint words; f32, i32 and bool (0/1) are decoded here.
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_arithmetic : enable
+#extension GL_KHR_shader_subgroup_vote : enable
 
 #define BUFFER(b, name) layout(set = 0, binding = b) buffer Buf##b { uint name[]; };
 

@@ -43,7 +43,7 @@ class Resident:
         self.ptr = t.data_ptr()
         self.version = -1
         self.kind = kind
-        self.tensor = mgr.tensor_t(np.empty(max(1, t.numel()), NUMPY_OF_KIND[kind]),
+        self.tensor = mgr.tensor_t(np.empty(max(1, t.numel()), np.uint32),
                                    tensor_type=_kp().TensorTypes.storage)
         self.mgr = mgr
 
