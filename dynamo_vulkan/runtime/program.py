@@ -209,7 +209,11 @@ class Program:
         period = device.device_info().get("timestamp_period_ns", 1.0)
         us = np.diff(ts) * period / 1e3     # one timestamp before and one after each op
         rows = [f"{t:10.1f} us  {label}" for label, t in zip(self._labels, us) if label]
-        logging.getLogger("dynamo_vulkan.profile").info(
+        plog = logging.getLogger("dynamo_vulkan.profile")
+        if not plog.handlers and not logging.getLogger().handlers:
+            plog.addHandler(logging.StreamHandler())   # DYNAMO_VULKAN_PROFILE=1 asks for output
+            plog.setLevel(logging.INFO)
+        plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
 
 
