@@ -8,6 +8,8 @@ from .core import Context, TRef, f32_bits, lowering
 
 aten = torch.ops.aten
 TILE = 64
+SKINNY_M = 8   # rows up to which the skinny (mat-vec) kernel is used
+MV_WG = 64
 
 
 def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0) -> TRef:
@@ -37,8 +39,14 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0) -> TR
         bindings.append(c)
     if k == 0:
         spec[2] = 0
-    ctx.dispatch("matmul", defines, bindings, [0], spec,
-                 (-(-n // TILE), -(-m // TILE), nb), note=f"[{nb}x{m}x{k}] @ [{k}x{n}]")
+    note = f"[{nb}x{m}x{k}] @ [{k}x{n}]"
+    if m <= SKINNY_M:    # few rows (decode): one workgroup per output column
+        defines["VARIANT"] = "skinny"
+        ctx.dispatch("matvec", defines, bindings, [0], [MV_WG] + spec,
+                     (min(n, 65535), -(-n // 65535), nb), note=note)
+    else:
+        ctx.dispatch("matmul", defines, bindings, [0], spec,
+                     (-(-n // TILE), -(-m // TILE), nb), note=note)
     return out
 
 

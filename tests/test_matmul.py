@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from vk import check, noncontig
 
 torch.manual_seed(0)
-SIZES = [(1, 1, 1), (1, 64, 7), (5, 3, 9), (65, 130, 67), (128, 64, 256), (3, 17, 1)]
+SIZES = [(1, 1, 1), (1, 64, 7), (5, 3, 9), (8, 300, 33), (9, 40, 5), (65, 130, 67), (128, 64, 256), (3, 17, 1)]
 
 
 @pytest.mark.parametrize("m,k,n", SIZES, ids=str)

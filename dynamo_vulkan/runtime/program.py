@@ -84,6 +84,7 @@ def host_words(t: torch.Tensor, kind: str) -> np.ndarray:
 def upload(mgr, dst, words: np.ndarray) -> None:
     """Copy words into a device-only kp tensor through a staging tensor freed after."""
     kp = _kp()
+    words = np.ascontiguousarray(words, dtype=np.uint32).reshape(-1)
     staging = mgr.tensor_t(words if words.size else np.zeros(1, np.uint32))
     mgr.sequence().record(kp.OpTensorSyncDevice([staging])) \
         .record(kp.OpTensorCopy([staging, dst])).eval()
@@ -210,9 +211,10 @@ class Program:
         us = np.diff(ts) * period / 1e3     # one timestamp before and one after each op
         rows = [f"{t:10.1f} us  {label}" for label, t in zip(self._labels, us) if label]
         plog = logging.getLogger("dynamo_vulkan.profile")
-        if not plog.handlers and not logging.getLogger().handlers:
-            plog.addHandler(logging.StreamHandler())   # DYNAMO_VULKAN_PROFILE=1 asks for output
+        if plog.level == logging.NOTSET:     # DYNAMO_VULKAN_PROFILE=1 asks for the table
             plog.setLevel(logging.INFO)
+            if not logging.getLogger().handlers:
+                plog.addHandler(logging.StreamHandler())
         plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
 
