@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# On the lent GPU machine (no glslc, no venv): make Vulkan, glslc and our
+# patched kp usable with the machine's own python3, then run "$@".
+# Needs the device kit copied to .device-kit (with glslc/libshaderc1 .debs).
+set -eo pipefail
+source .device-kit/on-device.sh
+for f in .device-kit/glslc_*.deb .device-kit/libshaderc1_*.deb; do dpkg -x "$f" /tmp/vkdev; done
+export PATH=/tmp/vkdev/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/vkdev/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp; kp.OpMemoryBarrier' 2>/dev/null; then
+  rm -rf /tmp/kpb && mkdir -p /tmp/kpb && tar xzf .device-kit/kp-0.9.0.tar.gz -C /tmp/kpb
+  python3 scripts/patch_kp.py /tmp/kpb/kp-0.9.0
+  KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
+  KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON KOMPUTE_OPT_INSTALL=OFF \
+  CMAKE_PREFIX_PATH=/tmp/vkdev/usr:$(python3 -c "import pybind11;print(pybind11.get_cmake_dir())") \
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/kp2 \
+    /tmp/kpb/kp-0.9.0 > /tmp/kp-build.log 2>&1 || { tail -30 /tmp/kp-build.log; exit 1; }
+fi
+export PYTHONPATH=/tmp/kp2:$PWD:$PWD/tests:$PYTHONPATH
+# the package's lowering/shaders live under other names when not installed: link them
+mkdir -p /tmp/dvk && ln -sfn $PWD/lowering dynamo_vulkan/lowering && ln -sfn $PWD/shaders dynamo_vulkan/shaders
+"$@"
