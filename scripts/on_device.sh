@@ -15,7 +15,9 @@ if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp; kp.OpMemoryBarrier' 2>/dev/null;
   CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install -q --no-build-isolation --no-deps --target /tmp/kp2 \
     /tmp/kpb/kp-0.9.0 > /tmp/kp-build.log 2>&1 || { tail -30 /tmp/kp-build.log; exit 1; }
 fi
-export PYTHONPATH=/tmp/kp2:$PWD:$PWD/tests:$PYTHONPATH
-# the package's lowering/shaders live under other names when not installed: link them
-mkdir -p /tmp/dvk && ln -sfn $PWD/lowering dynamo_vulkan/lowering && ln -sfn $PWD/shaders dynamo_vulkan/shaders
+# install the project (its entry point registers the backend) without dependencies
+rm -rf /tmp/dvk && python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/dvk . \
+  > /tmp/dvk-install.log 2>&1 || { tail -20 /tmp/dvk-install.log; exit 1; }
+export PYTHONPATH=/tmp/kp2:/tmp/dvk:$PWD/tests:$PYTHONPATH
+cd /tmp   # import the installed copy, not the source tree
 "$@"
