@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -163,7 +164,7 @@ def test_gradients_still_correct():
 def _run(code: str, **env) -> dict:
     full = dict(os.environ, **env)
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                       text=True, env=full, cwd=ROOT)
+                       text=True, env=full, cwd=tempfile.gettempdir())
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
