@@ -40,6 +40,10 @@ def quantize(w: np.ndarray, name: str, rng: np.random.Generator | None = None, s
         for off in KQUANT_HALF_OFFSETS[name]:
             b[:, off:off + 2] = (rng.standard_normal((nb, 1)) * scale).astype(np.float16).view(np.uint8)
         return b.reshape(rows, -1)
+    if name not in LEGACY:  # a type we do not decode: any bytes of the right size
+        rng = rng or np.random.default_rng(0)
+        bs, ts = gguf.GGML_QUANT_SIZES[qtype(name)]
+        return rng.integers(0, 256, (rows, cols // bs * ts), dtype=np.uint8)
     data = gguf.quants.quantize(w.astype(np.float32), qtype(name))
     return np.ascontiguousarray(data).view(np.uint8).reshape(rows, -1)
 
@@ -94,12 +98,12 @@ def write_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, hidden: in
                      n_kv_heads: int = 2, head_dim: int | None = None, ffn: int = 512, context: int = 64,
                      tied: bool | None = None, types: dict[str, str] | None = None, skip: tuple[str, ...] = (),
                      sliding_window: int = 4, seed: int = 0, with_tokenizer: bool = True,
-                     arch_name: str | None = None) -> Path:
+                     arch_name: str | None = None, swa_pattern: list[bool] | None = None) -> Path:
     """Write a small random decoder as a GGUF file and return its path.
 
     ``arch``: "llama" (mixed quant types from LLAMA_TYPES, untied by default) or "gemma3"
     (q/k norms, post norms, tied embeddings, sliding window ``sliding_window`` on layer 0
-    and global attention on layer 1). ``skip`` leaves tensors out; ``arch_name`` writes
+    and global attention on layer 1, or per ``swa_pattern``). ``skip`` leaves tensors out; ``arch_name`` writes
     another general.architecture (for the unknown-architecture error)."""
     import gguf
 
@@ -128,7 +132,9 @@ def write_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, hidden: in
         w.add_uint32(f"{a}.attention.value_length", head_dim)
         w.add_float32(f"{a}.rope.freq_base", 1000000.0)
         w.add_uint32(f"{a}.attention.sliding_window", sliding_window)
-        w.add_array(f"{a}.attention.sliding_window_pattern", [i % 2 == 0 for i in range(n_layers)])
+        if swa_pattern is None:
+            swa_pattern = [i % 2 == 0 for i in range(n_layers)]
+        w.add_array(f"{a}.attention.sliding_window_pattern", list(swa_pattern))
     if with_tokenizer:
         w.add_string("tokenizer.ggml.model", "gpt2")
         w.add_string("tokenizer.ggml.pre", "smollm")
