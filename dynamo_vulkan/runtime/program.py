@@ -81,6 +81,17 @@ def host_words(t: torch.Tensor, kind: str) -> np.ndarray:
     return t.numpy().view(np.uint32)
 
 
+def staging_view(t) -> np.ndarray:
+    """A writable numpy view of a kp device tensor's mapped staging memory.
+
+    kp's Tensor.data() built against pybind11 3 returns a view whose stride is
+    0 (every element aliases the first); rebuild it with the element stride."""
+    d = t.data()
+    if d.ndim != 1 or d.strides[0] != d.itemsize:
+        d = np.lib.stride_tricks.as_strided(d, shape=(t.size(),), strides=(d.itemsize,))
+    return d
+
+
 def upload(mgr, dst, words: np.ndarray) -> None:
     """Copy words into a device-only kp tensor through a staging tensor freed after."""
     kp = _kp()
@@ -116,7 +127,7 @@ class Program:
             empty = np.empty(buf.words, np.uint32)
             if buf.role in ("input", "output"):
                 self.tensors[b] = mgr.tensor_t(empty)           # device + staging
-                self._staging[b] = self.tensors[b].data()
+                self._staging[b] = staging_view(self.tensors[b])
             else:
                 self.tensors[b] = mgr.tensor_t(empty, tensor_type=storage)
                 if buf.role == "const":
