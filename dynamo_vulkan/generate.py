@@ -201,7 +201,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     if seed is not None:
         torch.manual_seed(seed)
     emit = stream.write if hasattr(stream, "write") else stream
-    res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend))
+    res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend) if backend is not None else "uncompiled")
     prompt_t = torch.tensor([ids], dtype=torch.int64)
 
     with torch.no_grad():
