@@ -98,7 +98,8 @@ def write_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, hidden: in
                      n_kv_heads: int = 2, head_dim: int | None = None, ffn: int = 512, context: int = 64,
                      tied: bool | None = None, types: dict[str, str] | None = None, skip: tuple[str, ...] = (),
                      sliding_window: int = 4, seed: int = 0, with_tokenizer: bool = True,
-                     arch_name: str | None = None, swa_pattern: list[bool] | None = None) -> Path:
+                     arch_name: str | None = None, swa_pattern: list[bool] | None = None,
+                     extra_kv: dict | None = None) -> Path:
     """Write a small random decoder as a GGUF file and return its path.
 
     ``arch``: "llama" (mixed quant types from LLAMA_TYPES, untied by default) or "gemma3"
@@ -135,6 +136,14 @@ def write_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, hidden: in
         if swa_pattern is None:
             swa_pattern = [i % 2 == 0 for i in range(n_layers)]
         w.add_array(f"{a}.attention.sliding_window_pattern", list(swa_pattern))
+    for key, value in (extra_kv or {}).items():  # "{arch}" in a key is the architecture
+        key = key.format(arch=a)
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:
+            w.add_uint32(key, int(value))
     if with_tokenizer:
         w.add_string("tokenizer.ggml.model", "gpt2")
         w.add_string("tokenizer.ggml.pre", "smollm")

@@ -217,6 +217,20 @@ def test_gemma3_config(gemma_path):
     assert m.lm_head.blocks is m.embed.blocks  # the tied head shares the embedding's buffer
 
 
+def test_rope_scaling(tmp_path):
+    p = write_tiny_model(tmp_path / "lin.gguf", "llama",
+                         extra_kv={"{arch}.rope.scaling.type": "linear", "{arch}.rope.scaling.factor": 4.0})
+    m = _model(p)
+    assert m.config.rope_freq_scale == [0.25, 0.25]
+    # positions are scaled: the angle at position 4 is the unscaled angle at position 1
+    plain = _model(write_tiny_model(tmp_path / "plain.gguf", "llama"))
+    torch.testing.assert_close(m.rotary["r0"].cos[4], plain.rotary["r0"].cos[1])
+    p = write_tiny_model(tmp_path / "yarn.gguf", "llama",
+                         extra_kv={"{arch}.rope.scaling.type": "yarn", "{arch}.rope.scaling.factor": 4.0})
+    with pytest.raises(GGUFError, match="yarn"):
+        load_model(p)
+
+
 def test_embedding_stays_quantized(llama_path):
     m = _model(llama_path)
     assert m.embed.blocks.dtype == torch.uint8
