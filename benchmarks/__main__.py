@@ -39,23 +39,23 @@ def timed(fn, x, reps):
     return statistics.median(times), min(times), max(times)
 
 
+def compile_timed(model, x, drop_disk_cache: bool):
+    """Compile from a fresh Dynamo and empty memory caches; time the first call."""
+    torch._dynamo.reset()
+    dynamo_vulkan.clear_cache(disk=drop_disk_cache)
+    t0 = time.perf_counter()
+    cm = torch.compile(model, backend="vulkan")
+    y = cm(x)
+    return cm, y, time.perf_counter() - t0
+
+
 def bench(name, quick, reps):
     torch.manual_seed(0)
     model, x = WORKLOADS[name](quick)
     model.eval()
     with torch.no_grad():
-        torch._dynamo.reset()
-        dynamo_vulkan.clear_cache(disk=True)
-        t0 = time.perf_counter()
-        cm = torch.compile(model, backend="vulkan")
-        y = cm(x)
-        first = time.perf_counter() - t0
-        torch._dynamo.reset()
-        dynamo_vulkan.clear_cache(disk=False)
-        t0 = time.perf_counter()
-        cm = torch.compile(model, backend="vulkan")
-        y = cm(x)
-        cached = time.perf_counter() - t0
+        cm, y, first = compile_timed(model, x, drop_disk_cache=True)
+        cm, y, cached = compile_timed(model, x, drop_disk_cache=False)
         ref = model(x)
         err = (y - ref).abs().max().item()
         for _ in range(3):

@@ -91,6 +91,8 @@ class Context:
         self.caps = caps
         self.node = None           # the FX node being lowered (for meta and errors)
         self._consts: dict[int, TRef] = {}
+        self._const_tensors: list[torch.Tensor] = []   # keeps id() of folded constants stable
+        self.outputs: list[TRef] = []                  # graph outputs placed so far
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:
@@ -122,7 +124,7 @@ class Context:
                 buf = self.buffer(data.size, "const", kind, data.view("uint32").copy())
                 ref = TRef(buf, tuple(x.shape), contiguous_strides(tuple(x.shape)), 0, kind)
                 self._consts[id(x)] = ref
-                self._keep = getattr(self, "_keep", []) + [x]  # keep id() stable
+                self._const_tensors.append(x)
             return ref
         raise LoweringError(f"expected a tensor, got {type(x).__name__}")
 

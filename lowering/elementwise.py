@@ -321,9 +321,7 @@ def to_copy(ctx, x, *rest, **kwargs):
     if ctx.node.target == aten.copy.default:   # copy(dst, src): src broadcast to dst's shape
         x = rest[0]
     k = ctx.out_kind()
-    return ew(ctx, "$0", [x], k, compute=None, result=None, shape=ctx.out_shape()) \
-        if isinstance(x, TRef) and x.kind == k else \
-        ew(ctx, _cast_expr(x, k), [x], k, shape=ctx.out_shape(), result=k)
+    return ew(ctx, _cast_expr(x, k), [x], k, shape=ctx.out_shape(), result=k)
 
 
 def _cast_expr(x, k: str) -> str:

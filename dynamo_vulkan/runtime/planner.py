@@ -115,15 +115,11 @@ def _output(ctx: Context, o, values, index_of) -> OutputSpec:
         raise LoweringError(f"output {o} is not a tensor")
     buf = ctx.plan.buffers[v.buf]
     if not (v.is_contiguous() and v.offset == 0 and buf.role == "temp" and buf.words == v.numel
-            and not any(x.buf == v.buf for x in _later_outputs(ctx))):
+            and not any(x.buf == v.buf for x in ctx.outputs)):
         v = ew(ctx, "$0", [v], v.kind)
     ctx.plan.buffers[v.buf].role = "output"
-    ctx._outs = getattr(ctx, "_outs", []) + [v]
+    ctx.outputs.append(v)
     return OutputSpec(v.buf, str(meta.dtype), tuple(v.shape))
-
-
-def _later_outputs(ctx):
-    return getattr(ctx, "_outs", [])
 
 
 def assign_buffers(plan: Plan) -> None:
