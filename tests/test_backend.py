@@ -46,6 +46,15 @@ def test_transformer_block_matches_eager():
         check(m, torch.randn(2, 7, 64), atol=1e-4)
 
 
+def test_large_resident_weights_arrive_intact():
+    """Weights of a few MiB, uploaded through two transfers: on a real GPU a
+    missing transfer barrier left them half-copied (seen on the H200)."""
+    torch.manual_seed(0)
+    m = MLP((256, 1024, 1024, 256)).eval()
+    with torch.no_grad():
+        check(m, torch.randn(8, 256), atol=1e-4)
+
+
 def test_attention_with_mask_and_causal():
     q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
     mask = torch.rand(5, 5) > 0.3

@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 # Vulkan flag values (vulkan_core.h) for kp.OpMemoryBarrier.
 SHADER_READ, SHADER_WRITE = 0x20, 0x40
-STAGE_COMPUTE = 0x800
+TRANSFER_READ, TRANSFER_WRITE = 0x800, 0x1000
+STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
 TORCH_OF_KIND = {"f32": torch.float32, "i32": torch.int32, "b": torch.int32}
 _stats = {"submits": 0, "uploads": 0}
@@ -93,11 +94,17 @@ def staging_view(t) -> np.ndarray:
 
 
 def upload(mgr, dst, words: np.ndarray) -> None:
-    """Copy words into a device-only kp tensor through a staging tensor freed after."""
+    """Copy words into a device-only kp tensor through a staging tensor freed after.
+
+    The two copies (host staging -> its device buffer -> dst) are both transfers;
+    kp orders neither, so the barrier between them is what keeps a real GPU
+    from copying the staging tensor before it is filled."""
     kp = _kp()
     words = np.ascontiguousarray(words, dtype=np.uint32).reshape(-1)
     staging = mgr.tensor_t(words if words.size else np.zeros(1, np.uint32))
     mgr.sequence().record(kp.OpTensorSyncDevice([staging])) \
+        .record(kp.OpMemoryBarrier([staging], TRANSFER_WRITE, TRANSFER_READ,
+                                   STAGE_TRANSFER, STAGE_TRANSFER)) \
         .record(kp.OpTensorCopy([staging, dst])).eval()
     staging.destroy()
 
