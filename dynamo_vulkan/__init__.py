@@ -6,16 +6,13 @@ controls and partition reports.
 """
 from .cache import cache_stats, clear_cache
 from .device import device_info, is_available
+from .runtime.program import keep_on_device, read_back, runtime_stats
 
-__all__ = ["cache_stats", "clear_cache", "device_info", "is_available", "reports",
-           "runtime_stats"]
+__all__ = ["cache_stats", "clear_cache", "device_info", "is_available", "keep_on_device",
+           "read_back", "reports", "runtime_stats"]
 
 
 def reports():
     from .backend import reports as _r
     return _r()
 
-
-def runtime_stats():
-    from .runtime.program import runtime_stats as _s
-    return _s()

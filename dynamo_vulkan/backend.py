@@ -22,7 +22,7 @@ from . import cache, config, device
 from .partition import PARTITION_PREFIX, PartitionReport, partition
 from .lowering import LoweringError
 from .runtime import planner, shaders
-from .runtime.program import Program, StaleBinding
+from .runtime.program import is_kept_on_device, Program, StaleBinding
 
 log = logging.getLogger(__name__)
 _graph_ids = itertools.count()
@@ -48,20 +48,22 @@ def _warn_once(key: str, message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
-def _static_indices() -> set[int]:
+def _fw_metadata_indices(name: str) -> set[int]:
+    """Graph-input indices listed in aot_autograd's metadata under `name`."""
     ctx = torch._guards.TracingContext.try_get()
     meta = getattr(ctx, "fw_metadata", None) if ctx else None
-    return set(getattr(meta, "static_input_indices", None) or [])
+    return set(getattr(meta, name, None) or [])
 
 
 class VulkanSubgraph(torch.nn.Module):
     """One Vulkan partition: specialises per input signature, then replays."""
 
     def __init__(self, gm: fx.GraphModule, resident: list[bool], cfg: config.Config,
-                 dump_dir, name: str):
+                 dump_dir, name: str, bumped: list[bool] | None = None):
         super().__init__()
         self.gm = gm
         self.resident = resident
+        self.bumped = bumped          # inputs whose version the aot wrapper bumps per call
         self.cfg = cfg
         self.dump_dir = dump_dir
         self.name = name
@@ -82,7 +84,8 @@ class VulkanSubgraph(torch.nn.Module):
         try:
             out = prog(args)
         except StaleBinding:
-            prog = self.programs[key] = Program(prog.plan, list(args), self.cfg.profile)
+            prog = self.programs[key] = Program(prog.plan, list(args), self.cfg.profile,
+                                                self.bumped)
             out = prog(args)
         return tuple(out) if self.tuple_out else out[0]
 
@@ -98,7 +101,9 @@ class VulkanSubgraph(torch.nn.Module):
             return _EAGER
 
     def _build(self, key, args) -> Program:
-        resident = [r or isinstance(a, torch.nn.Parameter) for r, a in zip(self.resident, args)]
+        resident = [r or isinstance(a, torch.nn.Parameter) or
+                    (isinstance(a, torch.Tensor) and is_kept_on_device(a))
+                    for r, a in zip(self.resident, args)]
         info = device.device_info(self.cfg.device_index)
         pkey = cache.digest("plan", self.graph_text, key, resident, shaders.sources_hash(),
                             info.get("name"), info.get("driver_info"), self.cfg.key())
@@ -120,7 +125,7 @@ class VulkanSubgraph(torch.nn.Module):
                 plan = planner.lower(self.gm, args, resident, info)
                 cache.disk_put("plan", pkey, pickle.dumps(plan))
             cache.memory_put("plan", pkey, plan)
-        prog = Program(plan, args, self.cfg.profile)
+        prog = Program(plan, args, self.cfg.profile, self.bumped)
         if self.dump_dir is not None:
             from .debug import dump_program
             dump_program(self.dump_dir, self.name, len(self.programs), plan)
@@ -131,9 +136,11 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     """The fw compiler: partition, wrap each Vulkan partition, keep the rest eager."""
     cfg = cfg or config.load()
     gid = next(_graph_ids)
-    static = _static_indices()
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    static_nodes = {n for i, n in enumerate(placeholders) if i in static}
+    static = _fw_metadata_indices("static_input_indices")
+    static_nodes = {n.name for i, n in enumerate(placeholders) if i in static}
+    bumped = _fw_metadata_indices("mutated_graph_handled_indices_seen_by_autograd")
+    bumped_nodes = {n.name for i, n in enumerate(placeholders) if i in bumped}
     original = gm.code
     gm, report = partition(gm, gid)
     _reports.append(report)
@@ -150,9 +157,12 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     for node in list(gm.graph.nodes):
         if node.op == "call_module" and node.target.startswith(PARTITION_PREFIX):
             sub = getattr(gm, node.target)
-            resident = [a in static_nodes for a in node.args]
+            # by name: fusing partitions rebuilds the graph with new node objects
+            resident = [getattr(a, "name", None) in static_nodes for a in node.args]
             setattr(gm, node.target, VulkanSubgraph(sub, resident, cfg, dump_dir,
-                                                    f"graph{gid}_{node.target}"))
+                                                    f"graph{gid}_{node.target}",
+                                                    [getattr(a, "name", None) in bumped_nodes
+                                                     for a in node.args]))
     gm.recompile()
     log.info("%s", report)
     return make_boxed_func(gm.forward)

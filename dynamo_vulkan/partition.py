@@ -76,13 +76,13 @@ def why_not_vulkan(node: fx.Node) -> str | None:
     if not isinstance(t, torch._ops.OpOverload):
         return f"{getattr(t, '__name__', t)} is not an ATen op"
     rule = LOWERINGS.get(t)
-    if rule is None:
+    if t is torch.ops.aten.copy_.default:      # an input mutation: the planner writes it back
+        if node.args[0].op != "placeholder":
+            return "copy_ into an intermediate"
+    elif rule is None:
         foldable = not node.all_input_nodes and torch.Tag.nondeterministic_seeded not in t.tags
         if not foldable:
             return f"no Vulkan lowering for {t}"
-    if t is torch.ops.aten.copy_.default:
-        if node.args[0].op != "placeholder":
-            return "copy_ into an intermediate"
     for v in _tensor_vals(node):
         if str(v.dtype) not in KIND_OF_DTYPE:
             return f"dtype {v.dtype} is not supported on Vulkan"

@@ -93,6 +93,7 @@ class Context:
         self._consts: dict[int, TRef] = {}
         self._const_tensors: list[torch.Tensor] = []   # keeps id() of folded constants stable
         self.outputs: list[TRef] = []                  # graph outputs placed so far
+        self.in_place: set = set()      # nodes that may write their first input's buffer
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:

@@ -47,13 +47,18 @@ def _scalar_spec(value, kind: str) -> int:
 
 
 def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
-       out: TRef | None = None, shape: tuple | None = None, result: str | None = None) -> TRef:
+       out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
+       scatter: list[tuple[int, int, int]] = (), accumulate: bool = False) -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
     operands: TRefs, host tensors (0-dim ones become constants) or Python scalars.
     compute: kind every operand is converted to before expr (None: their own).
     result: kind of expr's value (default: compute or out_kind); converted to out_kind.
-    out: write into this (possibly strided) TRef instead of a new buffer."""
+    out: write into this (possibly strided) TRef instead of a new buffer.
+    scatter: (operand j, out stride, dim size) each: the output offset also moves by
+      operand j's value (an index, negative ones wrapped) times the stride; elements
+      whose index is out of range are not written (index_put).
+    accumulate: add into the output (atomically) instead of storing."""
     ops = []
     for o in operands:
         if isinstance(o, torch.Tensor) and o.dim() == 0:
@@ -128,6 +133,13 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     for k in reversed(range(nd)):
         index.append(f"{{ uint c = r % D{k}; r /= D{k};" +
                      "".join(f" {v} += c * S{t}_{k};" for v, t in zip(offs, tags)) + " }")
+    for j, stride, size in scatter:
+        decls.append(f"layout(constant_id={cid}) const uint XS{j}={stride}u;"
+                     f"layout(constant_id={cid + 1}) const int XN{j}={size};")
+        spec += [stride, size]
+        cid += 2
+        loads.append(f"{{ int x_ = int(v{j}); if (x_ < 0) x_ += XN{j}; "
+                     f"if (x_ < 0 || x_ >= XN{j}) return; oo += uint(x_) * XS{j}; }}")
     body = expr
     for j in reversed(range(len(names))):
         body = body.replace(f"${j}", names[j])
@@ -137,6 +149,11 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         value = {"b": f"({value} != {GLSL_TYPE[rk]}(0))"}.get(out_kind,
                                                               f"{GLSL_TYPE[out_kind]}({value})")
     store = f"b0[oo] = st_{out_kind}({value});"
+    if accumulate:
+        store = {"f32": f"{{ uint seen_ = b0[oo], was_; do {{ was_ = seen_; seen_ = atomicCompSwap("
+                        f"b0[oo], was_, st_f32(ld_f32(was_) + {value})); }} while (seen_ != was_); }}",
+                 "i32": f"atomicAdd(b0[oo], st_i32({value}));",
+                 "b": f"atomicOr(b0[oo], st_b({value}));"}[out_kind]
 
     defines = {
         "VARIANT": f"{len(tensors)}in{nd}d",

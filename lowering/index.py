@@ -2,6 +2,8 @@
 and cat / slice_scatter / select_scatter as strided copies into views."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
@@ -82,3 +84,58 @@ def scatter_view(ctx, base, src, dim=0, *args):
         view = meta_view(out, lambda v: aten.slice.Tensor(v, dim, start, end, step))
     copy_to(ctx, src, view)
     return out
+
+
+def advanced_index(x: TRef, indices: list):
+    """Torch's advanced indexing x[indices] as layouts: the shape of the indexed
+    result, x's strides in that space (0 on the index dims) and, per index tensor,
+    its layout broadcast into that space with x's stride and size for its dim.
+
+    Index dims that are adjacent stay in place; otherwise they move to the front
+    (numpy's rule)."""
+    indices = list(indices) + [None] * (x.ndim - len(indices))
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    for d in dims:
+        if indices[d].kind != "i32":
+            raise LoweringError("boolean mask indices give a data-dependent shape")
+    bshape = tuple(torch.broadcast_shapes(*[indices[d].shape for d in dims]))
+    rest = [d for d in range(x.ndim) if d not in dims]
+    front = dims != list(range(dims[0], dims[-1] + 1))
+    where = 0 if front else dims[0]
+    before, after = ([], rest) if front else ([d for d in rest if d < where],
+                                              [d for d in rest if d > where])
+    nb = len(bshape)
+    shape = tuple(x.shape[d] for d in before) + bshape + tuple(x.shape[d] for d in after)
+    strides = tuple(x.strides[d] for d in before) + (0,) * nb + tuple(x.strides[d] for d in after)
+    pos = len(before)
+    idx = []
+    for d in dims:
+        i = indices[d]
+        pad = nb - i.ndim
+        istr = [0] * pad + [0 if sz == 1 else st for sz, st in zip(i.shape, i.strides)]
+        lay = [1] * pos + list(bshape) + [1] * len(after)
+        lst = [0] * pos + istr + [0] * len(after)
+        idx.append((i.with_layout(lay, lst, i.offset), x.strides[d], x.shape[d]))
+    return shape, x.with_layout(shape, strides, x.offset), idx
+
+
+def index_put_into(ctx, out: TRef, indices, values, accumulate=False) -> TRef:
+    """out[indices] = values (or += with accumulate), written in out's buffer."""
+    refs = [None if i is None else ctx.ref(i) for i in indices]
+    shape, view, idx = advanced_index(out, refs)
+    if math.prod(shape) == 0:
+        return out
+    ops = [values] + [r for r, _, _ in idx]
+    scatter = [(j + 1, stride, size) for j, (_, stride, size) in enumerate(idx)]
+    ew(ctx, "$0", ops, out.kind, compute=out.kind, out=view, shape=shape,
+       scatter=scatter, accumulate=accumulate)
+    return out
+
+
+@lowering(aten.index_put.default)
+def index_put(ctx, x, indices, values, accumulate=False):
+    """Functional index_put; in place on x's own buffer when the planner found
+    that it only feeds copy_ back into the input x (a KV-cache update)."""
+    x = ctx.ref(x)
+    out = x if ctx.node in ctx.in_place else ew(ctx, "$0", [x], x.kind, compute=x.kind)
+    return index_put_into(ctx, out, indices, values, accumulate)

@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.elementwise import ew
+from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
 from .plan import InputSpec, OutputSpec, Plan
 
@@ -49,6 +49,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
 
     for node in gm.graph.nodes:
         ctx.node = node
+    ctx.in_place = in_place_updates(gm)
+
         if node.op == "placeholder":
             continue
         if node.op == "get_attr":
@@ -65,10 +67,11 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
                 dst_node = node.args[0]
                 if dst_node not in index_of:
                     raise LoweringError("copy_ into a value that is not a graph input")
-                src = ew(ctx, "$0", [args_[1]], values[dst_node].kind, shape=values[dst_node].shape)
-                plan.mutations.append((index_of[dst_node], src.buf))
-                ctx.plan.buffers[src.buf].role = "output"
-                values[node] = values[dst_node]
+                dst, src = values[dst_node], args_[1]
+                if not (isinstance(src, TRef) and src == dst):    # not already updated in place
+                    copy_to(ctx, src, dst)
+                plan.mutations.append((index_of[dst_node], dst.buf))
+                values[node] = dst
                 continue
             rule = LOWERINGS.get(node.target)
             if rule is None:
@@ -92,6 +95,26 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
 
 def is_foldable_target(node: fx.Node) -> bool:
     t = node.target
+def in_place_updates(gm: fx.GraphModule) -> set:
+    """index_put nodes that may write straight into their input's buffer: those
+    whose result only goes back into that same graph input by copy_ (how a
+    KV-cache update reads after functionalization), when every other reader of
+    the input comes earlier. The update then costs a scatter, not a copy."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    found = set()
+    for node in gm.graph.nodes:
+        if node.target is not torch.ops.aten.copy_.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if not (isinstance(src, fx.Node) and src.target is torch.ops.aten.index_put.default
+                and src.args[0] is dst and dst.op == "placeholder"):
+            continue
+        others = [u for u in dst.users if u is not src and u is not node]
+        if all(order[u] < order[src] for u in others):
+            found.add(src)
+    return found
+
+
     return isinstance(t, torch._ops.OpOverload) and \
         torch.Tag.nondeterministic_seeded not in t.tags
 

@@ -65,6 +65,35 @@ class Resident:
             _stats["uploads"] += 1
 
 
+KEEP_ON_DEVICE = "_dynamo_vulkan_keep_on_device"
+
+
+def keep_on_device(t: torch.Tensor) -> torch.Tensor:
+    """Mark a buffer that compiled graphs update in place (a KV cache) as living
+    on the GPU: its updates are not copied back to the host tensor after each
+    call, which then goes stale until read_back(t). Writing the host tensor
+    (bumping its version) still uploads it again. Mark before the first call."""
+    setattr(t, KEEP_ON_DEVICE, True)
+    return t
+
+
+def is_kept_on_device(t: torch.Tensor) -> bool:
+    return bool(getattr(t, KEEP_ON_DEVICE, False))
+
+
+def read_back(t: torch.Tensor) -> torch.Tensor:
+    """Copy the GPU's copy of a resident tensor into it (for keep_on_device tensors)."""
+    for r in list(Resident._pool.values()):
+        if r.ref() is t:
+            words = download(r.mgr, r.tensor, max(1, t.numel()))
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
+                        .view(t.shape))
+            r.version = t._version
+            return t
+    return t        # never uploaded: the host copy is the only one
+
+
 def _kp():
     import kp
     return kp
@@ -110,11 +139,30 @@ def upload(mgr, dst, words: np.ndarray) -> None:
 
 
 class Program:
-    def __init__(self, plan: Plan, args: list, profile: bool = False):
+    """bumped[i]: the caller (aot_autograd's runtime wrapper) increments input i's
+    version after each call because the graph mutated it; a resident copy the
+    program updated itself must then expect that version, not upload again."""
+
+    def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None):
         kp = _kp()
         self.plan = plan
         self.mgr = mgr = device.manager()
         self.profile = profile
+def download(mgr, src, words: int) -> np.ndarray:
+    """Words of a device-only kp tensor, through a staging tensor freed after."""
+    kp = _kp()
+    staging = mgr.tensor_t(np.zeros(src.size(), np.uint32))
+    mgr.sequence().record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
+                                             STAGE_COMPUTE, STAGE_TRANSFER)) \
+        .record(kp.OpTensorCopy([src, staging])) \
+        .record(kp.OpMemoryBarrier([staging], TRANSFER_WRITE, TRANSFER_READ,
+                                   STAGE_TRANSFER, STAGE_TRANSFER)) \
+        .record(kp.OpTensorSyncLocal([staging])).eval()
+    out = staging_view(staging)[:words].copy()
+    staging.destroy()
+    return out
+
+
         storage = kp.TensorTypes.storage
         self.tensors: list = [None] * len(plan.buffers)
         self._staging: dict[int, np.ndarray] = {}
@@ -152,8 +200,23 @@ class Program:
                 kind = plan.buffers[o.buffer].kind
                 self.outputs.append((self._staging[o.buffer][:n], o.shape, kind,
                                      getattr(torch, o.dtype.replace("torch.", ""))))
-        self.mutations = [(i, self._staging[b][:max(1, args[i].numel())], plan.buffers[b].kind)
-                          for i, b in plan.mutations]
+        self.mutations = []        # (arg index, staging words, kind, Resident or None, bump)
+        self.kept = []             # (arg index, Resident, bump): updated on the GPU only
+        self._readbacks = []       # (resident kp tensor, device tensor it is copied into)
+        resident_of = dict(self.residents)
+        for i, b in plan.mutations:
+            r, bump = resident_of.get(i), int(bool(bumped and bumped[i]))
+            if r is None:
+                staging = self._staging[b]
+            elif is_kept_on_device(args[i]):
+                self.kept.append((i, r, bump))   # read_back() refreshes the host copy
+                continue
+            else:
+                rb = mgr.tensor_t(np.empty(plan.buffers[b].words, np.uint32))
+                self._readbacks.append((self.tensors[b], rb))
+                staging = staging_view(rb)
+            self.mutations.append((i, staging[:max(1, args[i].numel())], plan.buffers[b].kind,
+                                   r, bump))
         self._record()
 
     def _record(self):
@@ -189,10 +252,20 @@ class Program:
             self._labels.append(f"{d.name} {d.note}")
             dirty |= writes
             touched |= reads
-        outs = sorted({o.buffer for o in plan.outputs if o.buffer is not None} |
-                      {b for _, b in plan.mutations})
+        resident = {spec.buffer for spec in plan.inputs if spec.resident}
+        outs = [self.tensors[b] for b in sorted(
+            {o.buffer for o in plan.outputs if o.buffer is not None} |
+            {b for _, b in plan.mutations if b not in resident})]
+        for src, rb in self._readbacks:     # mutated weights/buffers: copy out to host too
+            seq.record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
+                                          STAGE_COMPUTE, STAGE_TRANSFER))
+            seq.record(kp.OpTensorCopy([src, rb]))
+            seq.record(kp.OpMemoryBarrier([rb], TRANSFER_WRITE, TRANSFER_READ,
+                                          STAGE_TRANSFER, STAGE_TRANSFER))
+            self._labels += [None, "copy mutated buffer", None]
+            outs.append(rb)
         if outs:
-            seq.record(kp.OpTensorSyncLocal([self.tensors[b] for b in outs]))
+            seq.record(kp.OpTensorSyncLocal(outs))
             self._labels.append("copy outputs out")
         self.sequence = seq
 
@@ -208,7 +281,7 @@ class Program:
         _stats["submits"] += 1
         if self.profile:
             self._report()
-        for i, staging, kind in self.mutations:
+        for i, staging, kind, r, bump in self.mutations:
             t = args[i]
             with torch.no_grad():
                 t.copy_(torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy()).view(t.shape))
@@ -218,6 +291,10 @@ class Program:
                 out.append(args[shape])
                 continue
             t = torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy())
+            if r is not None:
+                r.version = t._version + bump    # the GPU copy already holds this value
+        for i, r, bump in self.kept:
+            r.version = args[i]._version + bump
             if kind == "b":
                 t = t != 0
             out.append(t.to(dtype).view(shape))
