@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.elementwise import copy_to, ew
+from dynamo_vulkan.lowering.elementwise import ew
 
 from .plan import InputSpec, OutputSpec, Plan
 
@@ -47,10 +47,10 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
     def val(x):
         return fx.node.map_arg(x, lambda n: values[n])
 
-    for node in gm.graph.nodes:
-        ctx.node = node
     ctx.in_place = in_place_updates(gm)
 
+    for node in gm.graph.nodes:
+        ctx.node = node
         if node.op == "placeholder":
             continue
         if node.op == "get_attr":
@@ -93,8 +93,6 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
     return plan
 
 
-def is_foldable_target(node: fx.Node) -> bool:
-    t = node.target
 def in_place_updates(gm: fx.GraphModule) -> set:
     """index_put nodes that may write straight into their input's buffer: those
     whose result only goes back into that same graph input by copy_ (how a
@@ -115,6 +113,8 @@ def in_place_updates(gm: fx.GraphModule) -> set:
     return found
 
 
+def is_foldable_target(node: fx.Node) -> bool:
+    t = node.target
     return isinstance(t, torch._ops.OpOverload) and \
         torch.Tag.nondeterministic_seeded not in t.tags
 

@@ -65,35 +65,6 @@ class Resident:
             _stats["uploads"] += 1
 
 
-KEEP_ON_DEVICE = "_dynamo_vulkan_keep_on_device"
-
-
-def keep_on_device(t: torch.Tensor) -> torch.Tensor:
-    """Mark a buffer that compiled graphs update in place (a KV cache) as living
-    on the GPU: its updates are not copied back to the host tensor after each
-    call, which then goes stale until read_back(t). Writing the host tensor
-    (bumping its version) still uploads it again. Mark before the first call."""
-    setattr(t, KEEP_ON_DEVICE, True)
-    return t
-
-
-def is_kept_on_device(t: torch.Tensor) -> bool:
-    return bool(getattr(t, KEEP_ON_DEVICE, False))
-
-
-def read_back(t: torch.Tensor) -> torch.Tensor:
-    """Copy the GPU's copy of a resident tensor into it (for keep_on_device tensors)."""
-    for r in list(Resident._pool.values()):
-        if r.ref() is t:
-            words = download(r.mgr, r.tensor, max(1, t.numel()))
-            with torch.no_grad():
-                t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
-                        .view(t.shape))
-            r.version = t._version
-            return t
-    return t        # never uploaded: the host copy is the only one
-
-
 def _kp():
     import kp
     return kp
@@ -138,16 +109,6 @@ def upload(mgr, dst, words: np.ndarray) -> None:
     staging.destroy()
 
 
-class Program:
-    """bumped[i]: the caller (aot_autograd's runtime wrapper) increments input i's
-    version after each call because the graph mutated it; a resident copy the
-    program updated itself must then expect that version, not upload again."""
-
-    def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None):
-        kp = _kp()
-        self.plan = plan
-        self.mgr = mgr = device.manager()
-        self.profile = profile
 def download(mgr, src, words: int) -> np.ndarray:
     """Words of a device-only kp tensor, through a staging tensor freed after."""
     kp = _kp()
@@ -163,6 +124,16 @@ def download(mgr, src, words: int) -> np.ndarray:
     return out
 
 
+class Program:
+    """bumped[i]: the caller (aot_autograd's runtime wrapper) increments input i's
+    version after each call because the graph mutated it; a resident copy the
+    program updated itself must then expect that version, not upload again."""
+
+    def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None):
+        kp = _kp()
+        self.plan = plan
+        self.mgr = mgr = device.manager()
+        self.profile = profile
         storage = kp.TensorTypes.storage
         self.tensors: list = [None] * len(plan.buffers)
         self._staging: dict[int, np.ndarray] = {}
@@ -285,16 +256,16 @@ def download(mgr, src, words: int) -> np.ndarray:
             t = args[i]
             with torch.no_grad():
                 t.copy_(torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy()).view(t.shape))
+            if r is not None:
+                r.version = t._version + bump    # the GPU copy already holds this value
+        for i, r, bump in self.kept:
+            r.version = args[i]._version + bump
         out = []
         for staging, shape, kind, dtype in self.outputs:
             if staging is None:
                 out.append(args[shape])
                 continue
             t = torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy())
-            if r is not None:
-                r.version = t._version + bump    # the GPU copy already holds this value
-        for i, r, bump in self.kept:
-            r.version = args[i]._version + bump
             if kind == "b":
                 t = t != 0
             out.append(t.to(dtype).view(shape))
