@@ -14,7 +14,14 @@ import numpy as np
 # GPU storage kinds: every buffer is 32-bit words.
 KIND_OF_DTYPE = {"torch.float32": "f32", "torch.int64": "i32", "torch.int32": "i32",
                  "torch.int16": "i32", "torch.int8": "i32", "torch.uint8": "i32", "torch.bool": "b"}
-NUMPY_OF_KIND = {"f32": np.float32, "i32": np.int32, "b": np.uint32}
+NUMPY_OF_KIND = {"f32": np.float32, "i32": np.int32, "b": np.uint32, "u8": np.uint8}
+# "u8": raw bytes packed 4 to a word (zero-padded), for uint8 inputs that kernels decode
+# themselves (GGUF blocks); the planner picks it per input (lowering.gguf.packed_input).
+
+
+def words_of(kind: str, numel: int) -> int:
+    """32-bit words a buffer of `numel` elements of `kind` needs."""
+    return -(-numel // 4) if kind == "u8" else numel
 
 
 @dataclass

@@ -16,7 +16,9 @@ from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_st
 from dynamo_vulkan.lowering.core import Context
 from dynamo_vulkan.lowering.elementwise import ew
 
-from .plan import InputSpec, OutputSpec, Plan
+from dynamo_vulkan.lowering.gguf import packed_input
+
+from .plan import InputSpec, OutputSpec, Plan, words_of
 
 
 def specialise(gm: fx.GraphModule, args: list) -> None:
@@ -35,8 +37,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
     index_of = {n: i for i, n in enumerate(placeholders)}
     for i, (node, a) in enumerate(zip(placeholders, args)):
         if isinstance(a, torch.Tensor) and node.users:
-            kind = kind_of(a.dtype)
-            buf = ctx.buffer(a.numel(), "param" if resident[i] else "input", kind)
+            kind = "u8" if packed_input(node, a) else kind_of(a.dtype)
+            buf = ctx.buffer(words_of(kind, a.numel()), "param" if resident[i] else "input", kind)
             values[node] = TRef(buf, tuple(a.shape), contiguous_strides(tuple(a.shape)), 0, kind)
             plan.inputs.append(InputSpec(buf, str(a.dtype), tuple(a.shape), resident[i]))
         else:

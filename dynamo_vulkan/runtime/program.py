@@ -15,7 +15,7 @@ import torch
 
 from .. import device
 from . import shaders
-from .plan import NUMPY_OF_KIND, Plan
+from .plan import NUMPY_OF_KIND, Plan, words_of
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Resident:
         self.ptr = t.data_ptr()
         self.version = -1
         self.kind = kind
-        self.tensor = mgr.tensor_t(np.empty(max(1, t.numel()), np.uint32),
+        self.tensor = mgr.tensor_t(np.empty(max(1, words_of(kind, t.numel())), np.uint32),
                                    tensor_type=_kp().TensorTypes.storage)
         self.mgr = mgr
 
@@ -71,8 +71,14 @@ def _kp():
 
 
 def host_words(t: torch.Tensor, kind: str) -> np.ndarray:
-    """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32)."""
+    """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32;
+    kind "u8": the raw bytes, 4 to a word, zero-padded)."""
     t = t.detach()
+    if kind == "u8":
+        b = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+        if b.size % 4:
+            b = np.concatenate([b, np.zeros(4 - b.size % 4, np.uint8)])
+        return b.view(np.uint32)
     if t.dtype == torch.int64 and t.numel():
         lo, hi = torch.aminmax(t)
         if lo < -2**31 or hi >= 2**31:

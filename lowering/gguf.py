@@ -1,0 +1,164 @@
+"""GGUF custom ops on Vulkan: `dynamo_vulkan.gguf_linear` as a fused
+dequantize + mat-vec (shaders/gguf_matvec.comp, few rows of x: decode) or
+dequantize + tiled matmul (gguf_matmul.comp, prompts), and
+`dynamo_vulkan.gguf_embedding` as a row gather that decodes only the rows it
+reads (gguf_embed.comp). One template per kernel; the GGUF type is a
+`QTYPE_<name>` define decoded by shaders/gguf_blocks.glsl.
+
+The weight's bytes stay quantized on the GPU: the planner stores a uint8
+input read only by these ops as packed bytes (kind "u8", see `packed_input`),
+uploaded once as a resident buffer, and no dequantized copy of W is ever
+written to memory.
+"""
+from __future__ import annotations
+
+import torch
+
+from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
+from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
+
+from .core import Context, LoweringError, TRef, groups_for, lowering, meta_view
+from .elementwise import contiguous, ew
+
+GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
+GGUF_EMBEDDING = torch.ops.dynamo_vulkan.gguf_embedding.default
+GGUF_OPS = (GGUF_LINEAR, GGUF_EMBEDDING)
+
+# GGML type id -> the name its QTYPE_<name> define selects in gguf_blocks.glsl.
+SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
+MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
+MV_WG = 64       # mat-vec threads per workgroup
+MV_NR = 2        # rows of W per mat-vec workgroup (x chunks are reused across them)
+MAX_SUBGROUPS = 32   # gguf_matvec.comp's MAXSG
+EMB_WG = 64
+TILE = 64
+
+
+def packed_input(node, value) -> bool:
+    """Whether a graph input holds GGUF blocks: a uint8 tensor read only as the
+    `blocks` argument of the gguf ops. Such an input is stored as packed bytes."""
+    return isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and bool(node.users) \
+        and all(u.target in GGUF_OPS and u.args[1] is node and u.args[0] is not node
+                for u in node.users)
+
+
+def _limit() -> int:
+    from dynamo_vulkan import device
+    return int(device.device_info().get("max_storage_buffer_range", 128 << 20))
+
+
+def _check(node) -> str | None:
+    """Why this gguf node must run on the CPU (None: it runs on Vulkan)."""
+    qtype, cols = node.args[2], node.args[4]
+    if not isinstance(qtype, int) or qtype not in SHADER_TYPES:
+        return f"GGUF type {qtype_name(qtype)} has no Vulkan kernel"
+    if not isinstance(cols, int) or cols <= 0 or cols % 8:
+        return f"GGUF rows of {cols} elements (Vulkan kernels need a positive multiple of 8)"
+    limit = _limit()
+    blocks = node.args[1].meta.get("val")
+    if blocks is not None and blocks.numel() > limit:
+        return (f"its GGUF weight ({blocks.numel() / 2**20:.1f} MiB) exceeds the device's "
+                f"maxStorageBufferRange ({limit / 2**20:.0f} MiB)")
+    out = node.meta.get("val")
+    if out is not None and out.numel() * 4 > limit:
+        return (f"its output ({out.numel() * 4 / 2**20:.1f} MiB) exceeds the device's "
+                f"maxStorageBufferRange ({limit / 2**20:.0f} MiB)")
+    return None
+
+
+def _type_defines(qtype) -> dict:
+    name = SHADER_TYPES.get(qtype) if isinstance(qtype, int) else None
+    if name is None:
+        raise LoweringError(f"GGUF type {qtype_name(qtype)} has no Vulkan kernel")
+    return {"VARIANT": name, f"QTYPE_{name}": 1}
+
+
+def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> TRef:
+    """The weight's packed-bytes buffer (a graph input, or a constant uploaded once)."""
+    nbytes = rows * row_nbytes(qtype, cols)
+    if isinstance(blocks, torch.Tensor):
+        consts = ctx.__dict__.setdefault("_gguf_consts", {})
+        ref = consts.get(id(blocks))
+        if ref is None:
+            import numpy as np
+            from dynamo_vulkan.runtime.program import host_words
+            words = host_words(blocks, "u8")
+            ref = TRef(ctx.buffer(words.size, "const", "u8", np.array(words)),
+                       (blocks.numel(),), (1,), 0, "u8")
+            consts[id(blocks)] = ref
+            ctx._const_tensors.append(blocks)
+        blocks = ref
+    if not isinstance(blocks, TRef) or blocks.kind != "u8":
+        raise LoweringError("GGUF blocks are not stored as packed bytes (a uint8 input that "
+                            "other ops read too)")
+    if blocks.offset != 0 or blocks.numel != nbytes:
+        raise LoweringError(f"GGUF blocks: expected {nbytes} bytes at offset 0, got "
+                            f"{blocks.numel} at offset {blocks.offset}")
+    return blocks
+
+
+def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
+    """x as an [m, k] view, copied when its layout cannot say so (or, with
+    unit_k, when its elements along k are not adjacent)."""
+    def view(t):
+        return t.view(m, k)
+    try:
+        v = meta_view(x, view)
+    except RuntimeError:
+        v = None
+    if v is None or (unit_k and v.strides[1] != 1):
+        v = meta_view(ew(ctx, "$0", [x], "f32"), view)
+    return v
+
+
+@lowering(GGUF_LINEAR, check=_check)
+def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
+    defines = _type_defines(qtype)
+    w = _blocks(ctx, blocks, rows, cols, qtype)
+    x = ctx.ref(x)
+    if x.kind != "f32":
+        x = ew(ctx, "$0", [x], "f32", compute="f32")
+    out = ctx.empty(ctx.out_shape(), "f32")
+    if out.numel == 0:
+        return out
+    m, k, n = out.numel // rows, cols, rows
+    rb = row_nbytes(qtype, cols)
+    note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
+    if m <= MATVEC_M:
+        x2 = _rows_of(ctx, x, m, k, unit_k=True)
+        wg = min(MV_WG, MAX_SUBGROUPS * max(1, int(ctx.caps.get("subgroup_size", 32))))
+        spec = [wg, m, n, k, x2.offset, x2.strides[0], rb]
+        ctx.dispatch("gguf_matvec", defines | {"NR": MV_NR}, [out, x2, w], [0], spec,
+                     groups_for(n, MV_NR), note=note)
+    else:
+        x2 = _rows_of(ctx, x, m, k, unit_k=False)
+        groups = (-(-n // TILE), -(-m // TILE), 1)
+        if max(groups) > 65535:
+            raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
+                                "workgroups along one axis")
+        spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb]
+        ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
+    return out
+
+
+@lowering(GGUF_EMBEDDING, check=_check)
+def gguf_embedding(ctx: Context, ids, blocks, qtype, rows, cols):
+    defines = _type_defines(qtype)
+    w = _blocks(ctx, blocks, rows, cols, qtype)
+    ids = ctx.ref(ids)
+    if ids.kind != "i32":
+        raise LoweringError(f"gguf_embedding ids of kind {ids.kind} (integers expected)")
+    out = ctx.empty(ctx.out_shape(), "f32")
+    if out.numel == 0:
+        return out
+    if ids.ndim == 1:
+        stride = ids.strides[0]
+    else:
+        ids = contiguous(ctx, ids)
+        stride = 1
+    n = ids.numel
+    spec = [EMB_WG, n, cols, rows, row_nbytes(qtype, cols), ids.offset, stride]
+    ctx.dispatch("gguf_embed", defines, [out, w, ids], [0], spec,
+                 groups_for(n * (cols // 8), EMB_WG),
+                 note=f"{n} rows of {defines['VARIANT']}[{rows}x{cols}]")
+    return out

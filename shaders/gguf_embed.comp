@@ -1,0 +1,31 @@
+// GGUF embedding: out[i, :] = dequantize(row ids[i] of W), one thread per
+// chunk of 8 elements, so only the looked-up rows are decoded. Out-of-range
+// ids give a row of zeros (a kernel cannot raise).
+#include "common.glsl"
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint NIDX = 1;
+layout(constant_id = 2) const uint K = 8;         // row length (elements)
+layout(constant_id = 3) const uint NROWS = 1;
+layout(constant_id = 4) const uint ROW_BYTES = 0;
+layout(constant_id = 5) const uint IDX_OFF = 0;
+layout(constant_id = 6) const uint IDX_S = 1;
+BUFFER(0, outb)
+BUFFER(1, wq)
+BUFFER(2, idxb)
+#include "gguf_blocks.glsl"
+
+void main() {
+    uint t = flat_invocation();
+    const uint chunks = K / 8u;
+    if (t >= NIDX * chunks) return;
+    uint i = t / chunks, ch = t % chunks;
+    int row = ld_i32(idxb[IDX_OFF + i * IDX_S]);
+    vec4 lo = vec4(0.0), hi = vec4(0.0);
+    if (row >= 0 && uint(row) < NROWS)
+        deq8(uint(row) * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
+    uint o = i * K + 8u * ch;
+    for (uint j = 0; j < 4u; ++j) {
+        outb[o + j] = st_f32(lo[j]);
+        outb[o + 4u + j] = st_f32(hi[j]);
+    }
+}

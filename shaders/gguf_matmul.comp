@@ -1,0 +1,67 @@
+// Fused dequantize + matmul for prompts (M > 8): out[M, N] = x[M, K] @ W[N, K]^T
+// with W as GGUF blocks. A workgroup of 16x16 threads computes a 64x64 tile of
+// out, each thread 4x4, stepping K by 16: per step, 128 threads decode the W
+// tile (64 rows x 2 chunks of 8) into shared memory and all load the x tile
+// through its strides; no dequantized copy of W is ever stored in a buffer.
+#include "common.glsl"
+layout(local_size_x = 16, local_size_y = 16) in;
+layout(constant_id = 0) const uint M = 1;
+layout(constant_id = 1) const uint N = 1;
+layout(constant_id = 2) const uint K = 8;
+layout(constant_id = 3) const uint X_OFF = 0;
+layout(constant_id = 4) const uint X_SM = 0;
+layout(constant_id = 5) const uint X_SK = 1;
+layout(constant_id = 6) const uint ROW_BYTES = 0;
+BUFFER(0, outb)
+BUFFER(1, xb)
+BUFFER(2, wq)
+#include "gguf_blocks.glsl"
+
+const uint TM = 64, TN = 64, TK = 16;
+shared float As[TK][TM + 1];
+shared float Ws[TK][TN + 1];
+
+void main() {
+    uint m0 = gl_WorkGroupID.y * TM, n0 = gl_WorkGroupID.x * TN;
+    uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
+    uint tid = ty * 16u + tx;
+    float acc[4][4];
+    for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) acc[i][j] = 0.0;
+    for (uint k0 = 0; k0 < K; k0 += TK) {
+        for (uint e = tid; e < TM * TK; e += 256u) {
+            uint mm = e / TK, kk = e % TK;
+            uint gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? ld_f32(xb[X_OFF + gm * X_SM + gk * X_SK]) : 0.0;
+        }
+        if (tid < TN * 2u) {
+            uint nn = tid >> 1, half_ = tid & 1u;
+            uint gn = n0 + nn, gk = k0 + 8u * half_;
+            vec4 lo = vec4(0.0), hi = vec4(0.0);
+            if (gn < N && gk < K) {
+                uint ch = gk / 8u;
+                deq8(gn * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
+            }
+            uint kk = 8u * half_;
+            for (uint i = 0; i < 4u; ++i) {
+                Ws[kk + i][nn] = lo[i];
+                Ws[kk + 4u + i][nn] = hi[i];
+            }
+        }
+        barrier();
+        for (uint kk = 0; kk < TK; ++kk) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; ++i) a[i] = As[kk][ty + 16u * i];
+            for (int j = 0; j < 4; ++j) b[j] = Ws[kk][tx + 16u * j];
+            for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) acc[i][j] += a[i] * b[j];
+        }
+        barrier();
+    }
+    for (int i = 0; i < 4; ++i) {
+        uint gm = m0 + ty + 16u * i;
+        if (gm >= M) continue;
+        for (int j = 0; j < 4; ++j) {
+            uint gn = n0 + tx + 16u * j;
+            if (gn < N) outb[gm * N + gn] = st_f32(acc[i][j]);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+"""The Vulkan lowering of gguf_linear / gguf_embedding against the CPU ops, for
+every GGUF type: mat-vec shapes (M <= 8), tiled shapes, odd row counts,
+non-contiguous and 3-D x, repeated and 2-D ids; plus the packed-bytes
+plumbing (resident, streamed and tied weights) and the CPU fallbacks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dynamo_vulkan
+from dynamo_vulkan.gguf import GGUFEmbedding, GGUFLinear
+from dynamo_vulkan.gguf.op import gguf_embedding, gguf_linear
+from dynamo_vulkan.gguf.quants import QUANT_TYPES, quant_info
+from dynamo_vulkan.lowering import gguf as gguf_lowering
+from dynamo_vulkan.runtime.program import Resident
+from gguf_fixtures import KQUANTS, LEGACY, quantize
+from vk import check, compiled, noncontig
+
+ALL_TYPES = LEGACY + KQUANTS
+# row length per type: more chunks of 8 than a mat-vec workgroup has threads (64),
+# and for F32/F16/BF16 not a multiple of the tiled kernel's k-step (16)
+COLS = {"F32": 520, "F16": 520, "BF16": 520}
+
+
+@pytest.fixture(autouse=True)
+def _no_silent_fallback(monkeypatch):
+    """A partition that fails to lower raises here instead of running eagerly."""
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
+
+
+def cols_of(name: str) -> int:
+    if name in COLS:
+        return COLS[name]
+    return 768 if name in KQUANTS else 640
+
+
+def blocks_of(name: str, rows: int, cols: int, seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    return torch.from_numpy(quantize(w, name, rng, scale=2e-3).reshape(-1).copy())
+
+
+class Layers(torch.nn.Module):
+    """Two GGUF linears (7 and 65 rows) and an embedding of one GGUF type."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        qt = quant_info(name).ggml_type
+        k = cols_of(name)
+        self.a = GGUFLinear(blocks_of(name, 7, k, 1), qt, 7, k)
+        self.b = GGUFLinear(blocks_of(name, 65, k, 2), qt, 65, k)
+        self.e = GGUFEmbedding(blocks_of(name, 33, k, 3), qt, 33, k)
+
+    def forward(self, xs, ids2d, ids_nc):
+        return [f(x) for x in xs for f in (self.a, self.b)] + [self.e(ids2d), self.e(ids_nc)]
+
+
+def tolerances(k: int, expected) -> dict:
+    """fp32 sums of k products: relative error grows with k (kernels sum in another order)."""
+    rtol = 1e-4 * max(1.0, k / 256)
+    scale = max(float(t.abs().max()) for t in expected)
+    return {"rtol": rtol, "atol": rtol * scale}
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_every_type_matches_cpu(name):
+    torch.manual_seed(0)
+    model = Layers(name)
+    k = cols_of(name)
+    xs = [torch.randn(1, k), torch.randn(3, k), torch.randn(8, k),            # mat-vec
+          torch.randn(9, k), torch.randn(70, k),                               # tiled
+          noncontig(torch.randn(3, k)), noncontig(torch.randn(40, k)),
+          torch.randn(2, 5, k), torch.randn(1, 1, k),                          # 3-D
+          torch.randn(k, 6).t(), torch.randn(k, 4, 3).permute(2, 1, 0)]        # k-strided
+    ids2d = torch.tensor([[3, 0, 3, 32], [5, 5, 1, 31]])                       # repeats
+    ids_nc = torch.tensor([7, -1, 7, -1, 0, -1, 32])[::2]
+    with torch.no_grad():
+        expected = model(xs, ids2d, ids_nc)
+        check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
+
+
+def _plan_of(module: GGUFLinear, m: int):
+    """The plan the planner lowers for module(randn(m, cols)), blocks resident."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_vulkan import device
+    from dynamo_vulkan.runtime import planner
+
+    args = [torch.randn(m, module.cols), module.blocks]
+    gm = make_fx(lambda x, b: gguf_linear(x, b, module.qtype, module.rows, module.cols))(*args)
+    planner.specialise(gm, args)
+    return planner.lower(gm, args, [False, True], device.device_info())
+
+
+def test_kernel_choice_and_packed_weight():
+    """M <= 8 rows take the mat-vec kernel, more the tiled one; the weight is one
+    resident buffer of packed bytes (a word holds 4 of them)."""
+    lin = GGUFLinear(blocks_of("Q4_0", 9, 64, 0), quant_info("Q4_0").ggml_type, 9, 64)
+    for m, kernel in ((1, "gguf_matvec:Q4_0"), (8, "gguf_matvec:Q4_0"), (9, "gguf_matmul:Q4_0")):
+        plan = _plan_of(lin, m)
+        assert [d.name for d in plan.dispatches] == [kernel]
+        w = plan.buffers[plan.inputs[1].buffer]
+        assert (w.kind, w.role, w.words) == ("u8", "param", -(-lin.blocks.numel() // 4))
+
+
+def test_blocks_passed_as_a_graph_input():
+    """Blocks that are not a module buffer are streamed in each call as packed bytes."""
+    name = "Q5_1"
+    qt, k = quant_info(name).ggml_type, 64
+    b7 = blocks_of(name, 7, k, 4)
+    x = torch.randn(2, k)
+    check(lambda x, b: gguf_linear(x, b, qt, 7, k) * 2, x, b7, rtol=1e-4, atol=1e-4)
+
+
+def test_tied_weights_share_one_resident_buffer():
+    """A tied LM head: embedding and linear read one blocks tensor, uploaded once."""
+    name = "Q8_0"
+    qt, rows, k = quant_info(name).ggml_type, 33, 64
+    emb = GGUFEmbedding(blocks_of(name, rows, k, 5), qt, rows, k)
+    head = GGUFLinear(emb.blocks, qt, rows, k)
+    assert head.blocks is emb.blocks
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = emb, head
+
+        def forward(self, ids):
+            return self.head(torch.tanh(self.emb(ids)))
+
+    model = Tied()
+    ids = torch.tensor([[1, 2, 32]])
+    with torch.no_grad():
+        check(model, ids, rtol=1e-4, atol=1e-4)
+    shared = [key for key in Resident._pool if key[0] == id(emb.blocks)]
+    assert len(shared) == 1 and shared[0][-1] == "u8"
+
+
+def test_weight_over_the_buffer_limit_runs_on_the_cpu(monkeypatch):
+    """A weight larger than maxStorageBufferRange: only that node falls back, with the reason."""
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
+    monkeypatch.setattr(gguf_lowering, "_limit", lambda: 1000)
+    name = "Q4_0"
+    qt, k = quant_info(name).ggml_type, 64
+    small = GGUFLinear(blocks_of(name, 8, k, 6), qt, 8, k)       # 288 bytes
+    big = GGUFLinear(blocks_of(name, 40, k, 7), qt, 40, k)       # 1440 bytes
+    fn = compiled(lambda x: big(small(x).repeat(1, 8)))
+    n = len(dynamo_vulkan.reports())
+    x = torch.randn(2, k)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), big(small(x).repeat(1, 8)), rtol=1e-4, atol=1e-4)
+    nodes = [d for r in dynamo_vulkan.reports()[n:] for d in r.nodes if "gguf_linear" in d.op]
+    assert [d.where for d in nodes] == ["vulkan", "cpu"]
+    assert "exceeds the device's maxStorageBufferRange" in nodes[1].reason
+
+
+def test_type_without_a_kernel_runs_on_the_cpu(monkeypatch):
+    """A GGUF type the shaders do not decode: the node runs on the CPU, its reason names the type."""
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
+    qt = quant_info("Q6_K").ggml_type
+    monkeypatch.setattr(gguf_lowering, "SHADER_TYPES",
+                        {t: n for t, n in gguf_lowering.SHADER_TYPES.items() if t != qt})
+    lin = GGUFLinear(blocks_of("Q6_K", 3, 256, 8), qt, 3, 256)
+    n = len(dynamo_vulkan.reports())
+    x = torch.randn(1, 256)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(lin)(x), lin(x))
+    cpu = [d for r in dynamo_vulkan.reports()[n:] for d in r.cpu_nodes]
+    assert len(cpu) == 1 and "Q6_K" in cpu[0].reason
+
+
+def test_every_supported_type_has_a_kernel():
+    assert set(gguf_lowering.SHADER_TYPES) == set(QUANT_TYPES)
+    assert set(ALL_TYPES) == {i.name for i in QUANT_TYPES.values()}
