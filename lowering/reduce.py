@@ -1,20 +1,26 @@
-"""Reduction family (shaders/reduce.comp): sum, mean, amax, amin, any, all
-over any dims of any view, one workgroup per output element."""
+"""Reduction family (shaders/reduce.comp): sum, mean, prod, amax, amin, any,
+all, var/std (centred on a mean computed first) over any dims of any view,
+one workgroup per output element; argmax/argmin and max/min with indices
+(shaders/argreduce.comp) the same way."""
 from __future__ import annotations
 
 import torch
 
-from .core import Context, TRef, lowering
+from .core import Context, TRef, f32_bits, lowering
 from .elementwise import _coalesce
 
 aten = torch.ops.aten
 WG = 128
+ARG_WG = 64
 NAN = "uintBitsToFloat(0x7fc00000u)"
 
 # op family -> (init, combine, subgroup combine, final) per accumulator type
 FLOAT_OPS = {
     "sum": ("0.0", "(a + b)", "subgroupAdd(x)", "a"),
     "mean": ("0.0", "(a + b)", "subgroupAdd(x)", "(a / float(R))"),
+    "prod": ("1.0", "(a * b)", "subgroupMul(x)", "a"),
+    "var": ("0.0", "(a + b)", "subgroupAdd(x)", "div_(a)"),
+    "std": ("0.0", "(a + b)", "subgroupAdd(x)", "sqrt(div_(a))"),
     "amax": ("uintBitsToFloat(0xff800000u)", "((isnan(a) || a > b) ? a : b)",
              f"(subgroupAny(isnan(x)) ? {NAN} : subgroupMax(x))", "a"),
     "amin": ("uintBitsToFloat(0x7f800000u)", "((isnan(a) || a < b) ? a : b)",
@@ -22,6 +28,7 @@ FLOAT_OPS = {
 }
 INT_OPS = {
     "sum": ("0", "(a + b)", "subgroupAdd(x)", "a"),
+    "prod": ("1", "(a * b)", "subgroupMul(x)", "a"),
     "amax": ("-2147483647 - 1", "max(a, b)", "subgroupMax(x)", "a"),
     "amin": ("2147483647", "min(a, b)", "subgroupMin(x)", "a"),
     "any": ("0", "max(a, b)", "subgroupMax(x)", "a"),
@@ -29,38 +36,28 @@ INT_OPS = {
 }
 
 
-def reduce(ctx: Context, x: TRef, dims, op: str) -> TRef:
+def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
+           center: TRef | None = None, divisor: float = 1.0) -> TRef:
+    """Reduce x over dims (all if empty) with op. out_shape/out_kind default to the
+    node's. var/std: sum of (x - center)^2 / divisor, center holding one mean per
+    output element (contiguous, in the kept dims' order)."""
     dims = sorted({d % x.ndim for d in dims} if dims else range(x.ndim)) if x.ndim else []
     kept = [d for d in range(x.ndim) if d not in dims]
-    out_kind = ctx.out_kind()
-    acc_kind = "f32" if out_kind == "f32" else "i32"
+    out_kind = out_kind or ctx.out_kind()
+    acc_kind = "f32" if out_kind == "f32" or op in ("var", "std") else "i32"
     init, combine, sub, final = (FLOAT_OPS if acc_kind == "f32" else INT_OPS)[op]
-    (kshape,), (kstr,) = _dims(x, kept)
-    (rshape,), (rstr,) = _dims(x, dims)
-    nout = 1
-    for d in kept:
-        nout *= x.shape[d]
-    r = 1
-    for d in dims:
-        r *= x.shape[d]
-    out = ctx.empty(ctx.out_shape(), out_kind)
+    nout, r = _numel(x, kept), _numel(x, dims)
+    out = ctx.empty(ctx.out_shape() if out_shape is None else out_shape, out_kind)
     if nout == 0:
         return out
-    spec = [WG, nout, r, x.offset]
-    decls, outer, inner = [], ["uint q = o;"], ["uint q = r;"]
-    cid = 4
-    for tag, shape, strides, code, var in (("K", kshape, kstr, outer, "base"),
-                                           ("R", rshape, rstr, inner, "off")):
-        for k in reversed(range(len(shape))):
-            decls.append(f"layout(constant_id={cid}) const uint {tag}D{k}=1u;"
-                         f"layout(constant_id={cid + 1}) const uint {tag}S{k}=0u;")
-            spec += [shape[k], strides[k]]
-            cid += 2
-            code.append(f"{{ uint c = q % {tag}D{k}; q /= {tag}D{k}; {var} += c * {tag}S{k}; }}")
+    spec = [WG, nout, r, x.offset, f32_bits(divisor)]
+    decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if acc_kind == "f32" else "int"
     load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
     if acc_kind == "f32" and x.kind != "f32":
         load = f"float({load})"
+    if center is not None:
+        load = f"sq_(({load}) - ld_f32(auxb[o]))"
     store = {"f32": "st_f32(v)", "i32": "st_i32(int(v))", "b": "st_b(v != 0)"}[out_kind]
     defines = {
         "VARIANT": f"{op}_{x.kind}",
@@ -72,9 +69,38 @@ def reduce(ctx: Context, x: TRef, dims, op: str) -> TRef:
     }
     if r == 0:
         defines["INNER_INDEX"] = ""
-    ctx.dispatch("reduce", defines, [out, x], [0], spec, (min(nout, 65535), -(-nout // 65535), 1),
+    bindings = [out, x]
+    if center is not None:
+        defines["HAS_AUX"] = 1
+        bindings.append(center)
+    ctx.dispatch("reduce", defines, bindings, [0], spec, (min(nout, 65535), -(-nout // 65535), 1),
                  note=f"{op} {x.shape} dims={dims}")
     return out
+
+
+def _numel(x: TRef, dims) -> int:
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    return n
+
+
+def _index_code(x: TRef, kept, dims, spec: list):
+    """GLSL that turns output index o into `base` and reduced index r into `off`
+    (offsets into x), with the dims' sizes and strides appended to spec."""
+    (kshape,), (kstr,) = _dims(x, kept)
+    (rshape,), (rstr,) = _dims(x, dims)
+    decls, outer, inner = [], ["uint q = o;"], ["uint q = r;"]
+    cid = len(spec)
+    for tag, shape, strides, code, var in (("K", kshape, kstr, outer, "base"),
+                                           ("R", rshape, rstr, inner, "off")):
+        for k in reversed(range(len(shape))):
+            decls.append(f"layout(constant_id={cid}) const uint {tag}D{k}=1u;"
+                         f"layout(constant_id={cid + 1}) const uint {tag}S{k}=0u;")
+            spec += [shape[k], strides[k]]
+            cid += 2
+            code.append(f"{{ uint c = q % {tag}D{k}; q /= {tag}D{k}; {var} += c * {tag}S{k}; }}")
+    return decls, outer, inner
 
 
 def _dims(x: TRef, dims):
@@ -92,3 +118,91 @@ def reduction(ctx, x, dims=None, keepdim=False, *, dtype=None):
     if isinstance(dims, int):
         dims = [dims]
     return reduce(ctx, x, list(dims) if dims else [], name)
+
+
+def _norm_dims(x: TRef, dim) -> list[int]:
+    if dim is None:
+        return list(range(x.ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % max(1, x.ndim) for d in dims}) if x.ndim else []
+
+
+@lowering(aten.prod.default, aten.prod.dim_int)
+def prod(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    return reduce(ctx, x, [] if dim is None else [dim], "prod")
+
+
+@lowering(aten.max.default, aten.min.default)
+def max_all(ctx, x):
+    return reduce(ctx, x, [], "amax" if ctx.node.target == aten.max.default else "amin")
+
+
+def variance(ctx: Context, x: TRef, dims, correction=1, keepdim=False, std=False):
+    """(var or std, mean) over dims; both in the node's reduced shape."""
+    dims = dims if dims else list(range(x.ndim))
+    kept_shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape)) if keepdim else \
+        tuple(s for d, s in enumerate(x.shape) if d not in dims)
+    n = _numel(x, dims)
+    mean = reduce(ctx, x, dims, "mean", out_shape=kept_shape, out_kind="f32")
+    corr = 1 if correction is None else float(correction)
+    var = reduce(ctx, x, dims, "std" if std else "var", out_shape=kept_shape, out_kind="f32",
+                 center=mean, divisor=max(0.0, n - corr))
+    return var, mean
+
+
+@lowering(aten.var.correction, aten.std.correction)
+def var(ctx, x, dim=None, *, correction=None, keepdim=False):
+    x = ctx.ref(x)
+    std = ctx.node.target == aten.std.correction
+    return variance(ctx, x, _norm_dims(x, dim), correction, keepdim, std)[0]
+
+
+@lowering(aten.var_mean.correction, aten.std_mean.correction)
+def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
+    x = ctx.ref(x)
+    std = ctx.node.target == aten.std_mean.correction
+    return variance(ctx, x, _norm_dims(x, dim), correction, keepdim, std)
+
+
+# --- arg reductions: (value, index) pairs --------------------------------------------------
+def arg_reduce(ctx: Context, x: TRef, dims, largest: bool, out_shape, want_values: bool):
+    """Index (int32, flat over the reduced dims) of the first max/min, NaN counting as the
+    largest; and optionally the value itself."""
+    kept = [d for d in range(x.ndim) if d not in dims]
+    nout, r = _numel(x, kept), _numel(x, dims)
+    idx = ctx.empty(out_shape, "i32")
+    vals = ctx.empty(out_shape, x.kind) if want_values else None
+    if nout:
+        spec = [ARG_WG, nout, r, x.offset]
+        decls, outer, inner = _index_code(x, kept, dims, spec)
+        glsl = "float" if x.kind == "f32" else "int"
+        load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
+        store = {"f32": "st_f32(v)", "i32": "st_i32(v)", "b": "st_b(v != 0)"}[x.kind]
+        defines = {"VARIANT": f"{'max' if largest else 'min'}_{x.kind}", "VAL_T": glsl,
+                   "LOAD(w)": load, "STORE(v)": store, "SPEC_DECLS": " ".join(decls),
+                   "OUTER_INDEX": " ".join(outer), "INNER_INDEX": " ".join(inner)}
+        defines["LARGEST" if largest else "SMALLEST"] = 1
+        if x.kind == "f32":
+            defines["IS_FLOAT"] = 1
+        bindings = [idx, x]
+        if want_values:
+            defines["WANT_VALUES"] = 1
+            bindings.append(vals)
+        ctx.dispatch("argreduce", defines, bindings, [0, 2] if want_values else [0], spec,
+                     (min(nout, 65535), -(-nout // 65535), 1), note=f"arg {x.shape} dims={dims}")
+    return idx, vals
+
+
+@lowering(aten.argmax.default, aten.argmin.default)
+def argmax(ctx, x, dim=None, keepdim=False):
+    x = ctx.ref(x)
+    largest = ctx.node.target == aten.argmax.default
+    return arg_reduce(ctx, x, _norm_dims(x, dim), largest, ctx.out_shape(), False)[0]
+
+
+@lowering(aten.max.dim, aten.min.dim)
+def max_dim(ctx, x, dim, keepdim=False):
+    x = ctx.ref(x)
+    idx, vals = arg_reduce(ctx, x, _norm_dims(x, dim), ctx.node.target == aten.max.dim,
+                           ctx.out_shape(0), True)
+    return vals, idx

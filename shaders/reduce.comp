@@ -8,9 +8,19 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NOUT = 1;
 layout(constant_id = 2) const uint R = 1;
 layout(constant_id = 3) const uint IN_OFF = 0;
+layout(constant_id = 4) const uint DIV_BITS = 0x3f800000u;   // var/std: the divisor (float bits)
 SPEC_DECLS
 BUFFER(0, outb)
 BUFFER(1, inb)
+#ifdef HAS_AUX
+BUFFER(2, auxb)   // var/std: one mean per output element
+#endif
+float sq_(float v) { return v * v; }
+float div_(float a) {   // a / divisor, IEEE even where the driver divides by reciprocal
+    float d = uintBitsToFloat(DIV_BITS);
+    if (d == 0.0) return a == 0.0 ? uintBitsToFloat(0x7fc00000u) : a * uintBitsToFloat(0x7f800000u);
+    return a / d;
+}
 
 shared ACC_T partial[64];
 

@@ -1,0 +1,422 @@
+"""ATen coverage measured with PyTorch's own OpInfo suite.
+
+    python -m dynamo_vulkan.coverage [--ops GLOB ...] [--max-samples N]
+                                     [--shard I/N] [--json FILE] [--out docs/ops.md]
+    python -m dynamo_vulkan.coverage --merge shard0.json shard1.json ... --out docs/ops.md
+
+Every float32 sample of every OpInfo in
+`torch.testing._internal.common_methods_invocations.op_db` that supports
+float32 on the CPU (less the families listed in EXCLUDED_PREFIXES and the
+random or uninitialised-output ops in EXCLUDED_OPS) is compiled with
+backend="vulkan" under DYNAMO_VULKAN_FALLBACK=error and fullgraph=True, run,
+and compared with eager. Each sample ends as one of
+
+- pass:     compiled, no CPU fallback, matches eager (rtol/atol 1e-4, NaNs equal)
+- fallback: some node would run on the CPU (no lowering, unsupported dtype or
+            form, or a Dynamo graph break, which leaves the op to eager Python)
+- mismatch: ran on Vulkan but the result differs from eager
+- error:    anything else that raised (the reason is the exception)
+
+A shard writes JSON; --merge (or a single run with --out) writes the
+markdown report with totals, per-op counts and every non-passing sample.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import datetime
+import fnmatch
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+RTOL = ATOL = 1e-4
+SAMPLE_TIMEOUT_S = 300
+STATUSES = ("pass", "fallback", "mismatch", "error")
+
+EXCLUDED_PREFIXES = {
+    "linalg.": "linear algebra (linalg.*) is out of scope",
+    "fft.": "FFTs (fft.*) are out of scope",
+    "special.": "special functions (special.*) are out of scope",
+    "sparse.": "sparse tensors are out of scope",
+}
+_RANDOM = "random sampling: eager and compiled draw different numbers"
+_UNINIT = "uninitialised output: the values are undefined, nothing to compare"
+EXCLUDED_OPS = {
+    "bernoulli": _RANDOM, "cauchy": _RANDOM, "exponential": _RANDOM, "geometric": _RANDOM,
+    "log_normal": _RANDOM, "normal": _RANDOM, "normal.in_place": _RANDOM,
+    "normal.number_mean": _RANDOM, "uniform": _RANDOM, "multinomial": _RANDOM,
+    "rand_like": _RANDOM, "randint": _RANDOM, "randint_like": _RANDOM, "randn": _RANDOM,
+    "randn_like": _RANDOM, "nn.functional.dropout": _RANDOM, "nn.functional.dropout2d": _RANDOM,
+    "nn.functional.dropout3d": _RANDOM, "nn.functional.alpha_dropout": _RANDOM,
+    "nn.functional.feature_alpha_dropout.with_train": _RANDOM,
+    "nn.functional.feature_alpha_dropout.without_train": _RANDOM,
+    "nn.functional.rrelu": _RANDOM, "nn.functional.fractional_max_pool2d": _RANDOM,
+    "nn.functional.fractional_max_pool3d": _RANDOM, "svd_lowrank": _RANDOM,
+    "pca_lowrank": _RANDOM,
+    "to_sparse": "sparse tensors are out of scope",
+}
+
+
+@dataclass
+class Outcome:
+    status: str
+    reason: str = ""
+    desc: str = ""
+
+
+def op_name(op) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def exclusion(op) -> str | None:
+    """Why an OpInfo is not counted, or None if it is."""
+    name = op_name(op)
+    for prefix, why in EXCLUDED_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    if name in EXCLUDED_OPS:
+        return EXCLUDED_OPS[name]
+    if op.has_nondeterministic_output:
+        return _UNINIT
+    return None
+
+
+def select_ops(patterns: list[str] | None):
+    """(counted OpInfos, {name: why excluded}) for float32-on-CPU OpInfos."""
+    from torch.testing._internal.common_methods_invocations import op_db
+    counted, excluded = [], {}
+    for op in op_db:
+        name = op_name(op)
+        if patterns and not any(fnmatch.fnmatchcase(name, p) for p in patterns):
+            continue
+        if torch.float32 not in op.supported_dtypes("cpu"):
+            continue
+        why = exclusion(op)
+        if why:
+            excluded[name] = why
+        else:
+            counted.append(op)
+    return counted, excluded
+
+
+# --- one sample ---------------------------------------------------------------------------
+def describe(sample) -> str:
+    def d(x):
+        if isinstance(x, torch.Tensor):
+            s = "x".join(map(str, x.shape)) or "scalar"
+            dt = "" if x.dtype == torch.float32 else f" {str(x.dtype).replace('torch.', '')}"
+            nc = "" if x.is_contiguous() else " nc"
+            return f"T[{s}{dt}{nc}]"
+        if isinstance(x, (list, tuple)):
+            return "(" + ", ".join(d(y) for y in x) + ("," if len(x) == 1 else "") + ")"
+        return repr(x) if not callable(x) else getattr(x, "__name__", "fn")
+    parts = [d(sample.input)] + [d(a) for a in sample.args] + \
+        [f"{k}={d(v)}" for k, v in sample.kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _clone(x):
+    from torch.utils import _pytree as pytree
+    return pytree.tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, x)
+
+
+def _compare(got, expected, path="out") -> str | None:
+    """None if got matches expected, else what differs."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{path}: expected a tensor, got {type(got).__name__}"
+        if got.shape != expected.shape or got.dtype != expected.dtype:
+            return (f"{path}: expected {tuple(expected.shape)} {expected.dtype}, "
+                    f"got {tuple(got.shape)} {got.dtype}")
+        try:
+            torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL, equal_nan=True)
+        except AssertionError as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            detail = "; ".join(ln for ln in lines if ln.startswith(("Mismatched", "Greatest")))
+            return f"{path}: {detail or lines[0]}"
+        return None
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
+            return f"{path}: expected a sequence of {len(expected)}"
+        for i, (g, e) in enumerate(zip(got, expected)):
+            why = _compare(g, e, f"{path}[{i}]")
+            if why:
+                return why
+        return None
+    if isinstance(expected, float) and isinstance(got, float):
+        if abs(got - expected) <= ATOL + RTOL * abs(expected) or (got != got and expected != expected):
+            return None
+    if got != expected:
+        return f"{path}: expected {expected!r}, got {got!r}"
+    return None
+
+
+_FALLBACK_RE = re.compile(r"(\S+) \((\S+)\) would run on the CPU: (.*?) \(DYNAMO_VULKAN_FALLBACK")
+_LOWER_RE = re.compile(r"could not be lowered for inputs .*?: (.*) \(DYNAMO_VULKAN_FALLBACK", re.S)
+
+
+def _first_line(text: str, limit: int = 200) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def classify(exc: BaseException) -> Outcome:
+    """Map an exception from compiling or running a sample to fallback/error."""
+    from torch._dynamo.exc import Unsupported
+    from .backend import VulkanFallbackError
+    chain, e = [], exc
+    while e is not None and e not in chain:
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    for e in chain:
+        if isinstance(e, VulkanFallbackError):
+            text = str(e)
+            m = _FALLBACK_RE.search(text)
+            if m:
+                return Outcome("fallback", f"{m.group(1)}: {m.group(3)}")
+            m = _LOWER_RE.search(text)
+            return Outcome("fallback", _first_line(m.group(1) if m else text))
+    for e in chain:
+        if isinstance(e, Unsupported):
+            return Outcome("fallback", "Dynamo graph break: " + _first_line(str(e)))
+    return Outcome("error", f"{type(exc).__name__}: {_first_line(str(exc))}")
+
+
+class SampleTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int):
+    def fire(*_):
+        raise SampleTimeout(f"sample took more than {seconds} s")
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def run_sample(op, sample) -> Outcome | None:
+    """Compile one sample with backend="vulkan" and compare with eager.
+    None when eager itself raises (the sample is not counted)."""
+    from torch.utils import _pytree as pytree
+    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
+    where = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    consts = [None if isinstance(x, torch.Tensor) else x for x in leaves]
+
+    def call(*tensors):
+        full = list(consts)
+        for i, t in zip(where, tensors):
+            full[i] = t
+        inp, args, kwargs = pytree.tree_unflatten(full, spec)
+        return op(inp, *args, **kwargs)
+
+    tensors = [leaves[i] for i in where]
+    try:
+        expected = call(*_clone(tensors))
+    except Exception:
+        return None
+    torch._dynamo.reset()
+    try:
+        with _time_limit(SAMPLE_TIMEOUT_S), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = torch.compile(call, backend="vulkan", fullgraph=True, dynamic=False)(
+                *_clone(tensors))
+    except SampleTimeout as e:
+        return Outcome("error", str(e))
+    except Exception as e:                                    # noqa: BLE001 - classified
+        return classify(e)
+    why = _compare(got, expected)
+    return Outcome("mismatch", why) if why else Outcome("pass")
+
+
+def run_op(op, max_samples: int | None) -> list[Outcome]:
+    out = []
+    torch.manual_seed(0)
+    try:
+        samples = list(op.sample_inputs("cpu", torch.float32, requires_grad=False))
+    except Exception as e:                                    # noqa: BLE001
+        log.warning("%s: sample_inputs failed: %s", op_name(op), e)
+        return out
+    for sample in samples[:max_samples] if max_samples else samples:
+        o = run_sample(op, sample)
+        if o is not None:
+            o.desc = describe(sample)
+            out.append(o)
+    return out
+
+
+def run(ops, max_samples: int | None = None, shard: tuple[int, int] = (0, 1),
+        progress: bool = True) -> dict:
+    """{op name: [Outcome-as-dict, ...]} for this shard's ops (every N-th op)."""
+    from tqdm import tqdm
+    i, n = shard
+    mine = [op for k, op in enumerate(ops) if k % n == i]
+    results = {}
+    bar = tqdm(mine, desc=f"opinfo {i}/{n}", unit="op", disable=not progress)
+    counts = collections.Counter()
+    for op in bar:
+        name = op_name(op)
+        bar.set_postfix_str(name, refresh=False)
+        outs = run_op(op, max_samples)
+        results[name] = [o.__dict__ for o in outs]
+        counts.update(o.status for o in outs)
+        bar.set_postfix(dict(counts), refresh=True)
+    return results
+
+
+# --- report ---------------------------------------------------------------------------------
+def totals(results: dict) -> collections.Counter:
+    c = collections.Counter()
+    for outs in results.values():
+        c.update(o["status"] for o in outs)
+    return c
+
+
+def _reason_key(reason: str) -> str:
+    """A reason with sample-specific details (shapes, numbers) blurred, for ranking."""
+    return re.sub(r"\d+", "N", reason)[:120]
+
+
+def markdown(results: dict, excluded: dict, meta: dict) -> str:
+    c = totals(results)
+    counted = sum(c.values())
+    pct = 100.0 * c["pass"] / counted if counted else 0.0
+    lines = [
+        "# ATen coverage: PyTorch OpInfo samples through backend=\"vulkan\"",
+        "",
+        "Generated by `python -m dynamo_vulkan.coverage` (see its docstring for the method): every "
+        "float32 sample of every counted OpInfo in `op_db`, compiled with `fullgraph=True` under "
+        "`DYNAMO_VULKAN_FALLBACK=error` and compared with eager (rtol = atol = 1e-4).",
+        "",
+        f"- device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}; "
+        f"generated {meta.get('date', '?')}",
+        f"- OpInfos counted: {len(results)}; excluded: {len(excluded)} (listed at the end)",
+        "",
+        "## Totals",
+        "",
+        "| samples | pass | fallback | mismatch | error | pass % |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| {counted} | {c['pass']} | {c['fallback']} | {c['mismatch']} | {c['error']} | "
+        f"{pct:.1f} |",
+        "",
+        "## Most common reasons a sample does not pass",
+        "",
+        "| samples | ops | status: reason |",
+        "| ---: | ---: | --- |",
+    ]
+    reasons = collections.Counter()
+    reason_ops = collections.defaultdict(set)
+    for name, outs in results.items():
+        for o in outs:
+            if o["status"] != "pass":
+                k = f"{o['status']}: {_reason_key(o['reason'])}"
+                reasons[k] += 1
+                reason_ops[k].add(name)
+    for k, n in reasons.most_common(40):
+        lines.append(f"| {n} | {len(reason_ops[k])} | {_md(k)} |")
+    lines += ["", "## Per op", "", "| op | samples | pass | fallback | mismatch | error |",
+              "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name in sorted(results):
+        oc = collections.Counter(o["status"] for o in results[name])
+        lines.append(f"| {name} | {len(results[name])} | {oc['pass']} | {oc['fallback']} | "
+                     f"{oc['mismatch']} | {oc['error']} |")
+    lines += ["", "## Samples that do not pass", "",
+              "Sample numbers are positions in the OpInfo's `sample_inputs(\"cpu\", float32)`; "
+              "`T[2x3 int64 nc]` is a tensor of that shape (dtype if not float32, `nc` if "
+              "non-contiguous).", ""]
+    for name in sorted(results):
+        bad = [(k, o) for k, o in enumerate(results[name]) if o["status"] != "pass"]
+        if not bad:
+            continue
+        lines.append(f"### {name}")
+        lines.append("")
+        for k, o in bad:
+            lines.append(f"- #{k} {o['status']}: {_md(o['reason'])} — `{o['desc']}`")
+        lines.append("")
+    lines += ["## Excluded OpInfos", "", "| op | why |", "| --- | --- |"]
+    for name in sorted(excluded):
+        lines.append(f"| {name} | {excluded[name]} |")
+    return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _meta() -> dict:
+    from . import device
+    info = device.device_info() if device.is_available() else {"name": "no Vulkan device"}
+    return {"device": info.get("name", "?"), "torch": torch.__version__,
+            "date": datetime.date.today().isoformat()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", nargs="*", help="OpInfo names or globs (default: all counted)")
+    p.add_argument("--max-samples", type=int, default=None, help="samples per op (default: all)")
+    p.add_argument("--shard", default="0/1", help="I/N: run every N-th op starting at I")
+    p.add_argument("--json", type=Path, default=None, help="write this shard's raw results here")
+    p.add_argument("--out", type=Path, default=None,
+                   help="markdown report (default docs/ops.md for a full single run)")
+    p.add_argument("--merge", nargs="*", type=Path, default=None,
+                   help="merge shard JSON files into the markdown report instead of running")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    os.environ["DYNAMO_VULKAN_FALLBACK"] = "error"
+    logging.basicConfig(level=logging.WARNING)
+    if a.merge is not None:
+        results, excluded, meta = {}, {}, {}
+        for f in a.merge:
+            data = json.loads(f.read_text())
+            results.update(data["results"])
+            excluded.update(data["excluded"])
+            meta = meta or data["meta"]
+        out = a.out or Path("docs/ops.md")
+    else:
+        i, n = (int(x) for x in a.shard.split("/"))
+        if not 0 <= i < n:
+            p.error(f"--shard {a.shard}: need 0 <= I < N")
+        ops, excluded = select_ops(a.ops)
+        if not ops:
+            p.error(f"no counted OpInfo matches {a.ops}")
+        t0 = time.time()
+        results = run(ops, a.max_samples, (i, n), progress=not a.no_progress)
+        meta = _meta() | {"seconds": round(time.time() - t0, 1)}
+        if a.json:
+            a.json.parent.mkdir(parents=True, exist_ok=True)
+            a.json.write_text(json.dumps({"results": results, "excluded": excluded,
+                                          "meta": meta}, indent=0))
+        full = not a.ops and not a.max_samples and n == 1
+        out = a.out or (Path("docs/ops.md") if full else None)
+    c = totals(results)
+    counted = sum(c.values())
+    print(f"{counted} samples: " + ", ".join(f"{s} {c[s]}" for s in STATUSES) +
+          (f" ({100.0 * c['pass'] / counted:.1f}% pass)" if counted else ""))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(markdown(results, excluded, meta))
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
