@@ -10,13 +10,13 @@ the `@lowering` decorator; this file is the index of families:
 | matmul         | matmul.comp        | mm, bmm, addmm, baddbmm                              |
 | index          | gather.comp (+ew)  | embedding, index_select, cat, slice/select_scatter   |
 | views          | (none: metadata)   | view, reshape, permute, transpose, slice, expand ... |
-| gguf           | gguf_*.comp        | dynamo_vulkan.gguf_linear (quantized weights)        |
+| gguf           | gguf_*.comp        | dynamo_vulkan.gguf_linear, gguf_embedding (GGUF)     |
 | conv           | conv.comp          | convolution 1d/2d/3d, groups, dilation, transposed   |
 | pool           | pool.comp          | max/avg/adaptive pooling 1d-3d (with indices)        |
 | norm           | (reduce + ew)      | batch_norm (all forms), group_norm                   |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
-from . import elementwise, reduce, rowwise, matmul, index, views  # noqa: F401  (register)
+from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
 from . import conv, pool, norm  # noqa: F401  (register; ATen coverage families)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
