@@ -14,9 +14,10 @@ from dynamo_vulkan.gguf.op import gguf_embedding, gguf_linear
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from dynamo_vulkan.runtime.program import Resident
-from gguf_fixtures import KQUANTS, LEGACY, quantize
 from vk import check, compiled, noncontig
 
+LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 ALL_TYPES = LEGACY + KQUANTS
 # row length per type: more chunks of 8 than a mat-vec workgroup has threads (64),
 # and for F32/F16/BF16 not a multiple of the tiled kernel's k-step (16)
@@ -35,10 +36,30 @@ def cols_of(name: str) -> int:
     return 768 if name in KQUANTS else 640
 
 
+# byte offsets of each type's fp16 scales (d, m / dmin) inside a block
+HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+                "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+# their size: decoded values stay within a few units whatever the quant bits are
+HALF_SCALE = {"Q4_0": 0.05, "Q4_1": 0.05, "Q5_0": 0.03, "Q5_1": 0.03, "Q8_0": 0.01}
+
+
 def blocks_of(name: str, rows: int, cols: int, seed: int) -> torch.Tensor:
+    """uint8 GGUF data of a [rows, cols] weight: random bytes (every bit pattern of
+    the quant fields) with modest fp16 scales; F32/F16/BF16 from normal values.
+    Needs no gguf package, so it runs on machines without it."""
     rng = np.random.default_rng(seed)
-    w = rng.standard_normal((rows, cols)).astype(np.float32)
-    return torch.from_numpy(quantize(w, name, rng, scale=2e-3).reshape(-1).copy())
+    info = quant_info(name)
+    if name in ("F32", "F16", "BF16"):
+        w = rng.standard_normal(rows * cols).astype(np.float32)
+        data = {"F32": w, "F16": w.astype(np.float16),
+                "BF16": (w.view(np.uint32) >> 16).astype(np.uint16)}[name]
+        return torch.from_numpy(data.view(np.uint8).copy())
+    nb = rows * cols // info.block_size
+    b = rng.integers(0, 256, (nb, info.type_size), dtype=np.uint8)
+    for off in HALF_OFFSETS[name]:
+        h = (rng.standard_normal((nb, 1)) * HALF_SCALE.get(name, 1e-3)).astype(np.float16)
+        b[:, off:off + 2] = h.view(np.uint8)
+    return torch.from_numpy(b.reshape(-1))
 
 
 class Layers(torch.nn.Module):
