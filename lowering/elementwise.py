@@ -48,7 +48,8 @@ def _scalar_spec(value, kind: str) -> int:
 
 def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
        out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
-       scatter: list[tuple[int, int, int]] = (), accumulate: bool = False) -> TRef:
+       scatter: list[tuple[int, int, int]] = (), accumulate: bool = False,
+       gather: list[tuple[int, int, int, int]] = ()) -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
     operands: TRefs, host tensors (0-dim ones become constants) or Python scalars.
@@ -58,7 +59,11 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     scatter: (operand j, out stride, dim size) each: the output offset also moves by
       operand j's value (an index, negative ones wrapped) times the stride; elements
       whose index is out of range are not written (index_put).
-    accumulate: add into the output (atomically) instead of storing."""
+    accumulate: add into the output (atomically) instead of storing.
+    gather: (operand j, operand k, stride, dim size) each: operand k is read at an
+      offset also moved by operand j's value (an index, negative ones wrapped) times
+      the stride; an out-of-range index makes that element 0 (a kernel cannot raise).
+    `$i` in expr is the element's flat index (int) in the output shape."""
     ops = []
     for o in operands:
         if isinstance(o, torch.Tensor) and o.dim() == 0:
@@ -98,13 +103,14 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     buffers = [out]
     index = ["uint r = i;"]
     ti = 0
+    binding = {}
     for j, o in enumerate(ops):
         ck = compute or (o.kind if isinstance(o, TRef) else None)
         if isinstance(o, TRef):
             operand_decl(str(j), strides[ti], o.offset)
             ti += 1
             buffers.append(o)
-            b = len(buffers) - 1
+            b = binding[j] = len(buffers) - 1
             raw = f"ld_{o.kind}(b{b}[o{j}])"
             ck = ck or o.kind
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({raw});")
@@ -140,7 +146,15 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         cid += 2
         loads.append(f"{{ int x_ = int(v{j}); if (x_ < 0) x_ += XN{j}; "
                      f"if (x_ < 0 || x_ >= XN{j}) return; oo += uint(x_) * XS{j}; }}")
-    body = expr
+    for j, k, stride, size in gather:
+        decls.append(f"layout(constant_id={cid}) const uint GS{j}={stride}u;"
+                     f"layout(constant_id={cid + 1}) const int GN{j}={size};")
+        spec += [stride, size]
+        cid += 2
+        index.append(f"{{ int x_ = ld_i32(b{binding[j]}[o{j}]); if (x_ < 0) x_ += GN{j}; "
+                     f"if (x_ < 0 || x_ >= GN{j}) {{ b0[oo] = 0u; return; }} "
+                     f"o{k} += uint(x_) * GS{j}; }}")
+    body = expr.replace("$i", "int(i)")
     for j in reversed(range(len(names))):
         body = body.replace(f"${j}", names[j])
     rk = result or compute or out_kind

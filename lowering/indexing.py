@@ -1,0 +1,127 @@
+"""Gather and scatter by index tensors: advanced indexing (aten.index),
+gather, scatter / scatter_add / scatter_reduce(sum), and embedding_bag.
+
+Gathers and scatters are elementwise kernels (elementwise.ew) whose operand or
+output offset moves by an index read in the kernel; embedding_bag has its own
+kernel (shaders/embedding_bag.comp). Index values out of range read as 0 (a
+kernel cannot raise; eager raises)."""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from .core import Context, LoweringError, TRef, groups_for, lowering
+from .elementwise import ew
+from .index import advanced_index
+
+aten = torch.ops.aten
+WG = 64
+
+
+@lowering(aten.index.Tensor)
+def index(ctx, x, indices):
+    x = ctx.ref(x)
+    refs = [None if i is None else ctx.ref(i) for i in indices]
+    shape, view, idx = advanced_index(x, refs)
+    ops = [view] + [r for r, _, _ in idx]
+    gather = [(j + 1, 0, stride, size) for j, (_, stride, size) in enumerate(idx)]
+    return ew(ctx, "$0", ops, x.kind, compute=x.kind, shape=shape, gather=gather)
+
+
+def _along(ref: TRef, shape: tuple, dim: int) -> TRef:
+    """ref read in index's shape, with stride 0 along dim (the index moves it)."""
+    strides = tuple(0 if d == dim else st for d, st in enumerate(ref.strides))
+    return ref.with_layout(shape, strides, ref.offset)
+
+
+def _as_1d(ref: TRef) -> TRef:
+    return ref.with_layout((1,), (1,), ref.offset) if ref.ndim == 0 else ref
+
+
+@lowering(aten.gather.default)
+def gather(ctx, x, dim, index, sparse_grad=False):
+    x, idx = _as_1d(ctx.ref(x)), _as_1d(ctx.ref(index))
+    dim %= x.ndim
+    out_shape = ctx.out_shape()
+    view = _along(x, idx.shape, dim)
+    out = ew(ctx, "$0", [view, idx], x.kind, compute=x.kind, shape=idx.shape,
+             gather=[(1, 0, x.strides[dim], x.shape[dim])])
+    return out.with_layout(out_shape, () if not out_shape else out.strides, 0)
+
+
+def _scatter(ctx, x, dim, index, src, accumulate: bool):
+    x, idx = ctx.ref(x), _as_1d(ctx.ref(index))
+    k = x.kind
+    out = ew(ctx, "$0", [x], k, compute=k)
+    o1 = _as_1d(out)
+    dim %= o1.ndim
+    if idx.numel:
+        if isinstance(src, (TRef, torch.Tensor)):
+            s = _as_1d(ctx.ref(src))
+            src = s.with_layout(idx.shape, s.strides, s.offset)    # src may be larger than index
+        ew(ctx, "$0", [src, idx], k, compute=k, out=_along(o1, idx.shape, dim), shape=idx.shape,
+           scatter=[(1, o1.strides[dim], o1.shape[dim])], accumulate=accumulate)
+    return out
+
+
+@lowering(aten.scatter.src, aten.scatter.value)
+def scatter(ctx, x, dim, index, src):
+    return _scatter(ctx, x, dim, index, src, False)
+
+
+@lowering(aten.scatter_add.default)
+def scatter_add(ctx, x, dim, index, src):
+    return _scatter(ctx, x, dim, index, src, True)
+
+
+def _reduce_check(node) -> str | None:
+    reduce = node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
+    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
+    if reduce != "sum" or not include_self:
+        return f"scatter_reduce with reduce={reduce!r}, include_self={include_self}"
+    return None
+
+
+@lowering(aten.scatter_reduce.two, check=_reduce_check)
+def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
+    return _scatter(ctx, x, dim, index, src, True)
+
+
+# --- embedding_bag ----------------------------------------------------------------------------
+MODES = {0: "SUM", 1: "MEAN", 2: "MAX"}
+
+
+def _bag_check(node) -> str | None:
+    used = {u.args[1] for u in node.users if u.target is operator.getitem}
+    if used - {0}:
+        return "embedding_bag's offset2bag/bag_size/max_indices outputs are used"
+    if len(node.args) > 3 and node.args[3]:
+        return "embedding_bag with scale_grad_by_freq"
+    return None
+
+
+@lowering(aten._embedding_bag_forward_only.default, aten._embedding_bag.default, check=_bag_check)
+def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                  per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    w, idx, offs = ctx.ref(weight), ctx.ref(indices), ctx.ref(offsets)
+    if idx.ndim != 1 or offs.ndim != 1 or w.ndim != 2:
+        raise LoweringError("embedding_bag expects 1-d indices and offsets and a 2-d weight")
+    out = ctx.empty(ctx.out_shape(0), "f32")
+    bags, dim = out.shape
+    if out.numel:
+        spec = [WG, bags * dim, dim, idx.shape[0], offs.shape[0], w.shape[0], w.offset,
+                w.strides[0], w.strides[1], idx.offset, idx.strides[0], offs.offset,
+                offs.strides[0], int(padding_idx if padding_idx is not None else -1)
+                & 0xFFFFFFFF, 0, 0, int(bool(include_last_offset))]
+        defines = {"VARIANT": MODES[int(mode)].lower(), MODES[int(mode)]: 1}
+        bindings = [out, w, idx, offs]
+        if per_sample_weights is not None:
+            p = ctx.ref(per_sample_weights)
+            spec[14:16] = [p.offset, p.strides[0]]
+            defines["HAS_PSW"] = 1
+            bindings.append(p)
+        ctx.dispatch("embedding_bag", defines, bindings, [0], spec, groups_for(bags * dim, WG),
+                     note=f"{bags} bags of {dim} from {w.shape}")
+    rest = [ctx.empty(ctx.out_shape(i), "i32") for i in (1, 2, 3)]   # unused (see _bag_check)
+    return (out, *rest)

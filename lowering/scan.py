@@ -1,0 +1,70 @@
+"""Scan family (shaders/scan.comp): cumsum, cumprod and logcumsumexp along
+one dim of any view, in float32 or int32 (integer and bool inputs)."""
+from __future__ import annotations
+
+import torch
+
+from .core import Context, TRef, lowering
+from .elementwise import _coalesce
+
+aten = torch.ops.aten
+WG = 128
+NEG_INF = "uintBitsToFloat(0xff800000u)"
+
+# op -> (init, combine) per accumulator type
+OPS = {
+    ("sum", "f32"): ("0.0", "(a + b)"), ("sum", "i32"): ("0", "(a + b)"),
+    ("prod", "f32"): ("1.0", "(a * b)"), ("prod", "i32"): ("1", "(a * b)"),
+    ("logsumexp", "f32"): (NEG_INF, "lse_(a, b)"),
+}
+LSE = (f"float lse_(float a, float b) {{ float m = max(a, b); if (isinf(m) && m < 0.0) return m; "
+       f"if (isnan(a) || isnan(b)) return a + b; return m + log(1.0 + exp(min(a, b) - m)); }}")
+
+
+def scan(ctx: Context, x: TRef, dim: int, op: str, out_kind: str) -> TRef:
+    out = ctx.empty(x.shape, out_kind)
+    if x.ndim == 0:
+        x = x.with_layout((1,), (1,), x.offset)
+        dim = 0
+    dim %= x.ndim
+    acc = "f32" if out_kind == "f32" else "i32"
+    init, combine = OPS[(op, acc)]
+    ostrides = out.strides if out.ndim else (1,)
+    kept = [d for d in range(x.ndim) if d != dim]
+    shape, (istr, ostr) = _coalesce([x.shape[d] for d in kept],
+                                    [[x.strides[d] for d in kept], [ostrides[d] for d in kept]])
+    rows = out.numel // max(1, x.shape[dim])
+    n = x.shape[dim]
+    if out.numel == 0:
+        return out
+    spec = [WG, rows, n, x.offset, x.strides[dim], ostrides[dim]]
+    decls, code = [], []
+    cid = len(spec)
+    for k in reversed(range(len(shape))):
+        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
+                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
+                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
+        spec += [shape[k], istr[k], ostr[k]]
+        cid += 3
+        code.append(f"{{ uint c = q % KD{k}; q /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    glsl = "float" if acc == "f32" else "int"
+    load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
+    defines = {"VARIANT": f"{op}_{x.kind}", "ACC_T": glsl, "INIT": f"{glsl}({init})",
+               "COMBINE(a, b)": combine, "LOAD(w)": load,
+               "STORE(v)": "st_f32(v)" if acc == "f32" else "st_i32(v)",
+               "SPEC_DECLS": " ".join(decls + ([LSE] if op == "logsumexp" else [])),
+               "ROW_INDEX": " ".join(code)}
+    ctx.dispatch("scan", defines, [out, x], [0], spec, (min(rows, 65535), -(-rows // 65535), 1),
+                 note=f"{op} {x.shape} dim={dim}")
+    return out
+
+
+@lowering(aten.cumsum.default, aten.cumprod.default)
+def cumulative(ctx, x, dim, *, dtype=None):
+    op = "sum" if ctx.node.target == aten.cumsum.default else "prod"
+    return scan(ctx, ctx.ref(x), dim, op, ctx.out_kind())
+
+
+@lowering(aten.logcumsumexp.default)
+def logcumsumexp(ctx, x, dim):
+    return scan(ctx, ctx.ref(x), dim, "logsumexp", "f32")

@@ -1,0 +1,82 @@
+"""Index-driven gathers and scatters (lowering/indexing.py) and scans
+(lowering/scan.py) against eager."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vk import check, noncontig
+
+torch.manual_seed(0)
+
+
+def test_advanced_index_forms():
+    x, i = torch.randn(5, 6, 7), torch.tensor([0, 4, -1, 2])
+    check(lambda x, i: (x[i], x[:, i], x[i, :, i], x[:, i, :2], x[i.view(2, 2)], x[:, None, i]),
+          x, i)
+    check(lambda x, i: x[i, 1:, i], noncontig(x), i)
+    check(lambda x, i, j: x[i, j], torch.randn(4, 3), torch.tensor([[1], [3]]),
+          torch.tensor([0, 2, 1]))                                      # broadcast indices
+    check(lambda x, i: x[i], torch.randint(0, 9, (4, 2)), torch.tensor([3, 3, 0]))
+
+
+@pytest.mark.parametrize("dim,index_shape", [(1, (5, 3, 7)), (-1, (2, 3, 4)), (0, (1, 1, 1))],
+                         ids=str)
+def test_gather(dim, index_shape):
+    x = torch.randn(5, 6, 7)
+    idx = torch.randint(0, x.shape[dim], index_shape)
+    check(lambda x, i: torch.gather(x, dim, i), x, idx)
+    check(lambda x, i: torch.gather(x, dim, i), noncontig(x), idx)
+
+
+def test_gather_scalar_and_take_along_dim():
+    check(lambda x, i: torch.gather(x, 0, i), torch.tensor(2.0), torch.tensor(0))
+    x = torch.randn(4, 5)
+    check(lambda x: torch.take_along_dim(x, x.argsort(1)[:, :2], 1), x)
+
+
+def test_scatter_src_value_add_reduce():
+    x = torch.randn(3, 5)
+    check(lambda x, i, s: torch.scatter(x, 1, i, s), x, torch.tensor([[0, 1], [2, 3], [4, 0]]),
+          torch.randn(3, 4))
+    check(lambda x, i: torch.scatter(x, 0, i, 2.5), x, torch.tensor([[0, 1], [2, 0]]))
+    idx, src = torch.randint(0, 5, (3, 4)), torch.randn(3, 4)     # duplicates accumulate
+    check(lambda x, i, s: torch.scatter_add(x, 1, i, s), x, idx, src)
+    check(lambda x, i, s: torch.scatter_reduce(x, 1, i, s, "sum"), noncontig(x), idx, src)
+    check(lambda x, i, s: torch.scatter_add(x, 0, i, s), torch.zeros(4, dtype=torch.int64),
+          torch.tensor([1, 1, 3]), torch.tensor([2, 5, 7]))
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_embedding_bag(mode):
+    w = torch.randn(10, 4)
+    check(lambda w, i, o: F.embedding_bag(i, w, o, mode=mode), w, torch.tensor([1, 2, 3, 4, 9, 0]),
+          torch.tensor([0, 2, 2, 5]))                                   # an empty bag
+    check(lambda w, i: F.embedding_bag(i, w, mode=mode, padding_idx=2), noncontig(w),
+          torch.tensor([[1, 2, 3], [2, 2, 2]]))                         # an all-padding bag
+
+
+def test_embedding_bag_per_sample_weights_last_offset():
+    check(lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p,
+                                             include_last_offset=True),
+          torch.randn(10, 4), torch.tensor([1, 2, 3, 4, 9, 0]), torch.tensor([0, 2, 5, 6]),
+          torch.randn(6))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumsum_cumprod(dim):
+    x = torch.randn(3, 300, 5)
+    check(lambda x: (torch.cumsum(x, dim), torch.cumprod(x * 0.1 + 1, dim)), x, rtol=1e-4)
+
+
+def test_scans_int_bool_noncontig_scalar():
+    check(lambda x: torch.cumsum(x, 0), noncontig(torch.randn(7, 3)))
+    check(lambda x: (torch.cumsum(x, 0), torch.cumprod(x, 1)), torch.randint(-3, 4, (7, 3)))
+    check(lambda x: torch.cumsum(x, 0), torch.rand(7) > 0.5)
+    check(lambda x: torch.cumsum(x, 0), torch.tensor(3.0))
+    check(lambda x: torch.cumsum(x, 0), torch.randn(1, 4))
+
+
+def test_logcumsumexp():
+    x = torch.randn(4, 130)
+    x[0, 3] = float("-inf")
+    check(lambda x: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x, 0)), x)
