@@ -29,6 +29,7 @@ SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
 MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
 MV_WG = 64       # mat-vec threads per workgroup
 MV_NR = 2        # rows of W per mat-vec workgroup (x chunks are reused across them)
+MV_UNROLL = 2    # chunks per mat-vec thread and loop step
 MAX_SUBGROUPS = 32   # gguf_matvec.comp's MAXSG
 EMB_WG = 64
 TILE = 64
@@ -111,9 +112,37 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
     return v
 
 
+def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
+                cols: int) -> None:
+    """Dispatch out[m, n] = sum_k x2[m, k] * W[n, k] into a contiguous [m, rows]
+    `out`: the mat-vec kernel for m <= MATVEC_M (x2's k-stride must be 1), the
+    tiled one above. Split from the rule so benchmarks can emit it directly."""
+    defines = _type_defines(qtype)
+    m, k, n = x2.shape[0], cols, rows
+    rb = row_nbytes(qtype, cols)
+    note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
+    if m <= MATVEC_M:
+        if x2.strides[1] != 1:
+            raise LoweringError("gguf mat-vec needs x with unit stride along k")
+        wg = min(MV_WG, MAX_SUBGROUPS * max(1, int(ctx.caps.get("subgroup_size", 32))))
+        spec = [wg, m, n, k, x2.offset, x2.strides[0], rb]
+        defines |= {"NR": MV_NR, "UNROLL": MV_UNROLL}
+        if x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
+            defines["X_VEC4"] = 1
+        ctx.dispatch("gguf_matvec", defines, [out, x2, w], [0], spec, groups_for(n, MV_NR),
+                     note=note)
+    else:
+        groups = (-(-n // TILE), -(-m // TILE), 1)
+        if max(groups) > 65535:
+            raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
+                                "workgroups along one axis")
+        spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb]
+        ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
+
+
 @lowering(GGUF_LINEAR, check=_check)
 def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
-    defines = _type_defines(qtype)
+    _type_defines(qtype)
     w = _blocks(ctx, blocks, rows, cols, qtype)
     x = ctx.ref(x)
     if x.kind != "f32":
@@ -121,23 +150,8 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
     out = ctx.empty(ctx.out_shape(), "f32")
     if out.numel == 0:
         return out
-    m, k, n = out.numel // rows, cols, rows
-    rb = row_nbytes(qtype, cols)
-    note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
-    if m <= MATVEC_M:
-        x2 = _rows_of(ctx, x, m, k, unit_k=True)
-        wg = min(MV_WG, MAX_SUBGROUPS * max(1, int(ctx.caps.get("subgroup_size", 32))))
-        spec = [wg, m, n, k, x2.offset, x2.strides[0], rb]
-        ctx.dispatch("gguf_matvec", defines | {"NR": MV_NR}, [out, x2, w], [0], spec,
-                     groups_for(n, MV_NR), note=note)
-    else:
-        x2 = _rows_of(ctx, x, m, k, unit_k=False)
-        groups = (-(-n // TILE), -(-m // TILE), 1)
-        if max(groups) > 65535:
-            raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
-                                "workgroups along one axis")
-        spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb]
-        ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
+    m = out.numel // rows
+    emit_linear(ctx, out, _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M), w, qtype, rows, cols)
     return out
 
 

@@ -15,16 +15,27 @@ layout(constant_id = 6) const uint ROW_BYTES = 0; // bytes of one row of W
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
+#ifdef X_VEC4
+// the same binding seen as vec4s: one 16-byte load (X_OFF, X_SM multiples of 4)
+layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
+#endif
 #include "gguf_blocks.glsl"
 #ifndef NR
 #define NR 1
+#endif
+#ifndef UNROLL
+#define UNROLL 1
 #endif
 #define MAXM 8
 #define MAXSG 32
 shared float partial[MAXSG][NR * MAXM];
 
 vec4 x4(uint o) {
+#ifdef X_VEC4
+    return xv[o >> 2];
+#else
     return uintBitsToFloat(uvec4(xb[o], xb[o + 1u], xb[o + 2u], xb[o + 3u]));
+#endif
 }
 
 void main() {
@@ -33,19 +44,25 @@ void main() {
     float acc[NR][MAXM];
     for (uint r = 0; r < NR; ++r) for (uint m = 0; m < MAXM; ++m) acc[r][m] = 0.0;
     const uint chunks = K / 8u;
-    for (uint ch = gl_LocalInvocationID.x; ch < chunks; ch += gl_WorkGroupSize.x) {
-        uint boff = (ch / CPB) * QB, c = ch % CPB;
-        vec4 xl[MAXM], xh[MAXM];
-        for (uint m = 0; m < M; ++m) {
-            uint o = X_OFF + m * X_SM + 8u * ch;
-            xl[m] = x4(o);
-            xh[m] = x4(o + 4u);
-        }
-        for (uint r = 0; r < NR; ++r) {
-            if (NR > 1 && n0 + r >= N) break;
-            vec4 lo, hi;
-            deq8((n0 + r) * ROW_BYTES + boff, c, lo, hi);
-            for (uint m = 0; m < M; ++m) acc[r][m] += dot(lo, xl[m]) + dot(hi, xh[m]);
+    // UNROLL chunks per thread and step, gl_WorkGroupSize.x apart: their loads are
+    // independent, so more of them are in flight at once
+    for (uint ch0 = gl_LocalInvocationID.x; ch0 < chunks; ch0 += gl_WorkGroupSize.x * UNROLL) {
+        for (uint u = 0; u < UNROLL; ++u) {
+            uint ch = ch0 + u * gl_WorkGroupSize.x;
+            if (UNROLL > 1 && ch >= chunks) break;
+            uint boff = (ch / CPB) * QB, c = ch % CPB;
+            vec4 xl[MAXM], xh[MAXM];
+            for (uint m = 0; m < M; ++m) {
+                uint o = X_OFF + m * X_SM + 8u * ch;
+                xl[m] = x4(o);
+                xh[m] = x4(o + 4u);
+            }
+            for (uint r = 0; r < NR; ++r) {
+                if (NR > 1 && n0 + r >= N) break;
+                vec4 lo, hi;
+                deq8((n0 + r) * ROW_BYTES + boff, c, lo, hi);
+                for (uint m = 0; m < M; ++m) acc[r][m] += dot(lo, xl[m]) + dot(hi, xh[m]);
+            }
         }
     }
     for (uint r = 0; r < NR; ++r) for (uint m = 0; m < M; ++m) {

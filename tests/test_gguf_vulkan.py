@@ -93,7 +93,8 @@ def test_every_type_matches_cpu(name):
           torch.randn(9, k), torch.randn(70, k),                               # tiled
           noncontig(torch.randn(3, k)), noncontig(torch.randn(40, k)),
           torch.randn(2, 5, k), torch.randn(1, 1, k),                          # 3-D
-          torch.randn(k, 6).t(), torch.randn(k, 4, 3).permute(2, 1, 0)]        # k-strided
+          torch.randn(k, 6).t(), torch.randn(k, 4, 3).permute(2, 1, 0),        # k-strided
+          torch.randn(3, k + 1)[:, 1:], torch.randn(1, k + 2)[:, 2:]]          # unaligned rows
     ids2d = torch.tensor([[3, 0, 3, 32], [5, 5, 1, 31]])                       # repeats
     ids_nc = torch.tensor([7, -1, 7, -1, 0, -1, 32])[::2]
     with torch.no_grad():

@@ -1,0 +1,165 @@
+"""Mat-vec speed of the fused GGUF kernels: GB/s of quantized weight bytes read.
+
+One Program holds L copies of a weight shape (distinct GPU buffers, together
+well past the GPU's L2 cache, so every read comes from DRAM) and one mat-vec
+dispatch per copy. GPU timestamps around the dispatches give the time:
+  - "chained": every dispatch writes the same output, so a barrier orders them
+    (a decoder's layers: no overlap between kernels);
+  - "overlapped": independent dispatches, which the GPU may overlap.
+Weights are random bytes with modest fp16 scales (speed does not depend on the
+values); the first weight's result is checked against the CPU op.
+
+    python benchmarks/gguf_matvec.py [--types Q4_0,Q8_0] [--shapes 4096x4096]
+        [--variants 2x64x2,1x64x1] [--out DIR]
+
+`run(...)` returns the rows as dicts for the benchmark harness.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")
+SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))   # (rows, cols) of W
+# fp16 scale fields (byte offsets) per type, and their size
+HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+                "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+TARGET_BYTES = 192 << 20     # weights per measurement (H200 L2: 60 MB)
+
+
+def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarray:
+    """nbytes of GGUF blocks of type `name`: random quant bits, modest fp16 scales."""
+    from dynamo_vulkan.gguf.quants import quant_info
+    ts = quant_info(name).type_size
+    b = rng.integers(0, 256, (nbytes // ts, ts), dtype=np.uint8)
+    for off in HALF_OFFSETS[name]:
+        h = (rng.standard_normal((b.shape[0], 1)) * 1e-3).astype(np.float16)
+        b[:, off:off + 2] = h.view(np.uint8)
+    return b.reshape(-1)
+
+
+def _program(name, rows, cols, m, copies, chained, rng):
+    """A Plan + Program of `copies` mat-vecs, its args, and the blocks' bytes."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
+    from dynamo_vulkan.lowering.core import Context, TRef, contiguous_strides
+    from dynamo_vulkan.lowering.gguf import emit_linear
+    from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, words_of
+    from dynamo_vulkan.runtime.program import Program
+
+    qt = quant_info(name).ggml_type
+    nbytes = tensor_nbytes(qt, rows, cols)
+    data = torch.from_numpy(random_blocks(name, nbytes * copies, rng))
+    blocks = [data[i * nbytes:(i + 1) * nbytes] for i in range(copies)]
+    x = torch.randn(m, cols)
+    ctx = Context(device.device_info())
+    plan = ctx.plan
+    xr = TRef(ctx.buffer(x.numel(), "input", "f32"), (m, cols), (cols, 1), 0, "f32")
+    plan.inputs.append(InputSpec(xr.buf, str(x.dtype), tuple(x.shape), False))
+    outs = []
+    for b in blocks:
+        w = TRef(ctx.buffer(words_of("u8", nbytes), "param", "u8"), (nbytes,), (1,), 0, "u8")
+        plan.inputs.append(InputSpec(w.buf, str(b.dtype), tuple(b.shape), True))
+        if not outs or not chained:
+            outs.append(ctx.empty((m, rows), "f32"))
+        emit_linear(ctx, outs[-1], xr, w, qt, rows, cols)
+    for o in outs:
+        plan.buffers[o.buf].role = "output"
+        plan.outputs.append(OutputSpec(o.buf, "torch.float32", (m, rows)))
+    args = [x, *blocks]
+    return Program(plan, args, profile=True), args, nbytes
+
+
+def measure(name, rows, cols, m=1, calls=5, chained=True, seed=0,
+            target_bytes=TARGET_BYTES) -> dict:
+    """Median over `calls` of the GPU time of all mat-vecs in one submit."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.gguf.op import gguf_linear
+    from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
+    logging.getLogger("dynamo_vulkan.profile").setLevel(logging.WARNING)   # no table per call
+    rng = np.random.default_rng(seed)
+    nbytes = tensor_nbytes(quant_info(name).ggml_type, rows, cols)
+    copies = max(4, math.ceil(target_bytes / nbytes))
+    prog, args, nbytes = _program(name, rows, cols, m, copies, chained, rng)
+    period = device.device_info().get("timestamp_period_ns", 1.0)
+    spans = []
+    for _ in range(calls + 1):
+        outs = prog(args)
+        ts = np.array(prog.sequence.get_timestamps(), dtype=np.float64) * period
+        ops = [i for i, label in enumerate(prog._labels) if label and label.startswith("gguf_")]
+        spans.append((ts[ops[-1] + 1] - ts[ops[0]]) * 1e-9)   # start of first .. end of last
+    span = float(np.median(spans[1:]))                         # the first call warms up
+    qt = quant_info(name).ggml_type
+    ref = gguf_linear(args[0], args[-1 if chained else 1], qt, rows, cols)   # what outs[0] holds
+    err = float((outs[0] - ref).abs().max() / ref.abs().max())
+    return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
+            "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
+            "us_per_matvec": span / copies * 1e6, "GB_per_s": nbytes * copies / span / 1e9,
+            "max_rel_err": err}
+
+
+def run(types=TYPES, shapes=SHAPES, variants=((2, 64, 2),), modes=(True, False), m=1,
+        budget_s=float("inf"), target_bytes=TARGET_BYTES, log=print) -> list[dict]:
+    """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
+    from dynamo_vulkan.lowering import gguf as lowering
+    rows_out, t0 = [], time.perf_counter()
+    saved = lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL
+    try:
+        for nr, wg, unroll in variants:
+            lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll
+            for name in types:
+                for rows, cols in shapes:
+                    for chained in modes:
+                        if time.perf_counter() - t0 > budget_s:
+                            log(f"time budget of {budget_s:.0f} s spent; stopping")
+                            return rows_out
+                        r = measure(name, rows, cols, m=m, chained=chained,
+                                    target_bytes=target_bytes)
+                        r["variant"] = f"NR={nr} WG={wg} U={unroll}"
+                        rows_out.append(r)
+                        log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
+                            f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s"
+                            f"  err {r['max_rel_err']:.1e}")
+    finally:
+        lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = saved
+    return rows_out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--types", default=",".join(TYPES))
+    p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
+    p.add_argument("--variants", default="2x64x2",
+                   help="NRxWGxU: W rows per workgroup x threads x chunks per thread and step")
+    p.add_argument("--m", type=int, default=1, help="rows of x (<= 8)")
+    p.add_argument("--target-mb", type=float, default=TARGET_BYTES / 2**20,
+                   help="weight bytes per measurement (well past the L2 cache)")
+    p.add_argument("--budget", type=float, default=float("inf"), help="seconds")
+    p.add_argument("--out", default=None, help="directory for gguf_matvec.json")
+    a = p.parse_args(argv)
+    from dynamo_vulkan import device
+    info = device.device_info()
+    print(f"device: {info.get('name')} ({info.get('driver_info', '')})")
+    shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s]
+    variants = [tuple(int(v) for v in s.split("x")) for s in a.variants.split(",") if s]
+    rows = run(a.types.split(","), shapes, variants, m=a.m, budget_s=a.budget,
+               target_bytes=int(a.target_mb * 2**20))
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gguf_matvec.json").write_text(json.dumps(
+            {"device": info.get("name"), "driver": info.get("driver_info"),
+             "argv": sys.argv, "rows": rows}, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
