@@ -18,6 +18,11 @@ fi
 # install the project (its entry point registers the backend) without dependencies
 rm -rf /tmp/dvk && python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/dvk . \
   > /tmp/dvk-install.log 2>&1 || { tail -20 /tmp/dvk-install.log; exit 1; }
-export PYTHONPATH=/tmp/kp2:/tmp/dvk:$PWD/tests:$PYTHONPATH
+# pure-python / abi3 dependencies the GPU machine lacks (gguf, tokenizers, ...), carried as
+# wheels in .device-kit/wheels (pip download --python-version 3.12 --only-binary=:all:)
+if ls .device-kit/wheels/*.whl >/dev/null 2>&1 && [ ! -d /tmp/dvk-deps ]; then
+  python3 -m pip install -q --no-deps --target /tmp/dvk-deps .device-kit/wheels/*.whl
+fi
+export PYTHONPATH=/tmp/kp2:/tmp/dvk:/tmp/dvk-deps:$PWD/tests:$PYTHONPATH
 cd /tmp   # import the installed copy, not the source tree
 "$@"

