@@ -67,6 +67,20 @@ def _tensor_vals(node: fx.Node):
     return [v for v in flat if isinstance(v, torch.Tensor)]
 
 
+def _is_f64(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.dtype == torch.float64
+
+
+def _float64_at_boundary(node: fx.Node) -> bool:
+    """float64 is computed in float32 on the GPU: fine for the intermediates that
+    decompositions upcast, not for values the user hands in or gets back."""
+    if any(a.op == "placeholder" and _is_f64(a.meta.get("val")) for a in node.all_input_nodes):
+        return True
+    outs = [node] + [u for u in node.users if u.target is operator.getitem]
+    return any(_is_f64(n.meta.get("val")) and any(u.op == "output" for u in n.users)
+               for n in outs)
+
+
 def why_not_vulkan(node: fx.Node) -> str | None:
     """None if the node can run on Vulkan, else the reason it cannot."""
     t = node.target
@@ -86,6 +100,9 @@ def why_not_vulkan(node: fx.Node) -> str | None:
     for v in _tensor_vals(node):
         if str(v.dtype) not in KIND_OF_DTYPE:
             return f"dtype {v.dtype} is not supported on Vulkan"
+    if _float64_at_boundary(node):
+        return ("a float64 graph input or output (Vulkan computes float64 in float32, so only "
+                "inside a graph, where decompositions upcast)")
         if v.device.type != "cpu" and v.device.type != "meta":
             return f"tensor on device {v.device}"
     if rule is not None and rule.check is not None:

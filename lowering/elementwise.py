@@ -352,16 +352,24 @@ def to_copy(ctx, x, *rest, **kwargs):
     if ctx.node.target == aten.copy.default:   # copy(dst, src): src broadcast to dst's shape
         x = rest[0]
     k = ctx.out_kind()
-    return ew(ctx, _cast_expr(x, k), [x], k, shape=ctx.out_shape(), result=k)
+    return ew(ctx, _cast_expr(x, k, ctx.meta().dtype), [x], k, shape=ctx.out_shape(), result=k)
 
 
-def _cast_expr(x, k: str) -> str:
+# Narrow dtypes live in wider GPU kinds; a cast into one rounds or wraps as torch does.
+NARROW = {
+    torch.float16: "unpackHalf2x16(packHalf2x16(vec2({}, 0.0))).x",
+    torch.bfloat16: "round_bf16({})",
+    torch.uint8: "(({}) & 255)", torch.int8: "(((({}) & 255) ^ 128) - 128)",
+    torch.int16: "(((({}) & 65535) ^ 32768) - 32768)",
+}
+
+
+def _cast_expr(x, k: str, dtype: torch.dtype | None = None) -> str:
     src = x.kind if isinstance(x, TRef) else "f32"
     if k == "b":
         return "$0 != " + {"f32": "0.0", "i32": "0", "b": "false"}[src]
-    if src == "f32" and k == "i32":
-        return "int(trunc($0))"
-    return f"{GLSL_TYPE[k]}($0)"
+    expr = "int(trunc($0))" if src == "f32" and k == "i32" else f"{GLSL_TYPE[k]}($0)"
+    return NARROW[dtype].format(expr) if dtype in NARROW else expr
 
 
 @lowering(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)

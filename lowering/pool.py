@@ -8,6 +8,7 @@ import torch
 
 from .conv import _triple
 from .core import Context, LoweringError, TRef, groups_for, lowering
+from .elementwise import ew
 
 aten = torch.ops.aten
 WG = 64
@@ -75,3 +76,22 @@ def adaptive_avg_pool(ctx, x, output_size):
 def adaptive_max_pool(ctx, x, output_size):
     nsp = 2 if ctx.node.target == aten.adaptive_max_pool2d.default else 3
     return pool(ctx, ctx.ref(x), nsp, "adaptive_max", out_shape=ctx.out_shape(0))
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default,
+          aten.max_pool3d_with_indices_backward.default)
+def max_pool_backward(ctx, grad_out, x, kernel_size, stride, padding, dilation, ceil_mode,
+                      indices):
+    """grad_input: each output gradient added at its argmax (an index into the plane)."""
+    nsp = 2 if ctx.node.target == aten.max_pool2d_with_indices_backward.default else 3
+    g, idx = ctx.ref(grad_out), ctx.ref(indices)
+    out = ew(ctx, "0.0", [], "f32", shape=ctx.out_shape())
+    plane = 1
+    for s in out.shape[out.ndim - nsp:]:
+        plane *= s
+    lead = g.ndim - nsp
+    view = out.with_layout(g.shape, out.strides[:lead] + (0,) * nsp, 0)
+    if g.numel:
+        ew(ctx, "$0", [g, idx], "f32", compute="f32", out=view, shape=g.shape,
+           scatter=[(1, 1, plane)], accumulate=True)
+    return out

@@ -36,6 +36,12 @@ float tanh_f(float x) {  // GLSL tanh overflows to NaN for |x| > ~44 on some dri
     return sign(x) * (1.0 - e) / (1.0 + e);
 }
 float sigmoid_f(float x) { return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
+float round_bf16(float x) {  // to the nearest bfloat16, ties to even (NaN kept)
+    if (isnan(x)) return x;
+    uint u = floatBitsToUint(x);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uintBitsToFloat(u & 0xffff0000u);
+}
 float pow_f(float a, float b) {  // torch semantics for negative bases and integer exponents
     if (b == 0.0) return 1.0;
     if (a >= 0.0) return pow(a, b);

@@ -13,7 +13,10 @@ import numpy as np
 
 # GPU storage kinds: every buffer is 32-bit words.
 KIND_OF_DTYPE = {"torch.float32": "f32", "torch.int64": "i32", "torch.int32": "i32",
-                 "torch.int16": "i32", "torch.int8": "i32", "torch.uint8": "i32", "torch.bool": "b"}
+                 "torch.int16": "i32", "torch.int8": "i32", "torch.uint8": "i32", "torch.bool": "b",
+                 # computed in float32, converted at the program's edges (partition.py keeps
+                 # float64 to a graph's intermediates)
+                 "torch.float16": "f32", "torch.bfloat16": "f32", "torch.float64": "f32"}
 NUMPY_OF_KIND = {"f32": np.float32, "i32": np.int32, "b": np.uint32, "u8": np.uint8}
 # "u8": raw bytes packed 4 to a word (zero-padded), for uint8 inputs that kernels decode
 # themselves (GGUF blocks); the planner picks it per input (lowering.gguf.packed_input).
