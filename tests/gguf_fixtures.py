@@ -206,11 +206,16 @@ REAL_MODELS = {
 }
 
 
+# llama.cpp's reference tokens (a copy of shared/reference's JSON, so the top-1 and
+# tokenizer checks run anywhere); its logits files are read from shared/ when present.
+LOCAL_REFERENCE = Path(__file__).resolve().parent / "data" / "llamacpp_reference.json"
+
+
 def reference() -> dict | None:
-    p = REFERENCE_DIR / "llamacpp_reference.json"
-    if not p.is_file():
-        return None
-    return json.loads(p.read_text())
+    for p in (REFERENCE_DIR / "llamacpp_reference.json", LOCAL_REFERENCE):
+        if p.is_file():
+            return json.loads(p.read_text())
+    return None
 
 
 def package_installed(import_name: str) -> bool:

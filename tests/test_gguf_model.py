@@ -417,6 +417,9 @@ def test_real_logits_match_llamacpp(key):
     with torch.no_grad():
         logits = model(torch.tensor([ref["token_ids"]]), 0)[0]
     assert logits.shape == (model.vocab_size,)
+    if not (REFERENCE_DIR / ref["logits_file"]).is_file():
+        pytest.skip(f"llama.cpp's logits file is not at {REFERENCE_DIR} (top-1 is checked by "
+                    "test_real_greedy_start_matches_llamacpp and the Vulkan tests)")
     want = torch.from_numpy(np.load(REFERENCE_DIR / ref["logits_file"]).astype(np.float32))
     diff = (logits - want).abs().max().item()
     top10 = torch.topk(logits, 10).indices.tolist()

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..gguf.op import GGUFEmbedding, GGUFLinear
+from ..runtime.program import keep_on_device, read_back
 from .config import DecoderConfig
 
 __all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "apply_rope"]
@@ -95,6 +96,10 @@ class Attention(nn.Module):
         self.split = [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.v_head_dim]
         self.register_buffer("k_cache", torch.zeros(self.n_kv, max_ctx, self.head_dim), persistent=False)
         self.register_buffer("v_cache", torch.zeros(self.n_kv, max_ctx, self.v_head_dim), persistent=False)
+        # Compiled for Vulkan, the caches live on the GPU between steps (no copy back per
+        # token); read_cache() brings them to the host.
+        keep_on_device(self.k_cache)
+        keep_on_device(self.v_cache)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
@@ -219,6 +224,13 @@ class Decoder(nn.Module):
                 f"but this model's KV cache holds {self.max_ctx} (load it with a larger max_ctx; "
                 f"the file's trained context is {self.config.context_length})"
             )
+
+    @torch.no_grad()
+    def read_cache(self) -> None:
+        """Refresh the host copies of the KV caches from the GPU (after compiled steps)."""
+        for layer in self.layers:
+            read_back(layer.attn.k_cache)
+            read_back(layer.attn.v_cache)
 
     @torch.no_grad()
     def reset_cache(self) -> None:

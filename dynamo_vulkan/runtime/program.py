@@ -65,6 +65,35 @@ class Resident:
             _stats["uploads"] += 1
 
 
+KEEP_ON_DEVICE = "_dynamo_vulkan_keep_on_device"
+
+
+def keep_on_device(t: torch.Tensor) -> torch.Tensor:
+    """Mark a buffer that compiled graphs update in place (a KV cache) as living
+    on the GPU: its updates are not copied back to the host tensor after each
+    call, which then goes stale until read_back(t). Writing the host tensor
+    (bumping its version) still uploads it again. Mark before the first call."""
+    setattr(t, KEEP_ON_DEVICE, True)
+    return t
+
+
+def is_kept_on_device(t: torch.Tensor) -> bool:
+    return bool(getattr(t, KEEP_ON_DEVICE, False))
+
+
+def read_back(t: torch.Tensor) -> torch.Tensor:
+    """Copy the GPU's copy of a resident tensor into it (for keep_on_device tensors)."""
+    for r in list(Resident._pool.values()):
+        if r.ref() is t:
+            words = download(r.mgr, r.tensor, max(1, t.numel()))
+            with torch.no_grad():
+                t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
+                        .view(t.shape))
+            r.version = t._version
+            return t
+    return t        # never uploaded: the host copy is the only one
+
+
 def _kp():
     import kp
     return kp
@@ -253,7 +282,8 @@ class Program:
                 raise StaleBinding(i)
             r.sync(t)
         for i, staging, kind in self.streamed:
-            staging[:] = host_words(args[i], kind)
+            words = host_words(args[i], kind)
+            staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
         self.sequence.eval()
         _stats["submits"] += 1
         if self.profile:
