@@ -1,0 +1,155 @@
+"""python -m benchmarks: measure workloads on our Vulkan backend beside eager CPU,
+inductor CPU and the peers that are installed, in one run.
+
+Writes to --out: results.json (the record: machine, device, driver, versions,
+git commit, command line, date, probes, every row, the targets), table.md
+(what is printed) and PNG plots (speed-up over eager CPU, latency spread,
+LLM tokens/s). Every figure is a median after warm-up with its spread, and
+every backend's output is checked against eager CPU in the same run.
+
+Peers: IREE on Vulkan (pip install 'dynamo-vulkan[peers]') for the MLP and the
+transformer block; llama.cpp's Vulkan backend for the GGUF models, found with
+--llama-cpp DIR or LLAMA_CPP_DIR. A missing peer is skipped with a note.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+from . import plots, probes, record, suites, table, targets
+from .harness import Bench, Options
+from .peers import PeerUnavailable
+from .timing import Plan
+
+log = logging.getLogger("benchmarks")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suites", default=",".join(suites.NAMES), help="comma-separated (see --list); default: all")
+    p.add_argument("--list", action="store_true", help="list the suites and exit")
+    p.add_argument("--reps", type=int, default=None, help="repetitions per figure after warm-up (default 20, --quick 3)")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="time allowed per figure; slow calls get fewer repetitions, at least 3 (default 3, --quick 0.3)")
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
+    p.add_argument("--quick", action="store_true", help="small shapes, few repetitions (a smoke test: < 2 min on lavapipe)")
+    p.add_argument("--no-inductor", action="store_true", help="leave out the inductor CPU baseline")
+    p.add_argument("--no-peers", action="store_true", help="leave out IREE and llama.cpp")
+    p.add_argument("--llama-cpp", default=None, metavar="DIR",
+                   help=f"llama.cpp with its Vulkan backend (default: ${'{'}LLAMA_CPP_DIR{'}'}); see benchmarks/peers/llama_cpp.py")
+    p.add_argument("--iree-target", default="auto", help="--iree-vulkan-target for IREE (auto: from the device name; "
+                                                         "'default': IREE's portable baseline)")
+    p.add_argument("--iree-vmfb-dir", default=None, metavar="DIR",
+                   help="compiled IREE modules, reused and written here (default ~/.cache/dynamo_vulkan/iree)")
+    p.add_argument("--gguf-skeletons", default=None, metavar="DIR",
+                   help="NAME.json.gz skeletons (benchmarks/synth_model.py) for models that are not installed")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    return p
+
+
+def _iree(args, device_name: str, bench_notes) -> object | None:
+    from .peers.iree import IreePeer, auto_target
+
+    target = {"auto": auto_target(device_name), "default": None}.get(args.iree_target, args.iree_target)
+    vmfb_dir = Path(args.iree_vmfb_dir or Path.home() / ".cache" / "dynamo_vulkan" / "iree")
+    try:
+        return IreePeer(target, vmfb_dir)
+    except PeerUnavailable as e:
+        bench_notes.append(f"IREE skipped: {e}")
+        return None
+
+
+def _llama(args, tmp: Path, bench_notes) -> object | None:
+    from .peers.llama_cpp import LlamaCppPeer, locate
+
+    where = locate(args.llama_cpp)
+    if where is None:
+        try:
+            import llama_cpp  # noqa: F401  (installed in the environment)
+        except ImportError:
+            bench_notes.append("llama.cpp skipped: not given (--llama-cpp DIR or LLAMA_CPP_DIR) and not installed")
+            return None
+    try:
+        return LlamaCppPeer(where, tmp)
+    except PeerUnavailable as e:
+        bench_notes.append(f"llama.cpp skipped: {e}")
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser().parse_args(argv)
+    if args.list:
+        for name in suites.NAMES:
+            print(f"{name:14s} {suites.load(name).DESCRIPTION}")
+        return 0
+    names = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [n for n in names if n not in suites.NAMES]
+    if unknown:
+        parser().error(f"unknown suite(s) {unknown}; choose from {', '.join(suites.NAMES)}")
+    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("DYNAMO_VULKAN_FALLBACK", "silent")   # the rows count CPU nodes instead
+
+    import torch
+
+    import dynamo_vulkan
+
+    torch.manual_seed(0)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="dvk-bench-"))
+    plan = Plan(reps=args.reps or (3 if args.quick else 20), warmup=1 if args.quick else 3,
+                max_s=args.max_seconds or (0.3 if args.quick else 3.0))
+    early_notes: list[str] = []
+    if not dynamo_vulkan.is_available():
+        early_notes.append("no Vulkan device: " + str(dynamo_vulkan.device_info().get("reason")))
+    env = record.environment(argv)
+    try:
+        probe_results = probes.run_all(args.quick, plan)
+        opts = Options(quick=args.quick, plan=plan, inductor=not args.no_inductor, cuda=probes.cuda_available(),
+                       skeleton_dir=args.gguf_skeletons, work_dir=tmp)
+        if not args.no_peers and {"mlp", "block"} & set(names):
+            opts.iree = _iree(args, env["device"].get("name", ""), early_notes)
+        if not args.no_peers and "llm" in names:
+            opts.llama_cpp = _llama(args, tmp, early_notes)
+        if args.no_peers:
+            early_notes.append("peers left out (--no-peers)")
+        bench = Bench(opts, probe_results)
+        for n in early_notes:
+            bench.note("run", n)
+        failed_suites = []
+        bar = tqdm(names, desc="suites", unit="suite", file=sys.stderr, dynamic_ncols=True)
+        for name in bar:
+            bar.set_postfix_str(name)
+            try:
+                suites.load(name).run(bench)
+            except Exception as e:
+                log.exception("suite %s failed", name)
+                bench.note(name, f"suite failed: {type(e).__name__}: {e}")
+                failed_suites.append(name)
+        results = targets.resolve(bench.targets, bench.rows, bench.extra.pop("memory_targets", []))
+        record.write_json(out / "results.json", env, probe_results, bench.rows, results, bench.notes,
+                          {"extra": bench.extra, "options": {"quick": args.quick, "suites": names,
+                                                             "reps": plan.reps, "max_seconds": plan.max_s}})
+        head = table.header(env, probe_results)
+        text = "\n\n".join([head, table.rows_table(bench.rows), "Targets (issue 6):",
+                            table.targets_table(results), "Notes:\n" + "\n".join(f"- {n}" for n in bench.notes.items)])
+        (out / "table.md").write_text(text + "\n")
+        title = f"{env['device'].get('name')} - {env['date']}"
+        made = plots.draw_all(bench.rows, out, title)
+        sys.stdout.write(text + "\n\nwrote " + ", ".join(str(p) for p in [out / "results.json", out / "table.md", *made]) + "\n")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    bad = [f"{r.workload} [{r.backend}] err {r.err:.2e} > tol {r.tol:.2e}" for r in bench.rows if r.ok is False]
+    if bad or failed_suites:
+        sys.stderr.write("correctness or suite failures:\n" + "\n".join(bad + [f"suite {s}" for s in failed_suites]) + "\n")
+        return 1
+    return 0

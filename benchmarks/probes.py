@@ -1,0 +1,164 @@
+"""Limits measured in the same process, so every figure can be set against them.
+
+- the Vulkan device's copy bandwidth: the better of a grid-stride uvec4 copy
+  kernel and a buffer-to-buffer transfer, through kp, timed with kp's GPU
+  timestamps (bytes read + written per second);
+- one empty kp submit + wait (the floor under any compiled call);
+- with torch CUDA on the machine: its device-to-device copy bandwidth and its
+  fp32 matmul rate with TF32 off (the peak FLOP/s we hold matmuls against).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from .timing import Plan, Stat, measure, measure_cuda
+
+log = logging.getLogger(__name__)
+
+COPY_SHADER = """#version 450
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint N4 = 1u;   // uvec4s to copy
+layout(binding = 0) readonly buffer Src { uvec4 src[]; };
+layout(binding = 1) writeonly buffer Dst { uvec4 dst[]; };
+void main() {
+    uint stride = gl_NumWorkGroups.x * 256u;
+    for (uint i = gl_GlobalInvocationID.x; i < N4; i += stride) dst[i] = src[i];
+}
+"""
+
+
+def vulkan_copy_gbps(nbytes: int, iters: int = 10) -> dict:
+    """GB/s (read + write) of a copy kernel over ``nbytes`` on the Vulkan device."""
+    import kp
+
+    from dynamo_vulkan import device_info
+    from dynamo_vulkan.device import manager
+    from dynamo_vulkan.runtime.shaders import compile_source
+
+    info = device_info()
+    nbytes = int(min(nbytes, info.get("max_storage_buffer_range", 128 << 20)) // 16 * 16)
+    mgr = manager()
+    words = nbytes // 4
+    storage = kp.TensorTypes.storage
+    src = mgr.tensor_t(np.zeros(words, np.uint32), tensor_type=storage)
+    dst = mgr.tensor_t(np.zeros(words, np.uint32), tensor_type=storage)
+    n4 = nbytes // 16
+    groups = max(1, min(-(-n4 // 256), 65535))
+    spec = np.array([n4], np.uint32)
+    empty = np.zeros(0, np.uint32)
+    algo = mgr.algorithm([src, dst], compile_source(COPY_SHADER, "bench_copy"), [groups, 1, 1], spec, empty)
+    seq = mgr.sequence(total_timestamps=iters + 2)
+    for _ in range(iters):
+        seq.record(kp.OpAlgoDispatch(algo, empty))
+    seq.eval()                       # warm-up
+    seq.eval()
+    ts = np.array(seq.get_timestamps(), dtype=np.float64)
+    period = float(info.get("timestamp_period_ns", 1.0))
+    seconds = (ts[-1] - ts[0]) * period * 1e-9 / iters
+    kernel_gbps = 2 * nbytes / seconds / 1e9
+    seq = mgr.sequence(total_timestamps=iters + 2)
+    for _ in range(iters):
+        seq.record(kp.OpTensorCopy([src, dst]))
+    seq.eval()
+    seq.eval()
+    ts = np.array(seq.get_timestamps(), dtype=np.float64)
+    transfer_gbps = 2 * nbytes / ((ts[-1] - ts[0]) * period * 1e-9 / iters) / 1e9
+    for t in (src, dst):
+        t.destroy()
+    return {"bytes": nbytes, "gbps": max(kernel_gbps, transfer_gbps), "kernel_gbps": kernel_gbps,
+            "transfer_gbps": transfer_gbps,
+            "how": f"the better of a uvec4 copy kernel and vkCmdCopyBuffer (kp OpTensorCopy), "
+                   f"{iters} in one submit, kp timestamps"}
+
+
+def empty_submit(plan: Plan) -> dict:
+    """ms of one submit + wait of an empty kp sequence: reused, and made afresh each time."""
+    from dynamo_vulkan.device import manager
+
+    mgr = manager()
+    seq = mgr.sequence()
+    reused = measure(seq.eval, plan)
+    fresh = measure(lambda: mgr.sequence().eval(), plan)
+    return {"reused_ms": reused.as_dict(), "fresh_ms": fresh.as_dict()}
+
+
+def cuda_copy_gbps(nbytes: int, plan: Plan) -> dict:
+    import torch
+
+    x = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+    y = torch.empty_like(x)
+    st = measure_cuda(lambda: y.copy_(x), plan)
+    return {"bytes": nbytes, "gbps": 2 * nbytes / (st.median * 1e-3) / 1e9, "device": torch.cuda.get_device_name(),
+            "how": "torch CUDA device-to-device copy_, CUDA events"}
+
+
+def cuda_fp32_matmul_gflops(n: int, plan: Plan) -> dict:
+    """Peak-ish fp32 FLOP/s of torch CUDA matmul with TF32 off (n x n x n)."""
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        a = torch.randn(n, n, device="cuda")
+        b = torch.randn(n, n, device="cuda")
+        st = measure_cuda(lambda: a @ b, plan)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+    return {"n": n, "gflops": 2 * n ** 3 / (st.median * 1e-3) / 1e9, "device": torch.cuda.get_device_name(),
+            "how": "torch CUDA fp32 matmul, TF32 off, CUDA events"}
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+        return torch.cuda.is_available()
+    except Exception:            # a broken CUDA install is the same as none here
+        return False
+
+
+def run_all(quick: bool, plan: Plan) -> dict:
+    """Every probe that this machine can run; a failed probe is recorded, not fatal."""
+    out: dict = {}
+    size = (16 << 20) if quick else (256 << 20)
+    try:
+        out["vulkan_copy"] = vulkan_copy_gbps(size, iters=3 if quick else 10)
+    except Exception as e:
+        out["vulkan_copy"] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        out["empty_submit"] = empty_submit(Plan(reps=200 if not quick else 50, warmup=10, max_s=2.0))
+    except Exception as e:
+        out["empty_submit"] = {"error": f"{type(e).__name__}: {e}"}
+    if cuda_available():
+        try:
+            out["cuda_copy"] = cuda_copy_gbps(size, plan)
+            out["cuda_fp32_matmul"] = cuda_fp32_matmul_gflops(1024 if quick else 8192, plan)
+        except Exception as e:
+            out["cuda_error"] = f"{type(e).__name__}: {e}"
+    else:
+        out["cuda"] = "torch.cuda is not available: no CUDA copy or FLOP/s limits"
+    return out
+
+
+def copy_limit(probes: dict) -> tuple[float | None, str]:
+    """The best copy bandwidth measured on the device (GB/s) and which probe gave it."""
+    best, name = None, ""
+    for key in ("vulkan_copy", "cuda_copy"):
+        g = probes.get(key, {}).get("gbps")
+        if g and (best is None or g > best):
+            best, name = g, key
+    return best, name
+
+
+def empty_submit_ms(probes: dict) -> float | None:
+    es = probes.get("empty_submit", {})
+    return es["reused_ms"]["median"] if "reused_ms" in es else None
+
+
+def peak_gflops(probes: dict) -> float | None:
+    return probes.get("cuda_fp32_matmul", {}).get("gflops")
+
+
+__all__ = ["run_all", "copy_limit", "empty_submit_ms", "peak_gflops", "Stat"]

@@ -1,0 +1,91 @@
+"""gguf_linear for each GGUF type, in GB/s of quantized weight bytes read.
+
+Two views:
+- compiled: a GGUFLinear (legacy types quantized from floats with
+  GGUFLinear.from_float, K-quants as random blocks with modest fp16 scales)
+  under torch.compile for one token (a mat-vec), against eager CPU's
+  dequantize-and-multiply. One weight of a few MB can sit in a big GPU's L2
+  cache between calls, so this figure can exceed DRAM bandwidth.
+- kernel (issue 6's targets): benchmarks/gguf_matvec.py, when present, runs the
+  fused mat-vec over enough distinct copies of each weight to defeat the L2
+  cache and times the dispatches alone; Q4_0, Q4_1, Q8_0, Q4_K and Q6_K on
+  4096x4096 and 4096x14336 against the device's copy bandwidth (>= 70%).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from dynamo_vulkan.gguf.op import GGUFLinear
+from dynamo_vulkan.gguf.quants import quant_info
+
+from ..harness import Target
+from ..record import Row
+from ..synth_model import _random_blocks
+from ..timing import Stat
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = "gguf_linear per quant type (GB/s of quantized weights)"
+TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
+TARGET_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")
+TARGET_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))     # (rows, cols) of W
+
+
+def make_linear(name: str, rows: int, cols: int, seed: int = 0) -> GGUFLinear:
+    if name in LEGACY:
+        g = torch.Generator().manual_seed(seed)
+        return GGUFLinear.from_float(torch.randn(rows, cols, generator=g) * 0.05, name)
+    blocks = _random_blocks(np.random.default_rng(seed), name, [cols, rows])
+    return GGUFLinear(torch.from_numpy(blocks.reshape(-1).copy()), quant_info(name).ggml_type, rows, cols)
+
+
+def run(bench) -> None:
+    rows, cols = (256, 512) if bench.quick else (4096, 4096)
+    g = torch.Generator().manual_seed(1)
+    for name in TYPES:
+        try:
+            lin = make_linear(name, rows, cols)
+        except Exception as e:      # e.g. the gguf package cannot quantize this type here
+            bench.note("gguf_linear", f"{name}: could not build the weight ({type(e).__name__}: {e})")
+            continue
+        x = torch.randn(1, cols, generator=g)
+        bench.compare("gguf_linear", f"{name} {rows}x{cols} matvec", lin, (x,), work=lin.blocks.numel(),
+                      unit="GB/s", rtol=1e-4, atol=1e-5, inductor=False)
+    kernel_rows(bench)
+
+
+def kernel_rows(bench) -> None:
+    """Issue 6's mat-vec rows from benchmarks/gguf_matvec.py (another helper's module)."""
+    try:
+        from .. import gguf_matvec
+    except Exception as e:
+        bench.note("gguf_linear", f"benchmarks/gguf_matvec.py not usable here ({type(e).__name__}: {e}); "
+                                  "no L2-free kernel rows")
+        return
+    from .. import probes
+
+    limit, limit_name = probes.copy_limit(bench.probes)
+    types, shapes = (("Q4_0",), ((256, 512),)) if bench.quick else (TARGET_TYPES, TARGET_SHAPES)
+    try:
+        results = gguf_matvec.run(types=types, shapes=shapes, modes=(True,), log=log.info,
+                                  **({"target_bytes": 1 << 20} if bench.quick else {}))
+    except Exception as e:
+        bench.note("gguf_linear", f"gguf_matvec.run failed: {type(e).__name__}: {e}")
+        return
+    for r in results:
+        workload = f"{r['type']} {r['rows']}x{r['cols']} matvec, {r.get('copies', '?')} copies"
+        us = r["us_per_matvec"]
+        weight_bytes = r["weight_MB"] * 1e6
+        row = bench.add(Row("gguf_linear", workload, "vulkan_kernel", None,
+                            gpu_ms=Stat(us / 1e3, us / 1e3, us / 1e3, us / 1e3, us / 1e3, 1),
+                            work=weight_bytes, unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4,
+                            limit=limit, limit_name=limit_name,
+                            note=f"benchmarks/gguf_matvec.py, {r.get('mode', '')} {r.get('variant', '')}; "
+                                 "err is relative; median GPU time"))
+        bench.target(Target(f"GGUF mat-vec {r['type']} {r['rows']}x{r['cols']}: GB/s vs copy bandwidth",
+                            ("gguf_linear", row.workload, "vulkan_kernel"), 0.7,
+                            baseline_value=(limit, limit_name) if limit else None))
