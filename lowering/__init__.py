@@ -17,10 +17,11 @@ the `@lowering` decorator; this file is the index of families:
 | scan           | scan.comp          | cumsum, cumprod, logcumsumexp                        |
 | indexing       | ew gathers, embedding_bag.comp | index.Tensor, gather, scatter(_add), embedding_bag |
 | sort           | sort.comp          | sort, topk, kthvalue (rank per element)              |
+| mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, i0, fmax, shifts, ... |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
-from . import conv, pool, norm, scan, indexing, sort  # noqa: F401  (register; ATen coverage families)
+from . import conv, pool, norm, scan, indexing, sort, mathops  # noqa: F401  (register; ATen coverage families)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
            "lowering"]

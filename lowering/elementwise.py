@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .fusion import FUSIBLE, Lazy, fold, foldable
 from .core import (GLSL_TYPE, Context, LoweringError, TRef, f32_bits, groups_for, i32_bits,
                    kind_of, lowering)
 
@@ -49,7 +50,7 @@ def _scalar_spec(value, kind: str) -> int:
 def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
        out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
        scatter: list[tuple[int, int, int]] = (), accumulate: bool = False,
-       gather: list[tuple[int, int, int, int]] = ()) -> TRef:
+       gather: list[tuple[int, int, int, int]] = (), preamble: str = "") -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
     operands: TRefs, host tensors (0-dim ones become constants) or Python scalars.
@@ -63,7 +64,18 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     gather: (operand j, operand k, stride, dim size) each: operand k is read at an
       offset also moved by operand j's value (an index, negative ones wrapped) times
       the stride; an out-of-range index makes that element 0 (a kernel cannot raise).
-    `$i` in expr is the element's flat index (int) in the output shape."""
+    `$i` in expr is the element's flat index (int) in the output shape.
+    preamble: GLSL functions that expr calls, placed before the kernel.
+    Lazy operands (fusion.py) are folded into expr; with ctx.defer_next set, a
+    plain expression is returned as a Lazy instead of being dispatched."""
+    if any(isinstance(o, Lazy) for o in operands):
+        expr, operands, compute, result, shape = fold(expr, operands, out_kind, compute,
+                                                      result, shape)
+    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, preamble):
+        ctx.defer_next = False
+        if shape is None:
+            shape = fold(expr, operands, out_kind, compute, result, None)[4]
+        return Lazy(expr, tuple(operands), out_kind, compute, result, tuple(shape))
     ops = []
     for o in operands:
         if isinstance(o, torch.Tensor) and o.dim() == 0:
@@ -171,7 +183,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
 
     defines = {
         "VARIANT": f"{len(tensors)}in{nd}d",
-        "SPEC_DECLS": " ".join(decls),
+        "SPEC_DECLS": " ".join(decls) + (" " + " ".join(preamble.split()) if preamble else ""),
         "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
         "INDEX_CODE": " ".join(index + loads),
         "OUT_STORE": f"{GLSL_TYPE[rk]} res_ = {GLSL_TYPE[rk]}({body}); " +
@@ -241,12 +253,19 @@ def _input_kind(ctx: Context) -> str:
     return kind_of(torch.result_type(*vals)) if len(vals) == 2 else kind_of(vals[0].dtype)
 
 
-BOOL_FORMS = {"$0 & $1": "$0 && $1", "$0 | $1": "$0 || $1", "$0 ^ $1": "$0 != $1", "~$0": "!$0"}
+_ROUNDING = ("floor($0)", "ceil($0)", "trunc($0)", "roundEven($0)")
+BOOL_FORMS = {"$0 & $1": "$0 && $1", "$0 | $1": "$0 || $1", "$0 ^ $1": "$0 != $1", "~$0": "!$0",
+              "$0 * $1": "$0 && $1", "$0 + $1": "$0 || $1", "max($0, $1)": "$0 || $1",
+              "min($0, $1)": "$0 && $1", "abs($0)": "$0", "sign($0)": "$0",
+              **{e: "$0" for e in _ROUNDING}}
+INT_FORMS = {"$0 - $1 * floor($0 / $1)": "imod_($0, $1)", "$0 - $1 * trunc($0 / $1)": "irem_($0, $1)",
+             "pow_f($0, $1)": "ipow_($0, $1)", **{e: "$0" for e in _ROUNDING}}
 
 
 def _for_kind(expr: str, kind: str) -> str:
-    """Bitwise ops on bool tensors are the logical ops in GLSL."""
-    return BOOL_FORMS.get(expr, expr) if kind == "b" else expr
+    """The form of expr in kind: bool tensors use GLSL's logical ops, integers
+    their own division, modulo, power and (identity) rounding."""
+    return {"b": BOOL_FORMS, "i32": INT_FORMS}.get(kind, {}).get(expr, expr)
 
 
 def _register_tables():
@@ -267,6 +286,12 @@ def _register_tables():
 
 
 _register_tables()
+FUSIBLE.update(FLOAT_UNARY, SAME_KIND_UNARY, ARITH, COMPARE, LOGICAL,
+               [aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
+                aten.mul.Scalar, aten.div.Scalar, aten.where.self, aten.where.ScalarSelf,
+                aten.where.ScalarOther, aten.relu.default, aten.clamp.default,
+                aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
+                aten.gelu.default, aten.leaky_relu.default, aten.hardtanh.default])
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
@@ -274,22 +299,24 @@ def add(ctx, a, b, alpha=1):
     sign = "-" if ctx.node.target in (aten.sub.Tensor, aten.sub.Scalar) else "+"
     k = ctx.out_kind()
     if alpha == 1:
-        return ew(ctx, f"$0 {sign} $1", [a, b], k, compute=k)
+        return ew(ctx, _for_kind(f"$0 {sign} $1", k), [a, b], k, compute=k)
     return ew(ctx, f"$0 {sign} $2 * $1", [a, b, alpha], k, compute=k)
 
 
 @lowering(aten.mul.Scalar, aten.div.Scalar)
 def scalar_arith(ctx, a, b):
     op = "*" if ctx.node.target == aten.mul.Scalar else "/"
-    return ew(ctx, f"$0 {op} $1", [a, b], ctx.out_kind(), compute=ctx.out_kind())
+    k = ctx.out_kind()
+    return ew(ctx, _for_kind(f"$0 {op} $1", k), [a, b], k, compute=k)
 
 
 @lowering(aten.div.Tensor_mode)
 def div_mode(ctx, a, b, rounding_mode=None):
     k = ctx.out_kind()
     fn = {"trunc": "trunc", "floor": "floor", None: ""}[rounding_mode]
-    if k == "i32" and rounding_mode == "trunc":
-        return ew(ctx, "$0 / $1", [a, b], k, compute="i32")
+    if k == "i32" and rounding_mode in ("trunc", "floor"):
+        e = "$0 / $1" if rounding_mode == "trunc" else "ifloordiv_($0, $1)"
+        return ew(ctx, e, [a, b], k, compute="i32")
     return ew(ctx, f"{fn}($0 / $1)", [a, b], k, compute="f32", result="f32")
 
 

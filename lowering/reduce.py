@@ -37,10 +37,12 @@ INT_OPS = {
 
 
 def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
-           center: TRef | None = None, divisor: float = 1.0) -> TRef:
+           center: TRef | None = None, divisor: float = 1.0, pre: str = "",
+           post: str = "") -> TRef:
     """Reduce x over dims (all if empty) with op. out_shape/out_kind default to the
     node's. var/std: sum of (x - center)^2 / divisor, center holding one mean per
-    output element (contiguous, in the kept dims' order)."""
+    output element (contiguous, in the kept dims' order). pre: GLSL applied to
+    each loaded value `v`; post: to the final result `a` (norms)."""
     dims = sorted({d % x.ndim for d in dims} if dims else range(x.ndim)) if x.ndim else []
     kept = [d for d in range(x.ndim) if d not in dims]
     out_kind = out_kind or ctx.out_kind()
@@ -56,17 +58,26 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
     if acc_kind == "f32" and x.kind != "f32":
         load = f"float({load})"
+    elif acc_kind == "i32" and x.kind == "f32":        # any/all of floats: nonzero (NaN too)
+        load = f"int({load} != 0.0)"
     if center is not None:
         load = f"sq_(({load}) - ld_f32(auxb[o]))"
+    if pre:
+        load = f"pre_({load})"
     store = {"f32": "st_f32(v)", "i32": "st_i32(int(v))", "b": "st_b(v != 0)"}[out_kind]
     defines = {
         "VARIANT": f"{op}_{x.kind}",
         "ACC_T": glsl, "INIT": f"{glsl}({init})",
-        "COMBINE(a, b)": combine, "SUBGROUP_COMBINE(x)": sub, "FINAL(a)": final,
+        "COMBINE(a, b)": combine, "SUBGROUP_COMBINE(x)": sub,
+        "FINAL(a)": f"post_({final})" if post else final,
         "LOAD(w)": load, "STORE(v)": store,
         "SPEC_DECLS": " ".join(decls), "OUTER_INDEX": " ".join(outer),
         "INNER_INDEX": " ".join(inner),
     }
+    if pre:
+        defines["SPEC_DECLS"] += f" {glsl} pre_({glsl} v) {{ return {glsl}({pre}); }}"
+    if post:
+        defines["SPEC_DECLS"] += f" {glsl} post_({glsl} a) {{ return {glsl}({post}); }}"
     if r == 0:
         defines["INNER_INDEX"] = ""
     bindings = [out, x]
@@ -206,3 +217,38 @@ def max_dim(ctx, x, dim, keepdim=False):
     idx, vals = arg_reduce(ctx, x, _norm_dims(x, dim), ctx.node.target == aten.max.dim,
                            ctx.out_shape(0), True)
     return vals, idx
+
+
+@lowering(aten.linalg_vector_norm.default)
+def vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    x = ctx.ref(x)
+    return p_norm(ctx, x, _norm_dims(x, dim) if dim is not None and dim != [] else [], ord)
+
+
+@lowering(aten.dist.default)
+def dist(ctx, x, y, p=2):
+    from .elementwise import ew
+    return p_norm(ctx, ew(ctx, "$0 - $1", [x, y], "f32", compute="f32"), [], p)
+
+
+def p_norm(ctx: Context, x: TRef, dims, ord) -> TRef:
+    """sum(|x|^p)^(1/p) over dims; max/min |x| for +-inf; the count of nonzeros for 0."""
+    p = float(ord)
+    if p == float("inf"):
+        return reduce(ctx, x, dims, "amax", out_kind="f32", pre="abs(v)")
+    if p == float("-inf"):
+        return reduce(ctx, x, dims, "amin", out_kind="f32", pre="abs(v)")
+    if p == 0:
+        return reduce(ctx, x, dims, "sum", out_kind="f32", pre="v != 0.0 ? 1.0 : 0.0")
+    if p == 1:
+        return reduce(ctx, x, dims, "sum", out_kind="f32", pre="abs(v)")
+    if p == 2:
+        return reduce(ctx, x, dims, "sum", out_kind="f32", pre="v * v", post="sqrt(a)")
+    # GLSL leaves pow(0, y) undefined: zeros and infinities take their limits
+    inf = "uintBitsToFloat(0x7f800000u)"
+    pb, ib = f"uintBitsToFloat({f32_bits(p)}u)", f"uintBitsToFloat({f32_bits(1.0 / p)}u)"
+    zero_pow = inf if p < 0 else "0.0"
+    return reduce(ctx, x, dims, "sum", out_kind="f32",
+                  pre=f"v == 0.0 ? {zero_pow} : pow(abs(v), {pb})",
+                  post=f"a == 0.0 ? {zero_pow} : (isinf(a) ? {'0.0' if p < 0 else inf} : "
+                       f"pow(a, {ib}))")

@@ -36,6 +36,20 @@ float tanh_f(float x) {  // GLSL tanh overflows to NaN for |x| > ~44 on some dri
     return sign(x) * (1.0 - e) / (1.0 + e);
 }
 float sigmoid_f(float x) { return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
+// Integer division and modulo with torch's signs (GLSL's int division truncates).
+int irem_(int a, int b) { return b == 0 ? 0 : a - b * (a / b); }
+int imod_(int a, int b) { int r = irem_(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+int ifloordiv_(int a, int b) {
+    if (b == 0) return 0;
+    int q = a / b;
+    return (a - q * b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+int ipow_(int a, int b) {
+    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) != 0 ? -1 : 1) : 0);
+    int r = 1;
+    for (int e = b; e > 0; e >>= 1) { if ((e & 1) != 0) r *= a; a *= a; }
+    return r;
+}
 float round_bf16(float x) {  // to the nearest bfloat16, ties to even (NaN kept)
     if (isnan(x)) return x;
     uint u = floatBitsToUint(x);

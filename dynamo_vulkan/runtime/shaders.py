@@ -32,8 +32,12 @@ def read(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def sources_hash() -> str:
-    return cache.digest(*sorted((p.name, p.read_bytes()) for p in shader_dir().iterdir()
-                                if p.suffix in (".comp", ".glsl")))
+    """Hash of the shaders and of the lowering rules that write plans with them, so
+    a cached plan is never reused after either changes."""
+    lowering_dir = Path(str(importlib.resources.files("dynamo_vulkan.lowering")))
+    files = [p for p in shader_dir().iterdir() if p.suffix in (".comp", ".glsl")] + \
+        [p for p in lowering_dir.iterdir() if p.suffix == ".py"]
+    return cache.digest(*sorted((p.name, p.read_bytes()) for p in files))
 
 
 def glslc() -> str:

@@ -1,0 +1,187 @@
+"""More elementwise math (shaders/elementwise.comp through elementwise.ew):
+special functions with their own GLSL (erfinv, erfc, lgamma, digamma, i0),
+sign-bit and NaN-aware binary ops, shifts, rounding to decimals, elu.
+
+The GLSL helpers travel in ew's preamble, so only kernels that use them carry
+them. They are written on one line each: no // comments."""
+from __future__ import annotations
+
+import torch
+
+from .core import lowering
+from .elementwise import _input_kind, ew
+
+aten = torch.ops.aten
+
+ERFC = """
+float erfc_f(float x) { float z = abs(x); float t = 1.0 / (1.0 + 0.5 * z);
+  float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+  t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+  t * (-0.82215223 + t * 0.17087277)))))))));
+  return x >= 0.0 ? r : 2.0 - r; }
+"""
+# Giles' single-precision erfinv ("Approximating the erfinv function", 2010), then two
+# Newton steps on erf_f to reach float32 accuracy.
+ERFINV = """
+float erfinv_f(float y) {
+  if (isnan(y) || abs(y) > 1.0) return uintBitsToFloat(0x7fc00000u);
+  if (abs(y) == 1.0) return y * uintBitsToFloat(0x7f800000u);
+  float w = -log((1.0 - y) * (1.0 + y)); float p;
+  if (w < 5.0) { w = w - 2.5; p = 2.81022636e-08; p = 3.43273939e-07 + p * w;
+    p = -3.5233877e-06 + p * w; p = -4.39150654e-06 + p * w; p = 0.00021858087 + p * w;
+    p = -0.00125372503 + p * w; p = -0.00417768164 + p * w; p = 0.246640727 + p * w;
+    p = 1.50140941 + p * w; }
+  else { w = sqrt(w) - 3.0; p = -0.000200214257; p = 0.000100950558 + p * w;
+    p = 0.00134934322 + p * w; p = -0.00367342844 + p * w; p = 0.00573950773 + p * w;
+    p = -0.0076224613 + p * w; p = 0.00943887047 + p * w; p = 1.00167406 + p * w;
+    p = 2.83297682 + p * w; }
+  float x = p * y;
+  for (int k = 0; k < 2; ++k) { float d = M_2_SQRTPI * exp(-x * x);
+    if (d > 0.0) x -= (erf_f(x) - y) / d; }
+  return x; }
+"""
+# lgamma: Lanczos (g = 7, 9 terms) for x >= 0.5, reflection below.
+LGAMMA = """
+float lgamma_pos_(float x) { x -= 1.0; float a = 0.99999999999980993; float t = x + 7.5;
+  a += 676.5203681218851 / (x + 1.0); a += -1259.1392167224028 / (x + 2.0);
+  a += 771.32342877765313 / (x + 3.0); a += -176.61502916214059 / (x + 4.0);
+  a += 12.507343278686905 / (x + 5.0); a += -0.13857109526572012 / (x + 6.0);
+  a += 9.9843695780195716e-6 / (x + 7.0); a += 1.5056327351493116e-7 / (x + 8.0);
+  return 0.91893853320467274 + (x + 0.5) * log(t) - t + log(a); }
+float lgamma_f(float x) {
+  if (isnan(x)) return x;
+  if (isinf(x)) return uintBitsToFloat(0x7f800000u);
+  if (x >= 0.5) return lgamma_pos_(x);
+  if (x == floor(x)) return uintBitsToFloat(0x7f800000u);
+  float s = abs(sin(3.14159265358979 * x));
+  return log(3.14159265358979 / s) - lgamma_pos_(1.0 - x); }
+"""
+# digamma: recurrence up to x >= 6, then the asymptotic series; reflection for x < 0.
+DIGAMMA = """
+float digamma_pos_(float x) { float r = 0.0; while (x < 6.0) { r -= 1.0 / x; x += 1.0; }
+  float f = 1.0 / (x * x);
+  return r + log(x) - 0.5 / x - f * (1.0 / 12.0 - f * (1.0 / 120.0 - f * (1.0 / 252.0 -
+         f * (1.0 / 240.0 - f / 132.0)))); }
+float digamma_f(float x) {
+  if (isnan(x) || (isinf(x) && x > 0.0)) return x;
+  if (x == 0.0) return (floatBitsToUint(x) >> 31) != 0u ? uintBitsToFloat(0x7f800000u)
+                                                        : uintBitsToFloat(0xff800000u);
+  if (x < 0.0) { if (x == floor(x)) return uintBitsToFloat(0x7fc00000u);
+    return digamma_pos_(1.0 - x) - 3.14159265358979 / tan(3.14159265358979 * x); }
+  return digamma_pos_(x); }
+"""
+# i0: Abramowitz and Stegun 9.8.1 / 9.8.2.
+I0 = """
+float i0_f(float x) { float a = abs(x);
+  if (a < 3.75) { float t = (x / 3.75) * (x / 3.75);
+    return 1.0 + t * (3.5156229 + t * (3.0899424 + t * (1.2067492 + t * (0.2659732 +
+           t * (0.0360768 + t * 0.0045813))))); }
+  float t = 3.75 / a;
+  return (exp(a) / sqrt(a)) * (0.39894228 + t * (0.01328592 + t * (0.00225319 +
+         t * (-0.00157565 + t * (0.00916281 + t * (-0.02057706 + t * (0.02635537 +
+         t * (-0.01647633 + t * 0.00392377)))))))); }
+"""
+NEXTAFTER = """
+float nextafter_f(float a, float b) {
+  if (isnan(a) || isnan(b)) return uintBitsToFloat(0x7fc00000u);
+  if (a == b) return b;
+  if (a == 0.0) return (floatBitsToUint(b) & 0x80000000u) != 0u ? -uintBitsToFloat(1u)
+                                                                 : uintBitsToFloat(1u);
+  uint u = floatBitsToUint(a);
+  return uintBitsToFloat(((a < b) == (a > 0.0)) ? u + 1u : u - 1u); }
+"""
+SIGNBIT = "bool signbit_f(float x) { return (floatBitsToUint(x) >> 31) != 0u; }"
+
+UNARY = {  # op -> (expr, preamble, result kind)
+    aten.erfinv.default: ("erfinv_f($0)", ERFINV, "f32"),
+    aten.erfc.default: ("erfc_f($0)", ERFC, "f32"),
+    aten.lgamma.default: ("lgamma_f($0)", LGAMMA, "f32"),
+    aten.digamma.default: ("digamma_f($0)", DIGAMMA, "f32"),
+    aten.i0.default: ("i0_f($0)", I0, "f32"),
+    aten.signbit.default: ("signbit_f($0)", SIGNBIT, "b"),
+    aten.angle.default: ("isnan($0) ? $0 : ($0 < 0.0 ? 3.14159265358979 : 0.0)", "", "f32"),
+}
+FLOAT_BINARY = {
+    aten.copysign.Tensor: ("signbit_f($1) ? -abs($0) : abs($0)", SIGNBIT),
+    aten.copysign.Scalar: ("signbit_f($1) ? -abs($0) : abs($0)", SIGNBIT),
+    aten.hypot.default: ("length(vec2($0, $1))", ""),
+    aten.nextafter.default: ("nextafter_f($0, $1)", NEXTAFTER),
+    aten.ldexp.Tensor: ("$0 * exp2($1)", ""),
+    aten.xlogy.Tensor: ("isnan($1) ? $1 : ($0 == 0.0 ? 0.0 : $0 * log($1))", ""),
+}
+SAME_KIND_BINARY = {  # NaN-ignoring max/min for floats; plain for ints
+    aten.fmax.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : max($0, $1)))", "max($0, $1)"),
+    aten.fmin.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : min($0, $1)))", "min($0, $1)"),
+    aten.bitwise_left_shift.Tensor: ("$0 << $1", "$0 << $1"),
+    aten.bitwise_right_shift.Tensor: ("$0 >> $1", "$0 >> $1"),
+    aten.bitwise_left_shift.Tensor_Scalar: ("$0 << $1", "$0 << $1"),
+    aten.bitwise_right_shift.Tensor_Scalar: ("$0 >> $1", "$0 >> $1"),
+    aten.__lshift__.Scalar: ("$0 << $1", "$0 << $1"), aten.__lshift__.Tensor: ("$0 << $1", "$0 << $1"),
+    aten.__rshift__.Scalar: ("$0 >> $1", "$0 >> $1"), aten.__rshift__.Tensor: ("$0 >> $1", "$0 >> $1"),
+}
+
+
+def _register():
+    for op, (e, pre, rk) in UNARY.items():
+        lowering(op)(lambda ctx, x, e=e, pre=pre, rk=rk: ew(
+            ctx, e, [x], ctx.out_kind(), compute="f32", result=rk, preamble=pre))
+    for op, (e, pre) in FLOAT_BINARY.items():
+        lowering(op)(lambda ctx, a, b, e=e, pre=pre: ew(
+            ctx, e, [a, b], ctx.out_kind(), compute="f32", result="f32", preamble=pre))
+    for op, (ef, ei) in SAME_KIND_BINARY.items():
+        lowering(op)(lambda ctx, a, b, ef=ef, ei=ei: ew(
+            ctx, ef if ctx.out_kind() == "f32" else ei, [a, b], ctx.out_kind(),
+            compute=ctx.out_kind()))
+
+
+_register()
+
+
+@lowering(aten.round.decimals)
+def round_decimals(ctx, x, *, decimals=0):
+    scale = 10.0 ** abs(int(decimals))
+    e = "roundEven($0 * $1) / $1" if decimals >= 0 else "roundEven($0 / $1) * $1"
+    return ew(ctx, e, [x, scale], "f32", compute="f32")
+
+
+@lowering(aten.elu.default)
+def elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    return ew(ctx, "$0 > 0.0 ? $2 * $0 : $2 * $1 * (exp($0 * $3) - 1.0)",
+              [x, float(alpha), float(scale), float(input_scale)], "f32", compute="f32")
+
+
+@lowering(aten.logit.default)
+def logit(ctx, x, eps=None):
+    if eps is None:
+        return ew(ctx, "log($0 / (1.0 - $0))", [x], "f32", compute="f32")
+    return ew(ctx, "log(clamp($0, $1, 1.0 - $1) / (1.0 - clamp($0, $1, 1.0 - $1)))",
+              [x, float(eps)], "f32", compute="f32")
+
+
+@lowering(aten.frac.default)
+def frac(ctx, x):
+    return ew(ctx, "$0 - trunc($0)", [x], "f32", compute="f32")
+
+
+@lowering(aten.sgn.default)
+def sgn(ctx, x):
+    k = ctx.out_kind()
+    return ew(ctx, "$0" if k == "b" else "sign($0)", [x], k, compute=k)
+
+
+@lowering(aten.heaviside.default)
+def heaviside(ctx, x, values):
+    k = ctx.out_kind()
+    z = "0.0" if k == "f32" else "0"
+    return ew(ctx, f"$0 == {z} ? $1 : ($0 > {z} ? {'1.0' if k == 'f32' else '1'} : {z})",
+              [x, values], k, compute=k)
+
+
+@lowering(aten.isneginf.default, aten.isposinf.default)
+def isinf_signed(ctx, x):
+    k = _input_kind(ctx)
+    if k != "f32":
+        return ew(ctx, "false", [x], "b", compute=k, result="b")
+    e = "isinf($0) && $0 < 0.0" if ctx.node.target == aten.isneginf.default else \
+        "isinf($0) && $0 > 0.0"
+    return ew(ctx, e, [x], "b", compute="f32", result="b")

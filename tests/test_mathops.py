@@ -1,0 +1,73 @@
+"""Special functions and the integer/bool forms of elementwise ops
+(lowering/mathops.py, lowering/elementwise.py) and p-norms (lowering/reduce.py)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vk import check, noncontig
+
+torch.manual_seed(0)
+X = torch.randn(200) * 3
+EDGES = torch.tensor([0.0, -0.0, -1.0, -2.5, 1.0, 2.0, 100.0, float("inf"), float("nan")])
+
+
+def test_erfinv_erfc():
+    u = torch.cat([torch.rand(200) * 2 - 1, torch.tensor([1.0, -1.0, 0.0, 0.999999, -0.9999, 1.5])])
+    check(torch.erfinv, u)
+    check(torch.erfc, torch.cat([X, EDGES]))
+
+
+def test_lgamma_digamma_i0():
+    x = torch.cat([X, EDGES[:-2]])
+    check(torch.lgamma, x)
+    check(torch.digamma, x)
+    check(torch.special.i0, noncontig(X))
+
+
+def test_sign_bit_and_nan_aware_binary():
+    nan = torch.full_like(X, float("nan"))
+    check(lambda x, n: (torch.signbit(x), torch.copysign(x, -x), torch.hypot(x, x * 2),
+                        torch.fmax(x, n), torch.fmin(n, x), torch.nextafter(x, x + 1),
+                        torch.ldexp(x, torch.full_like(x, 3.0))), X, nan)
+
+
+def test_round_decimals_elu_logit():
+    check(lambda x: (torch.round(x, decimals=2), torch.round(x * 100, decimals=-1),
+                     F.elu(x, 0.5), torch.logit(torch.sigmoid(x), eps=1e-6)), X)
+
+
+def test_integer_division_modulo_power_shifts():
+    a = torch.randint(-20, 20, (50,))
+    b = torch.randint(1, 7, (50,)) * torch.tensor([1, -1]).repeat(25)
+    check(lambda a, b: (torch.remainder(a, b), torch.fmod(a, b), torch.floor_divide(a, b),
+                        torch.div(a, b, rounding_mode="trunc"), a ** 2, a.abs() ** b.abs(),
+                        torch.bitwise_left_shift(a, 2), a >> 1, torch.fmax(a, b)), a, b)
+
+
+def test_bool_arithmetic_forms():
+    a, b = torch.rand(9) > 0.5, torch.rand(9) > 0.5
+    check(lambda a, b: (a * b, a + b, torch.maximum(a, b), torch.minimum(a, b), torch.sign(a),
+                        torch.floor(a.int())), a, b)
+
+
+def test_decomposed_ops_on_bools():
+    x = torch.cat([X, EDGES])
+    check(lambda x: (torch.isfinite(x), torch.isclose(x, x + 1e-9), torch.logaddexp(x, x * 2),
+                     torch.isneginf(x), torch.isposinf(x)), x)
+    check(torch.any, torch.tensor(0.5))
+    check(lambda x: (torch.any(x, 0), torch.all(x, 1)), torch.randn(3, 2))
+
+
+@pytest.mark.parametrize("p", [2, 1, 0, 3.5, float("inf"), float("-inf"), -1.5])
+def test_vector_norm(p):
+    x = torch.randn(4, 7, 5)
+    x[0, 0, 0] = 0
+    check(lambda x: (torch.linalg.vector_norm(x, p),
+                     torch.linalg.vector_norm(x, p, dim=(0, 2), keepdim=True)), x)
+    check(lambda x: torch.linalg.vector_norm(x, p, dim=1), noncontig(x))
+
+
+def test_normalize_and_dist():
+    x = torch.randn(4, 7, 5)
+    check(lambda x: F.normalize(x, dim=1), noncontig(x))
+    check(lambda x, y: (torch.dist(x, y, 3), torch.dist(x, y)), x, x * 0.5)
