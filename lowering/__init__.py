@@ -19,10 +19,11 @@ the `@lowering` decorator; this file is the index of families:
 | sort           | sort.comp          | sort, topk, kthvalue (rank per element)              |
 | mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, i0, fmax, shifts, ... |
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
+| search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist       |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
-from . import conv, pool, norm, scan, indexing, sort, mathops, layout  # noqa: F401  (register; ATen coverage families)
+from . import conv, pool, norm, scan, indexing, sort, mathops, layout, search  # noqa: F401  (register; ATen coverage families)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
            "lowering"]
