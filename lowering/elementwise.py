@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from .fusion import FUSIBLE, Lazy, fold, foldable
 from .core import (GLSL_TYPE, Context, LoweringError, TRef, f32_bits, groups_for, i32_bits,
                    kind_of, lowering)
 
@@ -65,17 +64,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
       offset also moved by operand j's value (an index, negative ones wrapped) times
       the stride; an out-of-range index makes that element 0 (a kernel cannot raise).
     `$i` in expr is the element's flat index (int) in the output shape.
-    preamble: GLSL functions that expr calls, placed before the kernel.
-    Lazy operands (fusion.py) are folded into expr; with ctx.defer_next set, a
-    plain expression is returned as a Lazy instead of being dispatched."""
-    if any(isinstance(o, Lazy) for o in operands):
-        expr, operands, compute, result, shape = fold(expr, operands, out_kind, compute,
-                                                      result, shape)
-    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, preamble):
-        ctx.defer_next = False
-        if shape is None:
-            shape = fold(expr, operands, out_kind, compute, result, None)[4]
-        return Lazy(expr, tuple(operands), out_kind, compute, result, tuple(shape))
+    preamble: GLSL functions that expr calls, placed before the kernel."""
     ops = []
     for o in operands:
         if isinstance(o, torch.Tensor) and o.dim() == 0:
@@ -286,12 +275,6 @@ def _register_tables():
 
 
 _register_tables()
-FUSIBLE.update(FLOAT_UNARY, SAME_KIND_UNARY, ARITH, COMPARE, LOGICAL,
-               [aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
-                aten.mul.Scalar, aten.div.Scalar, aten.where.self, aten.where.ScalarSelf,
-                aten.where.ScalarOther, aten.relu.default, aten.clamp.default,
-                aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
-                aten.gelu.default, aten.leaky_relu.default, aten.hardtanh.default])
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
