@@ -94,6 +94,7 @@ class Context:
         self._const_tensors: list[torch.Tensor] = []   # keeps id() of folded constants stable
         self.outputs: list[TRef] = []                  # graph outputs placed so far
         self.in_place: set = set()      # nodes that may write their first input's buffer
+        self.defer_next = False         # the next plain ew() returns a Lazy (fusion.py)
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from .fusion import FUSIBLE, Lazy, fold, foldable
 from .core import (GLSL_TYPE, Context, LoweringError, TRef, f32_bits, groups_for, i32_bits,
                    kind_of, lowering)
 
@@ -48,7 +49,7 @@ def _scalar_spec(value, kind: str) -> int:
 
 def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
        out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
-       scatter: list[tuple[int, int, int]] = (), accumulate: bool = False,
+       scatter: list[tuple[int, int, int]] = (), accumulate: bool | str = False,
        gather: list[tuple[int, int, int, int]] = (), preamble: str = "") -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
@@ -59,12 +60,23 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     scatter: (operand j, out stride, dim size) each: the output offset also moves by
       operand j's value (an index, negative ones wrapped) times the stride; elements
       whose index is out of range are not written (index_put).
-    accumulate: add into the output (atomically) instead of storing.
+    accumulate: add into the output (atomically) instead of storing; or "mul", "max",
+      "min" to combine with that instead.
     gather: (operand j, operand k, stride, dim size) each: operand k is read at an
       offset also moved by operand j's value (an index, negative ones wrapped) times
       the stride; an out-of-range index makes that element 0 (a kernel cannot raise).
     `$i` in expr is the element's flat index (int) in the output shape.
-    preamble: GLSL functions that expr calls, placed before the kernel."""
+    preamble: GLSL functions that expr calls, placed before the kernel.
+    Lazy operands (fusion.py) are folded into expr; with ctx.defer_next set, a
+    plain expression is returned as a Lazy instead of being dispatched."""
+    if any(isinstance(o, Lazy) for o in operands):
+        expr, operands, compute, result, shape = fold(expr, operands, out_kind, compute,
+                                                      result, shape)
+    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, preamble):
+        ctx.defer_next = False
+        if shape is None:
+            shape = fold(expr, operands, out_kind, compute, result, None)[4]
+        return Lazy(expr, tuple(operands), out_kind, compute, result, tuple(shape))
     ops = []
     for o in operands:
         if isinstance(o, torch.Tensor) and o.dim() == 0:
@@ -165,10 +177,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
                                                               f"{GLSL_TYPE[out_kind]}({value})")
     store = f"b0[oo] = st_{out_kind}({value});"
     if accumulate:
-        store = {"f32": f"{{ uint seen_ = b0[oo], was_; do {{ was_ = seen_; seen_ = atomicCompSwap("
-                        f"b0[oo], was_, st_f32(ld_f32(was_) + {value})); }} while (seen_ != was_); }}",
-                 "i32": f"atomicAdd(b0[oo], st_i32({value}));",
-                 "b": f"atomicOr(b0[oo], st_b({value}));"}[out_kind]
+        store = _atomic_store(out_kind, "add" if accumulate is True else accumulate, value)
 
     defines = {
         "VARIANT": f"{len(tensors)}in{nd}d",
@@ -181,6 +190,28 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     ctx.dispatch("elementwise", defines, buffers, [0], spec, groups_for(numel, WG),
                  note=f"{shape} <- {expr}")
     return out
+
+
+# combine(old, new) of the accumulating stores; f32 and products go through a CAS loop
+_COMBINE = {"add": "({a} + {b})", "mul": "({a} * {b})",
+            "max": "((isnan({a}) || {a} > {b}) ? {a} : {b})",
+            "min": "((isnan({a}) || {a} < {b}) ? {a} : {b})"}
+_INT_ATOMIC = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}
+
+
+def _atomic_store(kind: str, op: str, value: str) -> str:
+    if kind == "b":
+        return f"atomic{'Or' if op in ('add', 'max') else 'And'}(b0[oo], st_b({value}));"
+    if kind == "i32" and op in _INT_ATOMIC:       # int atomics on the uint words, as int
+        return (f"{{ uint seen_ = b0[oo], was_; do {{ was_ = seen_; seen_ = atomicCompSwap("
+                f"b0[oo], was_, st_i32({op}(ld_i32(was_), int({value})))); }} "
+                f"while (seen_ != was_); }}" if op != "add" else
+                f"atomicAdd(b0[oo], st_i32({value}));")
+    combine = _COMBINE[op].format(a=f"ld_{kind}(was_)", b=f"{GLSL_TYPE[kind]}({value})")
+    if kind == "i32":
+        combine = combine.replace("isnan", "false && bool")
+    return (f"{{ uint seen_ = b0[oo], was_; do {{ was_ = seen_; seen_ = atomicCompSwap("
+            f"b0[oo], was_, st_{kind}({combine})); }} while (seen_ != was_); }}")
 
 
 def copy_to(ctx: Context, src, out: TRef) -> TRef:
@@ -275,6 +306,14 @@ def _register_tables():
 
 
 _register_tables()
+FUSIBLE.update(FLOAT_UNARY, SAME_KIND_UNARY, ARITH, COMPARE, LOGICAL,
+               [aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
+                aten.mul.Scalar, aten.div.Scalar, aten.where.self, aten.where.ScalarSelf,
+                aten.where.ScalarOther, aten.relu.default, aten.clamp.default,
+                aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
+                aten.gelu.default, aten.leaky_relu.default, aten.hardtanh.default,
+                aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
+                aten.fill.Scalar])
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)

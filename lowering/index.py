@@ -8,6 +8,7 @@ import torch
 
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
+from .fusion import FOLDS, Lazy
 
 aten = torch.ops.aten
 WG = 256
@@ -39,6 +40,8 @@ def embedding(ctx, weight, indices, padding_idx=-1, scale_grad=False, sparse=Fal
 @lowering(aten.index_select.default)
 def index_select(ctx, x, dim, index):
     x = ctx.ref(x)
+    if x.ndim == 0:                        # a 0-d tensor: its one element (index 0)
+        return ew(ctx, "$0", [x], x.kind, compute=x.kind, shape=ctx.out_shape())
     dim = dim % max(1, x.ndim)
     # move dim to the front and flatten the rest into one row (copy if not expressible)
     perm = [dim] + [d for d in range(x.ndim) if d != dim]
@@ -58,13 +61,16 @@ def index_select(ctx, x, dim, index):
     return contiguous(ctx, meta_view(rows, lambda t: t.permute(inv)))
 
 
+FOLDS.add(aten.cat.default)
+
+
 @lowering(aten.cat.default)
 def cat(ctx, tensors, dim=0):
     out = ctx.empty(ctx.out_shape(), ctx.out_kind())
     dim = dim % out.ndim
     pos = 0
     for t in tensors:
-        t = ctx.ref(t)
+        t = t if isinstance(t, Lazy) else ctx.ref(t)
         if t.ndim == 1 and t.shape[0] == 0 and out.ndim > 1:
             continue                           # legacy empty tensor in cat
         size = t.shape[dim]

@@ -14,6 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
+from dynamo_vulkan.lowering.fusion import FOLDS, FUSIBLE, Lazy, materialize
 from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
 from dynamo_vulkan.lowering.gguf import packed_input
@@ -50,6 +51,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
         return fx.node.map_arg(x, lambda n: values[n])
 
     ctx.in_place = in_place_updates(gm)
+    deferred = deferrable(gm)
 
     for node in gm.graph.nodes:
         ctx.node = node
@@ -59,6 +61,9 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
             values[node] = getattr(gm, node.target)
         elif node.op == "call_function":
             args_, kwargs = val(node.args), val(node.kwargs)
+            if node.target not in FUSIBLE and node.target not in FOLDS:   # others need buffers
+                args_, kwargs = fx.node.map_aggregate((args_, kwargs),
+                                                      lambda v: materialize(ctx, v))
             if node.target is operator.getitem:
                 values[node] = args_[0][args_[1]]
                 continue
@@ -78,12 +83,15 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
             rule = LOWERINGS.get(node.target)
             if rule is None:
                 raise LoweringError(f"no Vulkan lowering for {node.target}")
+            ctx.defer_next = node in deferred
             try:
                 values[node] = rule.fn(ctx, *args_, **kwargs)
             except LoweringError:
                 raise
             except Exception as e:
                 raise LoweringError(f"lowering {node.format_node()} failed: {e}") from e
+            finally:
+                ctx.defer_next = False
         elif node.op == "output":
             outs = node.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
@@ -93,6 +101,15 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
             raise LoweringError(f"unsupported node kind {node.op}")
     assign_buffers(plan)
     return plan
+
+
+def deferrable(gm: fx.GraphModule) -> set:
+    """Elementwise nodes whose one consumer is elementwise too: they are folded
+    into it (lowering/fusion.py) instead of getting a kernel and a buffer."""
+    return {n for n in gm.graph.nodes
+            if n.op == "call_function" and n.target in FUSIBLE and len(n.users) == 1
+            and next(iter(n.users)).op == "call_function"
+            and (next(iter(n.users)).target in FUSIBLE or next(iter(n.users)).target in FOLDS)}
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:
@@ -123,7 +140,7 @@ def is_foldable_target(node: fx.Node) -> bool:
 
 def _has_ref(tree) -> bool:
     found = []
-    fx.node.map_aggregate(tree, lambda x: found.append(1) if isinstance(x, TRef) else x)
+    fx.node.map_aggregate(tree, lambda x: found.append(1) if isinstance(x, (TRef, Lazy)) else x)
     return bool(found)
 
 

@@ -1,0 +1,110 @@
+"""Elementwise fusion: chains of elementwise nodes become one kernel.
+
+The planner lowers a node whose result feeds exactly one elementwise consumer
+with `ctx.defer_next` set; its ew() call then returns a `Lazy` (the expression
+and its operands) instead of emitting a dispatch. The consumer's ew() folds the
+Lazy into its own expression, so `x * rsqrt(m + eps) * w` or a RoPE rotation
+costs one dispatch and no intermediate buffers. Anything else that meets a
+Lazy gets it materialised first (`materialize`).
+
+Every operand keeps its own strides in the fused kernel: a Lazy of shape S
+inlined into a consumer of shape S' (S broadcasts to S') reads its leaves
+broadcast straight to S', which is what broadcasting S then S' would give.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from .core import GLSL_TYPE, TRef, kind_of
+
+# ATen ops whose lowering is exactly one ew() call of their inputs: the nodes the
+# planner may defer (filled in by elementwise.py as it registers them).
+FUSIBLE: set = set()
+# ATen ops that are not elementwise but copy their inputs with ew() (cat), so a
+# Lazy input folds into that copy.
+FOLDS: set = set()
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """An elementwise expression not yet computed: ew()'s arguments, kept."""
+    expr: str
+    operands: tuple
+    out_kind: str
+    compute: str | None
+    result: str | None
+    shape: tuple
+
+    @property
+    def kind(self) -> str:
+        return self.out_kind
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def own_kind(o) -> str:
+    """The kind ew() loads an operand in when no compute kind is given."""
+    if isinstance(o, (TRef, Lazy)):
+        return o.kind
+    if isinstance(o, torch.Tensor):
+        if o.dim():
+            return kind_of(o.dtype)
+        o = o.item()
+    return "b" if isinstance(o, bool) else "i32" if isinstance(o, int) else "f32"
+
+
+def convert(value: str, src: str, dst: str) -> str:
+    """GLSL for a value of kind src as kind dst (as ew() converts its result)."""
+    if src == dst:
+        return value
+    if dst == "b":
+        return f"({value} != {GLSL_TYPE[src]}(0))"
+    return f"{GLSL_TYPE[dst]}({value})"
+
+
+def _text(expr: str, operands, compute, result, out_kind, leaves: list) -> str:
+    """expr with every $j replaced by its operand's value in the compute kind;
+    nested Lazies are expanded, leaves appended to `leaves`."""
+    subst = {}
+    for j, o in enumerate(operands):
+        if isinstance(o, Lazy):
+            inner = _text(o.expr, o.operands, o.compute, o.result, o.out_kind, leaves)
+            src = o.out_kind
+        else:
+            leaves.append(o)
+            inner, src = f"${len(leaves) - 1}", own_kind(o)
+        subst[j] = convert(inner, src, compute or src)
+    body = re.sub(r"\$(\d+)", lambda m: subst[int(m.group(1))], expr)
+    return convert(f"({body})", result or compute or out_kind, out_kind)
+
+
+def fold(expr: str, operands, out_kind: str, compute, result, shape):
+    """ew() arguments with every Lazy operand inlined: (expr, leaves, compute,
+    result, shape); the expression converts each leaf itself."""
+    leaves: list = []
+    rk = result or compute or out_kind
+    text = _text(expr, operands, compute, rk, rk, leaves)
+    if shape is None:
+        shapes = [tuple(o.shape) for o in operands
+                  if isinstance(o, (TRef, Lazy)) or (isinstance(o, torch.Tensor) and o.dim())]
+        shape = tuple(torch.broadcast_shapes(*shapes)) if shapes else ()
+    return text, leaves, None, rk, shape
+
+
+def foldable(expr: str, out, scatter, gather, accumulate, preamble) -> bool:
+    """Whether an ew() call may be deferred (a plain expression into a new buffer)."""
+    return out is None and not (scatter or gather or accumulate or preamble) and "$i" not in expr
+
+
+def materialize(ctx, value):
+    """A TRef for value, computing a Lazy (anything else is returned as is)."""
+    if not isinstance(value, Lazy):
+        return value
+    from .elementwise import ew
+    return ew(ctx, value.expr, list(value.operands), value.out_kind, compute=value.compute,
+              shape=value.shape, result=value.result)
