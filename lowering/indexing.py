@@ -50,24 +50,54 @@ def gather(ctx, x, dim, index, sparse_grad=False):
     return out.with_layout(out_shape, () if not out_shape else out.strides, 0)
 
 
-def _scatter(ctx, x, dim, index, src, accumulate: bool):
+REDUCE = {"sum": "add", "add": "add", "prod": "mul", "multiply": "mul", "amax": "max",
+          "amin": "min", "mean": "add"}
+IDENTITY = {("add", "f32"): 0.0, ("mul", "f32"): 1.0, ("max", "f32"): float("-inf"),
+            ("min", "f32"): float("inf"), ("add", "i32"): 0, ("mul", "i32"): 1,
+            ("max", "i32"): -2**31, ("min", "i32"): 2**31 - 1}
+
+
+def _scatter(ctx, x, dim, index, src, accumulate=False, include_self=True, mean=False):
+    """out = x with src scattered along dim at index; accumulate: True/"add", "mul",
+    "max", "min" combine with what is there (atomically). Without include_self the
+    targeted elements start from the combine's identity; mean divides by the count."""
     x, idx = ctx.ref(x), _as_1d(ctx.ref(index))
     k = x.kind
     out = ew(ctx, "$0", [x], k, compute=k)
     o1 = _as_1d(out)
     dim %= o1.ndim
-    if idx.numel:
-        if isinstance(src, (TRef, torch.Tensor)):
-            s = _as_1d(ctx.ref(src))
-            src = s.with_layout(idx.shape, s.strides, s.offset)    # src may be larger than index
-        ew(ctx, "$0", [src, idx], k, compute=k, out=_along(o1, idx.shape, dim), shape=idx.shape,
-           scatter=[(1, o1.strides[dim], o1.shape[dim])], accumulate=accumulate)
+    if not idx.numel:
+        return out
+    if isinstance(src, (TRef, torch.Tensor)):
+        s = _as_1d(ctx.ref(src))
+        src = s.with_layout(idx.shape, s.strides, s.offset)    # src may be larger than index
+    target = _along(o1, idx.shape, dim)
+    where = [(1, o1.strides[dim], o1.shape[dim])]
+    op = "add" if accumulate is True else accumulate
+    if op and not include_self:
+        ew(ctx, "$0", [IDENTITY[(op, k if k != "b" else "i32")], idx], k, compute=k, out=target,
+           shape=idx.shape, scatter=where)
+    ew(ctx, "$0", [src, idx], k, compute=k, out=target, shape=idx.shape, scatter=where,
+       accumulate=op or False)
+    if mean:
+        count = ew(ctx, "$0", [1.0 if include_self else 0.0], "f32", shape=x.shape)
+        c1 = _as_1d(count)
+        ew(ctx, "$0", [1.0, idx], "f32", out=_along(c1, idx.shape, dim), shape=idx.shape,
+           scatter=[(1, c1.strides[dim], c1.shape[dim])], accumulate=True)
+        e = "$1 > 0.0 ? $0 / $1 : $0" if k == "f32" else \
+            "$1 > 0.0 ? ifloordiv_($0, int($1)) : $0"
+        out = ew(ctx, e, [out, count], k, compute=None, result=k)
     return out
 
 
 @lowering(aten.scatter.src, aten.scatter.value)
 def scatter(ctx, x, dim, index, src):
-    return _scatter(ctx, x, dim, index, src, False)
+    return _scatter(ctx, x, dim, index, src)
+
+
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+def scatter_reduce_legacy(ctx, x, dim, index, src, *, reduce):
+    return _scatter(ctx, x, dim, index, src, REDUCE[reduce])
 
 
 @lowering(aten.scatter_add.default)
@@ -75,17 +105,10 @@ def scatter_add(ctx, x, dim, index, src):
     return _scatter(ctx, x, dim, index, src, True)
 
 
-def _reduce_check(node) -> str | None:
-    reduce = node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce")
-    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
-    if reduce != "sum" or not include_self:
-        return f"scatter_reduce with reduce={reduce!r}, include_self={include_self}"
-    return None
-
-
-@lowering(aten.scatter_reduce.two, check=_reduce_check)
+@lowering(aten.scatter_reduce.two)
 def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
-    return _scatter(ctx, x, dim, index, src, True)
+    return _scatter(ctx, x, dim, index, src, REDUCE[reduce], bool(include_self),
+                    mean=reduce == "mean")
 
 
 # --- embedding_bag ----------------------------------------------------------------------------

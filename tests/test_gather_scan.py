@@ -80,3 +80,23 @@ def test_logcumsumexp():
     x = torch.randn(4, 130)
     x[0, 3] = float("-inf")
     check(lambda x: (torch.logcumsumexp(x, 1), torch.logcumsumexp(x, 0)), x)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self):
+    idx = torch.randint(0, 5, (3, 4))                       # duplicates combine
+    check(lambda x, i, s: torch.scatter_reduce(x, 1, i, s, reduce, include_self=include_self),
+          torch.randn(3, 5), idx, torch.randn(3, 4))
+    check(lambda x, i, s: torch.scatter_reduce(x, 1, i, s, reduce, include_self=include_self),
+          torch.randint(-9, 9, (3, 5)), idx, torch.randint(-9, 9, (3, 4)))
+
+
+def test_scatter_legacy_reduce():
+    x, idx, src = torch.randn(3, 5), torch.randint(0, 5, (3, 4)), torch.randn(3, 4)
+    check(lambda x, i, s: (torch.scatter(x, 1, i, s, reduce="add"),
+                           torch.scatter(x, 1, i, s, reduce="multiply")), x, idx, src)
+
+
+def test_index_select_of_a_scalar():
+    check(lambda x, i: torch.index_select(x, 0, i), torch.tensor(3.0), torch.tensor([0]))
