@@ -10,7 +10,7 @@ Weights are random bytes with modest fp16 scales (speed does not depend on the
 values); the first weight's result is checked against the CPU op.
 
     python benchmarks/gguf_matvec.py [--types Q4_0,Q8_0] [--shapes 4096x4096]
-        [--variants 2x64x2,1x64x1] [--out DIR]
+        [--variants 1x128x4,2x64x2] [--modes chained] [--out DIR]
 
 `run(...)` returns the rows as dicts for the benchmark harness.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")
+TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")   # F16 / F32 also work (as a reference)
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))   # (rows, cols) of W
 # fp16 scale fields (byte offsets) per type, and their size
 HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
@@ -36,8 +36,12 @@ TARGET_BYTES = 192 << 20     # weights per measurement (H200 L2: 60 MB)
 
 
 def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarray:
-    """nbytes of GGUF blocks of type `name`: random quant bits, modest fp16 scales."""
+    """nbytes of GGUF blocks of type `name`: random quant bits, modest fp16 scales
+    (F32/F16: normal values)."""
     from dynamo_vulkan.gguf.quants import quant_info
+    if name in ("F32", "F16"):
+        w = rng.standard_normal(nbytes // (4 if name == "F32" else 2), dtype=np.float32)
+        return (w if name == "F32" else w.astype(np.float16)).view(np.uint8)
     ts = quant_info(name).type_size
     b = rng.integers(0, 256, (nbytes // ts, ts), dtype=np.uint8)
     for off in HALF_OFFSETS[name]:
@@ -78,9 +82,10 @@ def _program(name, rows, cols, m, copies, chained, rng):
     return Program(plan, args, profile=True), args, nbytes
 
 
-def measure(name, rows, cols, m=1, calls=5, chained=True, seed=0,
-            target_bytes=TARGET_BYTES) -> dict:
-    """Median over `calls` of the GPU time of all mat-vecs in one submit."""
+def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
+            target_bytes=TARGET_BYTES, warmup_s=0.3) -> dict:
+    """GPU time of all mat-vecs in one submit: median and best of `calls`, after
+    `warmup_s` seconds of the same submits (so the GPU's clocks are up)."""
     from dynamo_vulkan import device
     from dynamo_vulkan.gguf.op import gguf_linear
     from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
@@ -90,24 +95,31 @@ def measure(name, rows, cols, m=1, calls=5, chained=True, seed=0,
     copies = max(4, math.ceil(target_bytes / nbytes))
     prog, args, nbytes = _program(name, rows, cols, m, copies, chained, rng)
     period = device.device_info().get("timestamp_period_ns", 1.0)
+    ops = [i for i, label in enumerate(prog._labels) if label and label.startswith("gguf_")]
     spans = []
-    for _ in range(calls + 1):
+    t_end = time.perf_counter() + warmup_s
+    while len(spans) < 3 or time.perf_counter() < t_end:      # warm-up (uploads, clocks)
+        outs = prog(args)
+        spans.append(0.0)
+    spans = []
+    for _ in range(calls):
         outs = prog(args)
         ts = np.array(prog.sequence.get_timestamps(), dtype=np.float64) * period
-        ops = [i for i, label in enumerate(prog._labels) if label and label.startswith("gguf_")]
         spans.append((ts[ops[-1] + 1] - ts[ops[0]]) * 1e-9)   # start of first .. end of last
-    span = float(np.median(spans[1:]))                         # the first call warms up
+    span, best = float(np.median(spans)), float(np.min(spans))
     qt = quant_info(name).ggml_type
     ref = gguf_linear(args[0], args[-1 if chained else 1], qt, rows, cols)   # what outs[0] holds
     err = float((outs[0] - ref).abs().max() / ref.abs().max())
     return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
             "us_per_matvec": span / copies * 1e6, "GB_per_s": nbytes * copies / span / 1e9,
+            "best_us_per_matvec": best / copies * 1e6, "best_GB_per_s": nbytes * copies / best / 1e9,
             "max_rel_err": err}
 
 
-def run(types=TYPES, shapes=SHAPES, variants=((2, 64, 2),), modes=(True, False), m=1,
-        budget_s=float("inf"), target_bytes=TARGET_BYTES, log=print) -> list[dict]:
+def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False), m=1,
+        budget_s=float("inf"), target_bytes=TARGET_BYTES, calls=20, warmup_s=0.3,
+        log=print) -> list[dict]:
     """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
@@ -121,12 +133,13 @@ def run(types=TYPES, shapes=SHAPES, variants=((2, 64, 2),), modes=(True, False),
                         if time.perf_counter() - t0 > budget_s:
                             log(f"time budget of {budget_s:.0f} s spent; stopping")
                             return rows_out
-                        r = measure(name, rows, cols, m=m, chained=chained,
-                                    target_bytes=target_bytes)
+                        r = measure(name, rows, cols, m=m, chained=chained, calls=calls,
+                                    target_bytes=target_bytes, warmup_s=warmup_s)
                         r["variant"] = f"NR={nr} WG={wg} U={unroll}"
                         rows_out.append(r)
                         log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
-                            f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s"
+                            f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s "
+                            f"(best {r['best_GB_per_s']:7.1f})"
                             f"  err {r['max_rel_err']:.1e}")
     finally:
         lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = saved
@@ -137,25 +150,30 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
-    p.add_argument("--variants", default="2x64x2",
+    p.add_argument("--variants", default="1x128x4",
                    help="NRxWGxU: W rows per workgroup x threads x chunks per thread and step")
+    p.add_argument("--modes", default="chained,overlapped")
     p.add_argument("--m", type=int, default=1, help="rows of x (<= 8)")
     p.add_argument("--target-mb", type=float, default=TARGET_BYTES / 2**20,
                    help="weight bytes per measurement (well past the L2 cache)")
+    p.add_argument("--calls", type=int, default=20, help="timed submits per measurement")
+    p.add_argument("--warmup", type=float, default=0.3, help="seconds of submits before timing")
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds")
-    p.add_argument("--out", default=None, help="directory for gguf_matvec.json")
+    p.add_argument("--out", default=None, help="directory for gguf_matvec_TAG.json")
+    p.add_argument("--tag", default="run")
     a = p.parse_args(argv)
     from dynamo_vulkan import device
     info = device.device_info()
     print(f"device: {info.get('name')} ({info.get('driver_info', '')})")
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s]
     variants = [tuple(int(v) for v in s.split("x")) for s in a.variants.split(",") if s]
-    rows = run(a.types.split(","), shapes, variants, m=a.m, budget_s=a.budget,
-               target_bytes=int(a.target_mb * 2**20))
+    modes = tuple(m == "chained" for m in a.modes.split(",") if m)
+    rows = run(a.types.split(","), shapes, variants, modes=modes, m=a.m, budget_s=a.budget,
+               target_bytes=int(a.target_mb * 2**20), calls=a.calls, warmup_s=a.warmup)
     if a.out:
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "gguf_matvec.json").write_text(json.dumps(
+        (out / f"gguf_matvec_{a.tag}.json").write_text(json.dumps(
             {"device": info.get("name"), "driver": info.get("driver_info"),
              "argv": sys.argv, "rows": rows}, indent=1))
     return rows

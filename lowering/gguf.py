@@ -27,9 +27,9 @@ GGUF_OPS = (GGUF_LINEAR, GGUF_EMBEDDING)
 # GGML type id -> the name its QTYPE_<name> define selects in gguf_blocks.glsl.
 SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
 MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
-MV_WG = 64       # mat-vec threads per workgroup
-MV_NR = 2        # rows of W per mat-vec workgroup (x chunks are reused across them)
-MV_UNROLL = 2    # chunks per mat-vec thread and loop step
+MV_WG = 128      # mat-vec threads per workgroup
+MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
+MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
 MAX_SUBGROUPS = 32   # gguf_matvec.comp's MAXSG
 EMB_WG = 64
 TILE = 64
@@ -48,11 +48,17 @@ def _limit() -> int:
     return int(device.device_info().get("max_storage_buffer_range", 128 << 20))
 
 
+def _name(qtype) -> str:
+    """The type's name from our own table (no gguf package needed), else gguf's."""
+    info = QUANT_TYPES.get(qtype) if isinstance(qtype, int) else None
+    return info.name if info else qtype_name(qtype)
+
+
 def _check(node) -> str | None:
     """Why this gguf node must run on the CPU (None: it runs on Vulkan)."""
     qtype, cols = node.args[2], node.args[4]
     if not isinstance(qtype, int) or qtype not in SHADER_TYPES:
-        return f"GGUF type {qtype_name(qtype)} has no Vulkan kernel"
+        return f"GGUF type {_name(qtype)} has no Vulkan kernel"
     if not isinstance(cols, int) or cols <= 0 or cols % 8:
         return f"GGUF rows of {cols} elements (Vulkan kernels need a positive multiple of 8)"
     limit = _limit()
@@ -70,7 +76,7 @@ def _check(node) -> str | None:
 def _type_defines(qtype) -> dict:
     name = SHADER_TYPES.get(qtype) if isinstance(qtype, int) else None
     if name is None:
-        raise LoweringError(f"GGUF type {qtype_name(qtype)} has no Vulkan kernel")
+        raise LoweringError(f"GGUF type {_name(qtype)} has no Vulkan kernel")
     return {"VARIANT": name, f"QTYPE_{name}": 1}
 
 
@@ -125,8 +131,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         wg = min(MV_WG, MAX_SUBGROUPS * max(1, int(ctx.caps.get("subgroup_size", 32))))
-        spec = [wg, m, n, k, x2.offset, x2.strides[0], rb]
-        defines |= {"NR": MV_NR, "UNROLL": MV_UNROLL}
+        spec = [wg, n, k, x2.offset, x2.strides[0], rb]
+        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL}
         if x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
         ctx.dispatch("gguf_matvec", defines, [out, x2, w], [0], spec, groups_for(n, MV_NR),

@@ -12,10 +12,13 @@
 
 uint gb_byte(uint o) { return (wq[o >> 2] >> ((o & 3u) << 3)) & 0xFFu; }
 float gb_half(uint o) { return unpackHalf2x16(wq[o >> 2] >> ((o & 2u) << 3)).x; }
-// 4 bytes at an even byte offset (the next word exists: buffers are padded).
+// 4 bytes at an even byte offset. Both words are always read (no divergent
+// branch between neighbouring blocks of odd size); the second index is clamped
+// to the buffer, as it is only used when the bytes straddle two words.
 uint gb_u32(uint o) {
     uint i = o >> 2;
-    return (o & 2u) == 0u ? wq[i] : (wq[i] >> 16) | (wq[i + 1u] << 16);
+    uint a = wq[i], b = wq[min(i + 1u, uint(wq.length()) - 1u)];
+    return (o & 2u) == 0u ? a : (a >> 16) | (b << 16);
 }
 // The 4 bytes of w, each shifted right by sh and masked.
 vec4 gb_field4(uint w, uint sh, uint mask) {

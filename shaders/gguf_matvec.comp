@@ -1,17 +1,19 @@
 // Fused dequantize + mat-vec for few rows of x (decode, M <= 8):
 // out[m, n] = sum_k x[m, k] * W[n, k], W kept as GGUF blocks (never
 // dequantized to memory). A workgroup owns NR consecutive rows of W; its
-// threads stride over the rows' chunks of 8 elements, decode each chunk once
-// and use it for all M rows of x; partial sums meet through subgroupAdd and
-// shared memory. x is contiguous along k (the lowering copies it otherwise).
+// threads stride over the rows' chunks of 8 elements (UNROLL chunks per step,
+// so their loads are in flight together), decode each chunk once and use it for
+// all MROWS rows of x; partial sums meet through subgroupAdd and shared memory.
+// MROWS, NR and UNROLL are #defines so every array index is a compile-time
+// constant (registers, never local memory). x is contiguous along k.
+#extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint M = 1;
-layout(constant_id = 2) const uint N = 1;
-layout(constant_id = 3) const uint K = 8;
-layout(constant_id = 4) const uint X_OFF = 0;
-layout(constant_id = 5) const uint X_SM = 0;      // x row stride, in words
-layout(constant_id = 6) const uint ROW_BYTES = 0; // bytes of one row of W
+layout(constant_id = 1) const uint N = 1;
+layout(constant_id = 2) const uint K = 8;
+layout(constant_id = 3) const uint X_OFF = 0;
+layout(constant_id = 4) const uint X_SM = 0;      // x row stride, in words
+layout(constant_id = 5) const uint ROW_BYTES = 0; // bytes of one row of W
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
@@ -20,15 +22,17 @@ BUFFER(2, wq)
 layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
 #endif
 #include "gguf_blocks.glsl"
+#ifndef MROWS
+#define MROWS 1
+#endif
 #ifndef NR
 #define NR 1
 #endif
 #ifndef UNROLL
 #define UNROLL 1
 #endif
-#define MAXM 8
 #define MAXSG 32
-shared float partial[MAXSG][NR * MAXM];
+shared float partial[MAXSG][NR * MROWS];
 
 vec4 x4(uint o) {
 #ifdef X_VEC4
@@ -41,41 +45,42 @@ vec4 x4(uint o) {
 void main() {
     uint n0 = flat_workgroup() * NR;
     if (n0 >= N) return;
-    float acc[NR][MAXM];
-    for (uint r = 0; r < NR; ++r) for (uint m = 0; m < MAXM; ++m) acc[r][m] = 0.0;
+    float acc[NR * MROWS];
+    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) acc[i] = 0.0;
     const uint chunks = K / 8u;
-    // UNROLL chunks per thread and step, gl_WorkGroupSize.x apart: their loads are
-    // independent, so more of them are in flight at once
+    uint rbase[NR];
+    [[unroll]] for (uint r = 0; r < NR; ++r) rbase[r] = min(n0 + r, N - 1u) * ROW_BYTES;
     for (uint ch0 = gl_LocalInvocationID.x; ch0 < chunks; ch0 += gl_WorkGroupSize.x * UNROLL) {
-        for (uint u = 0; u < UNROLL; ++u) {
+        [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
             uint ch = ch0 + u * gl_WorkGroupSize.x;
-            if (UNROLL > 1 && ch >= chunks) break;
-            uint boff = (ch / CPB) * QB, c = ch % CPB;
-            vec4 xl[MAXM], xh[MAXM];
-            for (uint m = 0; m < M; ++m) {
-                uint o = X_OFF + m * X_SM + 8u * ch;
-                xl[m] = x4(o);
-                xh[m] = x4(o + 4u);
-            }
-            for (uint r = 0; r < NR; ++r) {
-                if (NR > 1 && n0 + r >= N) break;
-                vec4 lo, hi;
-                deq8((n0 + r) * ROW_BYTES + boff, c, lo, hi);
-                for (uint m = 0; m < M; ++m) acc[r][m] += dot(lo, xl[m]) + dot(hi, xh[m]);
+            if (UNROLL == 1 || ch < chunks) {
+                uint boff = (ch / CPB) * QB, c = ch % CPB;
+                vec4 xl[MROWS], xh[MROWS];
+                [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+                    uint o = X_OFF + m * X_SM + 8u * ch;
+                    xl[m] = x4(o);
+                    xh[m] = x4(o + 4u);
+                }
+                [[unroll]] for (uint r = 0; r < NR; ++r) {
+                    vec4 lo, hi;
+                    deq8(rbase[r] + boff, c, lo, hi);   // rows past N: row N-1 again, unused
+                    [[unroll]] for (uint m = 0; m < MROWS; ++m)
+                        acc[r * MROWS + m] += dot(lo, xl[m]) + dot(hi, xh[m]);
+                }
             }
         }
     }
-    for (uint r = 0; r < NR; ++r) for (uint m = 0; m < M; ++m) {
-        float s = subgroupAdd(acc[r][m]);
-        if (subgroupElect()) partial[gl_SubgroupID][r * MAXM + m] = s;
+    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
+        float s = subgroupAdd(acc[i]);
+        if (subgroupElect()) partial[gl_SubgroupID][i] = s;
     }
     barrier();
     uint t = gl_LocalInvocationID.x;
-    if (t < NR * M) {
-        uint r = t / M, m = t % M;
+    if (t < NR * MROWS) {
+        uint r = t / MROWS, m = t % MROWS;
         if (n0 + r < N) {
             float s = 0.0;
-            for (uint g = 0; g < gl_NumSubgroups; ++g) s += partial[g][r * MAXM + m];
+            for (uint g = 0; g < gl_NumSubgroups; ++g) s += partial[g][t];
             outb[m * N + n0 + r] = st_f32(s);
         }
     }

@@ -195,3 +195,18 @@ def test_type_without_a_kernel_runs_on_the_cpu(monkeypatch):
 def test_every_supported_type_has_a_kernel():
     assert set(gguf_lowering.SHADER_TYPES) == set(QUANT_TYPES)
     assert set(ALL_TYPES) == {i.name for i in QUANT_TYPES.values()}
+
+
+@pytest.mark.parametrize("nr,unroll,wg", [(3, 1, 64), (2, 3, 32)])
+def test_mat_vec_variants(monkeypatch, nr, unroll, wg):
+    """Other mat-vec tunings (rows per workgroup, unroll, threads) give the same results,
+    including workgroups whose last rows lie past the weight's end."""
+    monkeypatch.setattr(gguf_lowering, "MV_NR", nr)
+    monkeypatch.setattr(gguf_lowering, "MV_UNROLL", unroll)
+    monkeypatch.setattr(gguf_lowering, "MV_WG", wg)
+    name = "Q5_K"
+    qt, k = quant_info(name).ggml_type, 768
+    b = blocks_of(name, 7, k, 9)
+    xs = [torch.randn(1, k), torch.randn(2, 3, k), noncontig(torch.randn(5, k))]
+    with torch.no_grad():
+        check(lambda *xs: [gguf_linear(x, b, qt, 7, k) for x in xs], *xs, rtol=3e-4, atol=3e-4)
