@@ -44,7 +44,7 @@ import torch
 log = logging.getLogger(__name__)
 
 RTOL = ATOL = 1e-4
-SAMPLE_TIMEOUT_S = 300
+SAMPLE_TIMEOUT_S = 300   # the worker is killed past this; the sample itself gives up at 4/5
 STATUSES = ("pass", "fallback", "mismatch", "error")
 
 EXCLUDED_PREFIXES = {
@@ -76,6 +76,7 @@ class Outcome:
     status: str
     reason: str = ""
     desc: str = ""
+    index: int = -1       # position in the OpInfo's sample_inputs
 
 
 def op_name(op) -> str:
@@ -238,7 +239,7 @@ def run_sample(op, sample) -> Outcome | None:
         return None
     torch._dynamo.reset()
     try:
-        with _time_limit(SAMPLE_TIMEOUT_S), warnings.catch_warnings():
+        with _time_limit(SAMPLE_TIMEOUT_S * 4 // 5), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             got = torch.compile(call, backend="vulkan", fullgraph=True, dynamic=False)(
                 *_clone(tensors))
@@ -250,7 +251,9 @@ def run_sample(op, sample) -> Outcome | None:
     return Outcome("mismatch", why) if why else Outcome("pass")
 
 
-def run_op(op, max_samples: int | None) -> list[Outcome]:
+def run_op(op, max_samples: int | None, start: int = 0, on_sample=None) -> list[Outcome]:
+    """Outcomes (with .index, the sample's position) of op's samples from `start`;
+    on_sample(k) is called before sample k runs."""
     out = []
     torch.manual_seed(0)
     try:
@@ -258,31 +261,102 @@ def run_op(op, max_samples: int | None) -> list[Outcome]:
     except Exception as e:                                    # noqa: BLE001
         log.warning("%s: sample_inputs failed: %s", op_name(op), e)
         return out
-    for sample in samples[:max_samples] if max_samples else samples:
+    for k, sample in enumerate(samples[:max_samples] if max_samples else samples):
+        if k < start:
+            continue
+        if on_sample:
+            on_sample(k)
         o = run_sample(op, sample)
         if o is not None:
             o.desc = describe(sample)
+            o.index = k
             out.append(o)
     return out
+
+
+# --- isolation: samples run in a worker process that a crash or hang cannot take down ----
+def worker(job: dict) -> None:
+    """Run job["ops"] from op job["op"], sample job["sample"], printing JSON lines:
+    {"start": [op, k]} before a sample, {"outcome": [op, {...}]} after it,
+    {"done": op} after an op."""
+    by_name = {op_name(op): op for op in select_ops(job["ops"])[0]}
+
+    def emit(obj):
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+    for i, name in enumerate(job["ops"]):
+        if i < job["op"]:
+            continue
+        start = job["sample"] if i == job["op"] else 0
+        for o in run_op(by_name[name], job["max_samples"], start,
+                        on_sample=lambda k, name=name: emit({"start": [name, k]})):
+            emit({"outcome": [name, o.__dict__]})
+        emit({"done": name})
+
+
+def run_isolated(names: list[str], max_samples: int | None, progress: bool = True,
+                 label: str = "opinfo", worker_cmd: list[str] | None = None) -> dict:
+    """Run ops in a worker process; a sample that crashes the process (a driver fault)
+    or runs past SAMPLE_TIMEOUT_S is recorded as an error and the worker restarts
+    after it. worker_cmd: the worker's command line before its JSON job."""
+    import queue
+    import subprocess
+    import threading
+    from tqdm import tqdm
+    results: dict[str, list] = {n: [] for n in names}
+    bar = tqdm(total=len(names), desc=label, unit="op", disable=not progress)
+    counts = collections.Counter()
+    pos = (0, 0)                                  # (op index, sample) to start from
+    while pos[0] < len(names):
+        job = {"ops": names, "op": pos[0], "sample": pos[1], "max_samples": max_samples}
+        cmd = worker_cmd or [sys.executable, "-m", "dynamo_vulkan.coverage", "--worker"]
+        proc = subprocess.Popen(cmd + [json.dumps(job)], stdout=subprocess.PIPE, text=True)
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
+                         daemon=True).start()
+        current, progressed = None, False
+        while True:
+            try:
+                line = lines.get(timeout=SAMPLE_TIMEOUT_S)
+            except queue.Empty:
+                proc.kill()
+                why = f"timed out (no result in {SAMPLE_TIMEOUT_S} s)"
+                break
+            if line is None:
+                why = f"the process died (exit status {proc.wait()})"
+                break
+            msg = json.loads(line)
+            if "start" in msg:
+                current = msg["start"]
+                progressed = True
+            elif "outcome" in msg:
+                name, o = msg["outcome"]
+                results[name].append(o)
+                counts[o["status"]] += 1
+                current = None
+            elif "done" in msg:
+                bar.update(1)
+                bar.set_postfix(dict(counts), refresh=True)
+                pos = (names.index(msg["done"]) + 1, 0)
+        proc.wait()
+        if current is None:
+            if pos[0] < len(names) and not progressed:
+                raise RuntimeError(f"the coverage worker {why} before running a sample")
+            continue
+        name, k = current
+        results[name].append({"status": "error", "reason": why, "desc": "", "index": k})
+        counts["error"] += 1
+        pos = (names.index(name), k + 1)
+    bar.close()
+    return results
 
 
 def run(ops, max_samples: int | None = None, shard: tuple[int, int] = (0, 1),
         progress: bool = True) -> dict:
     """{op name: [Outcome-as-dict, ...]} for this shard's ops (every N-th op)."""
-    from tqdm import tqdm
     i, n = shard
-    mine = [op for k, op in enumerate(ops) if k % n == i]
-    results = {}
-    bar = tqdm(mine, desc=f"opinfo {i}/{n}", unit="op", disable=not progress)
-    counts = collections.Counter()
-    for op in bar:
-        name = op_name(op)
-        bar.set_postfix_str(name, refresh=False)
-        outs = run_op(op, max_samples)
-        results[name] = [o.__dict__ for o in outs]
-        counts.update(o.status for o in outs)
-        bar.set_postfix(dict(counts), refresh=True)
-    return results
+    names = [op_name(op) for k, op in enumerate(ops) if k % n == i]
+    return run_isolated(names, max_samples, progress, label=f"opinfo {i}/{n}")
 
 
 # --- report ---------------------------------------------------------------------------------
@@ -346,13 +420,15 @@ def markdown(results: dict, excluded: dict, meta: dict) -> str:
               "`T[2x3 int64 nc]` is a tensor of that shape (dtype if not float32, `nc` if "
               "non-contiguous).", ""]
     for name in sorted(results):
-        bad = [(k, o) for k, o in enumerate(results[name]) if o["status"] != "pass"]
+        bad = [(o.get("index", k), o) for k, o in enumerate(results[name])
+               if o["status"] != "pass"]
         if not bad:
             continue
         lines.append(f"### {name}")
         lines.append("")
         for k, o in bad:
-            lines.append(f"- #{k} {o['status']}: {_md(o['reason'])} — `{o['desc']}`")
+            desc = f" — `{o['desc']}`" if o["desc"] else ""
+            lines.append(f"- #{k} {o['status']}: {_md(o['reason'])}{desc}")
         lines.append("")
     lines += ["## Excluded OpInfos", "", "| op | why |", "| --- | --- |"]
     for name in sorted(excluded):
@@ -383,11 +459,16 @@ def main(argv=None) -> int:
     p.add_argument("--merge", nargs="*", type=Path, default=None,
                    help="merge shard JSON files into the markdown report instead of running")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--worker", help=argparse.SUPPRESS)      # internal: a JSON job
     a = p.parse_args(argv)
     os.environ["DYNAMO_VULKAN_FALLBACK"] = "error"
     # a private on-disk cache unless one is named: measure this code, not old plans
     os.environ.setdefault("DYNAMO_VULKAN_CACHE_DIR", tempfile.mkdtemp(prefix="dvk-coverage-"))
     logging.basicConfig(level=logging.WARNING)
+    if a.worker:
+        warnings.simplefilter("ignore")
+        worker(json.loads(a.worker))
+        return 0
     if a.merge is not None:
         results, excluded, meta = {}, {}, {}
         for f in a.merge:

@@ -1,0 +1,73 @@
+"""The coverage command (dynamo_vulkan.coverage): sample classification, the
+crash-proof worker loop and the report."""
+import json
+import sys
+import textwrap
+
+import torch
+
+from dynamo_vulkan import coverage
+
+
+def test_exclusions_are_listed_and_counted_ops_support_float32():
+    ops, excluded = coverage.select_ops(["linalg.*", "add", "bernoulli", "empty_like", "fft.*"])
+    assert [coverage.op_name(o) for o in ops] == ["add"]
+    assert "linalg.det" in excluded and "fft.fft" in excluded
+    assert excluded["bernoulli"].startswith("random") and "uninitialised" in excluded["empty_like"]
+
+
+def test_compare_reports_what_differs():
+    t = torch.ones(3)
+    assert coverage._compare((t, 2), (t.clone(), 2)) is None
+    assert "Mismatched" in coverage._compare(t + 1, t)
+    assert "expected (3,)" in coverage._compare(torch.ones(2), t)
+    assert "got (3,) torch.int32" in coverage._compare(t.int(), t)
+
+
+def test_samples_pass_and_fallbacks_are_classified(monkeypatch):
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
+    (add,), _ = coverage.select_ops(["add"])
+    outcomes = coverage.run_op(add, 2)
+    assert [o.status for o in outcomes] == ["pass", "pass"] and outcomes[1].index == 1
+    (nonzero,), _ = coverage.select_ops(["nonzero"])
+    o = coverage.run_op(nonzero, 1)[0]
+    assert o.status == "fallback", o
+
+
+FAKE_WORKER = textwrap.dedent("""
+    import json, os, sys
+    job = json.loads(sys.argv[1])
+    for i, name in enumerate(job["ops"]):
+        if i < job["op"]:
+            continue
+        for k in range(job["sample"] if i == job["op"] else 0, 3):
+            print(json.dumps({"start": [name, k]}), flush=True)
+            if name == "b" and k == 1:
+                os.abort()                      # a driver fault in sample b#1
+            print(json.dumps({"outcome": [name, {"status": "pass", "reason": "", "desc": "",
+                                                 "index": k}]}), flush=True)
+        print(json.dumps({"done": name}), flush=True)
+""")
+
+
+def test_a_crashing_sample_is_an_error_and_the_run_goes_on(tmp_path):
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    results = coverage.run_isolated(["a", "b", "c"], None, progress=False,
+                                    worker_cmd=[sys.executable, str(script)])
+    assert [o["status"] for o in results["a"]] == ["pass"] * 3
+    assert [(o["index"], o["status"]) for o in results["b"]] == [(0, "pass"), (1, "error"),
+                                                                 (2, "pass")]
+    assert "died" in results["b"][1]["reason"]
+    assert len(results["c"]) == 3
+
+
+def test_markdown_has_totals_reasons_and_exclusions():
+    results = {"add": [{"status": "pass", "reason": "", "desc": "T[2]", "index": 0},
+                       {"status": "fallback", "reason": "aten.x: no Vulkan lowering", "desc": "T[3]",
+                        "index": 1}]}
+    md = coverage.markdown(results, {"fft.fft": "FFTs are out of scope"}, {"device": "dev"})
+    assert "| 2 | 1 | 1 | 0 | 0 | 50.0 |" in md
+    assert "- #1 fallback: aten.x: no Vulkan lowering — `T[3]`" in md
+    assert "| fft.fft | FFTs are out of scope |" in md
+    assert json.dumps(results)                                  # results stay JSON-able
