@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tqdm import tqdm
@@ -41,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="time allowed per figure; slow calls get fewer repetitions, at least 3 (default 3, --quick 0.3)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out)")
     p.add_argument("--quick", action="store_true", help="small shapes, few repetitions (a smoke test: < 2 min on lavapipe)")
+    p.add_argument("--budget", type=float, default=None, metavar="S",
+                   help="start no suite after S seconds (the ones left are noted); results are written after each suite")
     p.add_argument("--no-inductor", action="store_true", help="leave out the inductor CPU baseline")
     p.add_argument("--no-peers", action="store_true", help="leave out IREE and llama.cpp")
     p.add_argument("--llama-cpp", default=None, metavar="DIR",
@@ -82,6 +85,19 @@ def _llama(args, tmp: Path, bench_notes) -> object | None:
     except PeerUnavailable as e:
         bench_notes.append(f"llama.cpp skipped: {e}")
         return None
+
+
+def _write(out: Path, env: dict, probe_results: dict, bench: Bench, args, names, plan) -> str:
+    """results.json and table.md from the rows so far; returns the table text."""
+    results = targets.resolve(bench.targets, bench.rows, bench.extra.get("memory_targets", []))
+    extra = {k: v for k, v in bench.extra.items() if k != "memory_targets"}
+    record.write_json(out / "results.json", env, probe_results, bench.rows, results, bench.notes,
+                      {"extra": extra, "options": {"quick": args.quick, "suites": names, "reps": plan.reps,
+                                                   "max_seconds": plan.max_s, "budget_s": args.budget}})
+    text = "\n\n".join([table.header(env, probe_results), table.rows_table(bench.rows), "Targets (issue 6):",
+                        table.targets_table(results), "Notes:\n" + "\n".join(f"- {n}" for n in bench.notes.items)])
+    (out / "table.md").write_text(text + "\n")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,22 +143,24 @@ def main(argv: list[str] | None = None) -> int:
             bench.note("run", n)
         failed_suites = []
         bar = tqdm(names, desc="suites", unit="suite", file=sys.stderr, dynamic_ncols=True)
+        seconds = bench.extra.setdefault("suite_seconds", {})
+        started = time.perf_counter()
+        opts.deadline = started + args.budget if args.budget else None
         for name in bar:
             bar.set_postfix_str(name)
+            if args.budget and time.perf_counter() - started > args.budget:
+                bench.note(name, f"not run: the --budget of {args.budget:g} s was spent")
+                continue
+            t0 = time.perf_counter()
             try:
                 suites.load(name).run(bench)
             except Exception as e:
                 log.exception("suite %s failed", name)
                 bench.note(name, f"suite failed: {type(e).__name__}: {e}")
                 failed_suites.append(name)
-        results = targets.resolve(bench.targets, bench.rows, bench.extra.pop("memory_targets", []))
-        record.write_json(out / "results.json", env, probe_results, bench.rows, results, bench.notes,
-                          {"extra": bench.extra, "options": {"quick": args.quick, "suites": names,
-                                                             "reps": plan.reps, "max_seconds": plan.max_s}})
-        head = table.header(env, probe_results)
-        text = "\n\n".join([head, table.rows_table(bench.rows), "Targets (issue 6):",
-                            table.targets_table(results), "Notes:\n" + "\n".join(f"- {n}" for n in bench.notes.items)])
-        (out / "table.md").write_text(text + "\n")
+            seconds[name] = round(time.perf_counter() - t0, 1)
+            _write(out, env, probe_results, bench, args, names, plan)   # a run cut short keeps what it has
+        text = _write(out, env, probe_results, bench, args, names, plan)
         title = f"{env['device'].get('name')} - {env['date']}"
         made = plots.draw_all(bench.rows, out, title)
         sys.stdout.write(text + "\n\nwrote " + ", ".join(str(p) for p in [out / "results.json", out / "table.md", *made]) + "\n")

@@ -8,6 +8,7 @@ with its error, never left out silently.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import logging
@@ -46,6 +47,7 @@ class Options:
     llama_cpp: Any = None         # peers.llama_cpp.LlamaCppPeer or None
     skeleton_dir: Any = None
     work_dir: Any = None
+    deadline: float | None = None  # time.perf_counter() after which no new workload starts
 
 
 def max_abs(out, ref) -> tuple[float, float]:
@@ -64,6 +66,11 @@ def max_abs(out, ref) -> tuple[float, float]:
             err = max(err, float((o - r).abs().max()))
             scale = max(scale, float(r.abs().max()))
     return err, scale
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
 
 
 def _fresh():
@@ -97,6 +104,14 @@ class Bench:
         self.notes.add(suite, text)
         log.info("%s: %s", suite, text)
 
+    def over_budget(self, suite: str, what: str) -> bool:
+        """True (and noted) when the run's --budget is spent: ``what`` is not started."""
+        import time
+        if self.opts.deadline is not None and time.perf_counter() > self.opts.deadline:
+            self.note(suite, f"{what}: not run, the --budget was spent")
+            return True
+        return False
+
     def target(self, t: Target) -> None:
         self.targets.append(t)
 
@@ -116,12 +131,14 @@ class Bench:
 
     def vulkan(self, model, inputs, profile: bool = True) -> dict:
         """Compile with backend="vulkan"; wall time per call, and (``profile``) the
-        kernels' GPU time from a second, timestamped compile of the same model."""
+        kernels' GPU time from a second, timestamped compile of the same model
+        (--quick: one timestamped compile serves both, to save time)."""
         import dynamo_vulkan
 
         _fresh()
         before = len(dynamo_vulkan.reports())
-        with torch.no_grad():
+        both = profile and self.quick
+        with torch.no_grad(), (gputime.profiled() if both else _nothing()) as cap:
             cm = torch.compile(model, backend="vulkan", dynamic=False)
             out, compile_s = once_s(lambda: cm(*inputs))
             reports = dynamo_vulkan.reports()[before:]
@@ -130,18 +147,20 @@ class Bench:
                    "cpu_nodes": sum(len(r.cpu_nodes) for r in reports),
                    "vulkan_nodes": sum(len(r.vulkan_nodes) for r in reports),
                    "partitions": sum(r.partitions for r in reports)}
-            del cm
-            if profile:
-                _fresh()
-                with gputime.profiled() as cap:
-                    cp = torch.compile(model, backend="vulkan", dynamic=False)
-                    for _ in range(max(1, self.plan.warmup)):
-                        cp(*inputs)
-                    samples, kernels = gputime.kernel_ms_per_call(
-                        cap, lambda: cp(*inputs), self.plan.count(ms.median / 1e3))
-                    del cp
+            if both:
+                samples, res["kernels"] = gputime.kernel_ms_per_call(cap, lambda: cm(*inputs), ms.n)
                 res["gpu_ms"] = Stat.of(samples)
-                res["kernels"] = kernels
+            del cm
+        if profile and not both:
+            _fresh()
+            with torch.no_grad(), gputime.profiled() as cap:
+                cp = torch.compile(model, backend="vulkan", dynamic=False)
+                for _ in range(max(1, self.plan.warmup)):
+                    cp(*inputs)
+                samples, res["kernels"] = gputime.kernel_ms_per_call(
+                    cap, lambda: cp(*inputs), self.plan.count(ms.median / 1e3))
+                del cp
+            res["gpu_ms"] = Stat.of(samples)
         _fresh()
         return res
 

@@ -112,6 +112,8 @@ def git_commit(where: Path) -> dict:
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
+    if commit is None and os.environ.get("BENCH_GIT_COMMIT"):   # a copied tree without .git (a lent machine)
+        return {"commit": os.environ["BENCH_GIT_COMMIT"], "dirty": None, "from": "BENCH_GIT_COMMIT"}
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 

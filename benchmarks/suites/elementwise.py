@@ -39,7 +39,7 @@ OPS = {
 def elems(bench) -> tuple[int, str]:
     """64M floats, or fewer where one buffer may not hold them (lavapipe: 128 MiB)."""
     if bench.quick:
-        return 1 << 20, ""
+        return 1 << 18, ""
     from dynamo_vulkan import device_info
     cap = int(device_info().get("max_storage_buffer_range", 128 << 20)) // 4
     n = FULL_ELEMS
@@ -55,7 +55,7 @@ def run(bench) -> None:
     g = torch.Generator().manual_seed(0)
     for name, (fn, n_in, moved) in OPS.items():
         inputs = tuple(torch.randn(n, generator=g) for _ in range(n_in))
-        workload = f"{name} {n >> 20}M"
+        workload = f"{name} {n >> 20}M" if n >= 1 << 20 else f"{name} {n >> 10}K"
         bench.compare("elementwise", workload, fn, inputs, work=moved * n * 4, unit="GB/s",
                       rtol=1e-5, atol=1e-6, inductor=name == "chain7", cuda=True)
         bench.target(Target(f"elementwise {workload} floats: GB/s vs torch CUDA", ("elementwise", workload, "vulkan"),

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = "gguf_linear per quant type (GB/s of quantized weights)"
 TYPES = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+QUICK_TYPES = ("F16", "Q4_1", "Q4_K", "Q6_K")     # --quick: a smoke test of the suite, not of every kernel
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 TARGET_TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")
 TARGET_SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))     # (rows, cols) of W
@@ -46,7 +47,9 @@ def make_linear(name: str, rows: int, cols: int, seed: int = 0) -> GGUFLinear:
 def run(bench) -> None:
     rows, cols = (256, 512) if bench.quick else (4096, 4096)
     g = torch.Generator().manual_seed(1)
-    for name in TYPES:
+    for name in (QUICK_TYPES if bench.quick else TYPES):
+        if bench.over_budget("gguf_linear", name):
+            break
         try:
             lin = make_linear(name, rows, cols)
         except Exception as e:      # e.g. the gguf package cannot quantize this type here
@@ -60,6 +63,8 @@ def run(bench) -> None:
 
 def kernel_rows(bench) -> None:
     """Issue 6's mat-vec rows from benchmarks/gguf_matvec.py (another helper's module)."""
+    if bench.over_budget("gguf_linear", "gguf_matvec kernel rows"):
+        return
     try:
         from .. import gguf_matvec
     except Exception as e:
@@ -71,8 +76,11 @@ def kernel_rows(bench) -> None:
     limit, limit_name = probes.copy_limit(bench.probes)
     types, shapes = (("Q4_0",), ((256, 512),)) if bench.quick else (TARGET_TYPES, TARGET_SHAPES)
     try:
-        results = gguf_matvec.run(types=types, shapes=shapes, modes=(True,), log=log.info,
-                                  **({"target_bytes": 1 << 20} if bench.quick else {}))
+        import time
+        kw = {"target_bytes": 1 << 20} if bench.quick else {}
+        if bench.opts.deadline is not None:
+            kw["budget_s"] = max(0.0, bench.opts.deadline - time.perf_counter())
+        results = gguf_matvec.run(types=types, shapes=shapes, modes=(True,), log=log.info, **kw)
     except Exception as e:
         bench.note("gguf_linear", f"gguf_matvec.run failed: {type(e).__name__}: {e}")
         return

@@ -35,6 +35,8 @@ def run(bench) -> None:
     try:
         for m, k, n in (QUICK if bench.quick else FULL):
             workload = f"{m}x{k}x{n}"
+            if bench.over_budget("matmul", workload):
+                break
             model = MatMul(k, n, g)
             x = torch.randn(m, k, generator=g)
             bench.compare("matmul", workload, model, (x,), work=2 * m * k * n, unit="GFLOP/s",
