@@ -122,8 +122,11 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         if isinstance(o, TRef):
             operand_decl(str(j), strides[ti], o.offset)
             ti += 1
-            buffers.append(o)
-            b = binding[j] = len(buffers) - 1
+            b = next((k for k, x in enumerate(buffers) if x.buf == o.buf), None)
+            if b is None:              # one binding per buffer: fused kernels read many
+                buffers.append(o)      # views of few buffers (descriptor limits: 32 on lavapipe)
+                b = len(buffers) - 1
+            binding[j] = b
             raw = f"ld_{o.kind}(b{b}[o{j}])"
             ck = ck or o.kind
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({raw});")
