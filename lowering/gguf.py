@@ -8,9 +8,16 @@ reads (gguf_embed.comp). One template per kernel; the GGUF type is a
 The weight's bytes stay quantized on the GPU: the planner stores a uint8
 input read only by these ops as packed bytes (kind "u8", see `packed_input`),
 uploaded once as a resident buffer, and no dequantized copy of W is ever
-written to memory.
+written to memory. A weight larger than the device's maxStorageBufferRange
+(128 MiB on lavapipe and many mobile GPUs) is split into several buffers of
+whole rows (`RowChunks`), and each op emits one dispatch per chunk: the mat-vec
+and matmul write that chunk's columns of the output, the embedding gathers the
+ids that fall in it.
 """
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import torch
 
@@ -35,12 +42,59 @@ EMB_WG = 64
 TILE = 64
 
 
+class RowChunks(NamedTuple):
+    """A packed weight held in several buffers: parts are (TRef, first row, end row).
+    A NamedTuple so FX's map_aggregate walks into it and finds the TRefs."""
+    parts: tuple
+
+
+def chunk_rows(row_bytes: int, limit: int) -> int:
+    """Rows per buffer of a split weight: as many whole rows as fit in `limit`
+    bytes, rounded so each chunk starts on a 32-bit word (0: a row is too big)."""
+    n = limit // row_bytes
+    return n - n % (4 // math.gcd(row_bytes, 4))
+
+
 def packed_input(node, value) -> bool:
     """Whether a graph input holds GGUF blocks: a uint8 tensor read only as the
     `blocks` argument of the gguf ops. Such an input is stored as packed bytes."""
     return isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and bool(node.users) \
         and all(u.target in GGUF_OPS and u.args[1] is node and u.args[0] is not node
                 for u in node.users)
+
+
+def place_packed(ctx: Context, node, value: torch.Tensor, role: str):
+    """Buffers for a packed-bytes graph input: (the value the lowering rules read,
+    InputSpec chunks or None). Over the buffer limit, the rows are split across
+    buffers by the row size its gguf users agree on."""
+    limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
+    total = value.numel()
+    if total <= limit:
+        buf = ctx.buffer(-(-total // 4), role, "u8")
+        return TRef(buf, (total,), (1,), 0, "u8"), None
+    sizes = {row_nbytes(u.args[2], u.args[4]) for u in node.users}
+    if len(sizes) != 1:
+        raise LoweringError(f"GGUF blocks of {total} bytes read with different row sizes "
+                            f"{sorted(sizes)}: cannot split them across buffers")
+    return _split(ctx, total, sizes.pop(), limit, role, None)
+
+
+def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data):
+    """Buffers of whole rows covering `total` bytes; data: the bytes of a constant."""
+    step = chunk_rows(row_bytes, limit)
+    if step == 0:
+        raise LoweringError(f"a GGUF row of {row_bytes} bytes exceeds the device's "
+                            f"maxStorageBufferRange ({limit} bytes)")
+    from dynamo_vulkan.runtime.program import host_words
+    rows, parts, chunks = total // row_bytes, [], []
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        start, length = r0 * row_bytes, (r1 - r0) * row_bytes
+        const = None if data is None else host_words(data, "u8", (start, length)).copy()
+        buf = ctx.buffer(-(-length // 4), role, "u8", const)
+        parts.append((TRef(buf, (length,), (1,), 0, "u8"), r0, r1))
+        chunks.append((buf, start, length))
+    return RowChunks(tuple(parts)), chunks
 
 
 def _limit() -> int:
@@ -63,9 +117,10 @@ def _check(node) -> str | None:
         return f"GGUF rows of {cols} elements (Vulkan kernels need a positive multiple of 8)"
     limit = _limit()
     blocks = node.args[1].meta.get("val")
-    if blocks is not None and blocks.numel() > limit:
-        return (f"its GGUF weight ({blocks.numel() / 2**20:.1f} MiB) exceeds the device's "
-                f"maxStorageBufferRange ({limit / 2**20:.0f} MiB)")
+    rb = row_nbytes(qtype, cols)
+    if blocks is not None and blocks.numel() > limit and chunk_rows(rb, limit) == 0:
+        return (f"a row of its GGUF weight ({rb} bytes) exceeds the device's "
+                f"maxStorageBufferRange ({limit} bytes)")
     out = node.meta.get("val")
     if out is not None and out.numel() * 4 > limit:
         return (f"its output ({out.numel() * 4 / 2**20:.1f} MiB) exceeds the device's "
@@ -80,28 +135,38 @@ def _type_defines(qtype) -> dict:
     return {"VARIANT": name, f"QTYPE_{name}": 1}
 
 
-def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> TRef:
-    """The weight's packed-bytes buffer (a graph input, or a constant uploaded once)."""
-    nbytes = rows * row_nbytes(qtype, cols)
+def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
+    """The weight's packed-bytes buffers as (TRef, first row, end row): one, or
+    several for a weight split over the buffer limit (a graph input, or a
+    constant uploaded once)."""
+    rb = row_nbytes(qtype, cols)
+    nbytes = rows * rb
     if isinstance(blocks, torch.Tensor):
         consts = ctx.__dict__.setdefault("_gguf_consts", {})
         ref = consts.get(id(blocks))
         if ref is None:
-            import numpy as np
             from dynamo_vulkan.runtime.program import host_words
-            words = host_words(blocks, "u8")
-            ref = TRef(ctx.buffer(words.size, "const", "u8", np.array(words)),
-                       (blocks.numel(),), (1,), 0, "u8")
+            limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
+            if blocks.numel() > limit and blocks.numel() == nbytes:
+                ref = _split(ctx, nbytes, rb, limit, "const", blocks)[0]
+            else:
+                words = host_words(blocks, "u8").copy()
+                ref = TRef(ctx.buffer(words.size, "const", "u8", words),
+                           (blocks.numel(),), (1,), 0, "u8")
             consts[id(blocks)] = ref
             ctx._const_tensors.append(blocks)
         blocks = ref
-    if not isinstance(blocks, TRef) or blocks.kind != "u8":
-        raise LoweringError("GGUF blocks are not stored as packed bytes (a uint8 input that "
-                            "other ops read too)")
-    if blocks.offset != 0 or blocks.numel != nbytes:
-        raise LoweringError(f"GGUF blocks: expected {nbytes} bytes at offset 0, got "
-                            f"{blocks.numel} at offset {blocks.offset}")
-    return blocks
+    parts = list(blocks.parts) if isinstance(blocks, RowChunks) else [(blocks, 0, rows)]
+    for ref, r0, r1 in parts:
+        if not isinstance(ref, TRef) or ref.kind != "u8":
+            raise LoweringError("GGUF blocks are not stored as packed bytes (a uint8 input "
+                                "that other ops read too)")
+        if ref.offset != 0 or ref.numel != (r1 - r0) * rb:
+            raise LoweringError(f"GGUF blocks: expected {(r1 - r0) * rb} bytes at offset 0 "
+                                f"for rows {r0}..{r1}, got {ref.numel} at offset {ref.offset}")
+    if parts[-1][2] != rows:
+        raise LoweringError(f"GGUF blocks: {parts[-1][2]} rows stored, {rows} expected")
+    return parts
 
 
 def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
@@ -119,19 +184,24 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
 
 
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
-                cols: int) -> None:
-    """Dispatch out[m, n] = sum_k x2[m, k] * W[n, k] into a contiguous [m, rows]
-    `out`: the mat-vec kernel for m <= MATVEC_M (x2's k-stride must be 1), the
-    tiled one above. Split from the rule so benchmarks can emit it directly."""
+                cols: int, row0: int = 0, out_rows: int | None = None) -> None:
+    """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
+    W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
+    W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
+    k-stride must be 1), the tiled one above. Split from the rule so benchmarks
+    can emit it directly."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
+    out_rows = rows if out_rows is None else out_rows
     rb = row_nbytes(qtype, cols)
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
+    if out_rows != rows:
+        note += f" -> columns {row0}..{row0 + n} of {out_rows}"
     if m <= MATVEC_M:
         if x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         wg = min(MV_WG, MAX_SUBGROUPS * max(1, int(ctx.caps.get("subgroup_size", 32))))
-        spec = [wg, n, k, x2.offset, x2.strides[0], rb]
+        spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
         defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL}
         if x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
@@ -142,7 +212,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if max(groups) > 65535:
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
                                 "workgroups along one axis")
-        spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb]
+        spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb, row0, out_rows]
         ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
 
 
@@ -157,7 +227,9 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
     if out.numel == 0:
         return out
     m = out.numel // rows
-    emit_linear(ctx, out, _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M), w, qtype, rows, cols)
+    x2 = _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M)
+    for part, r0, r1 in w:
+        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows)
     return out
 
 
@@ -177,8 +249,10 @@ def gguf_embedding(ctx: Context, ids, blocks, qtype, rows, cols):
         ids = contiguous(ctx, ids)
         stride = 1
     n = ids.numel
-    spec = [EMB_WG, n, cols, rows, row_nbytes(qtype, cols), ids.offset, stride]
-    ctx.dispatch("gguf_embed", defines, [out, w, ids], [0], spec,
-                 groups_for(n * (cols // 8), EMB_WG),
-                 note=f"{n} rows of {defines['VARIANT']}[{rows}x{cols}]")
+    for part, r0, r1 in w:     # each chunk fills the rows whose ids it holds
+        spec = [EMB_WG, n, cols, r1 - r0, row_nbytes(qtype, cols), ids.offset, stride, r0, rows]
+        ctx.dispatch("gguf_embed", defines, [out, part, ids], [0], spec,
+                     groups_for(n * (cols // 8), EMB_WG),
+                     note=f"{n} rows of {defines['VARIANT']}[{rows}x{cols}]"
+                          + (f" (rows {r0}..{r1})" if len(w) > 1 else ""))
     return out

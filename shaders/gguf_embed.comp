@@ -1,6 +1,9 @@
 // GGUF embedding: out[i, :] = dequantize(row ids[i] of W), one thread per
 // chunk of 8 elements, so only the looked-up rows are decoded. Out-of-range
-// ids give a row of zeros (a kernel cannot raise).
+// ids give a row of zeros (a kernel cannot raise). A weight split across
+// buffers takes one dispatch per chunk: each holds rows ROW0..ROW0+NROWS of
+// TOTAL_ROWS and writes only the ids among them (the first chunk also writes
+// the zeros of out-of-range ids), so the chunks together fill every row.
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NIDX = 1;
@@ -9,6 +12,8 @@ layout(constant_id = 3) const uint NROWS = 1;
 layout(constant_id = 4) const uint ROW_BYTES = 0;
 layout(constant_id = 5) const uint IDX_OFF = 0;
 layout(constant_id = 6) const uint IDX_S = 1;
+layout(constant_id = 7) const uint ROW0 = 0;
+layout(constant_id = 8) const uint TOTAL_ROWS = 1;
 BUFFER(0, outb)
 BUFFER(1, wq)
 BUFFER(2, idxb)
@@ -21,8 +26,11 @@ void main() {
     uint i = t / chunks, ch = t % chunks;
     int row = ld_i32(idxb[IDX_OFF + i * IDX_S]);
     vec4 lo = vec4(0.0), hi = vec4(0.0);
-    if (row >= 0 && uint(row) < NROWS)
-        deq8(uint(row) * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
+    bool valid = row >= 0 && uint(row) < TOTAL_ROWS;
+    if (valid && (uint(row) < ROW0 || uint(row) - ROW0 >= NROWS)) return;   // another chunk's
+    if (!valid && ROW0 != 0u) return;                                       // the first's zeros
+    if (valid)
+        deq8((uint(row) - ROW0) * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
     uint o = i * K + 8u * ch;
     for (uint j = 0; j < 4u; ++j) {
         outb[o + j] = st_f32(lo[j]);

@@ -3,6 +3,8 @@
 // out, each thread 4x4, stepping K by 16: per step, 128 threads decode the W
 // tile (64 rows x 2 chunks of 8) into shared memory and all load the x tile
 // through its strides; no dequantized copy of W is ever stored in a buffer.
+// W may be one chunk of a split weight: its N rows are then columns
+// OUT_OFF.. of an output whose rows hold OUT_N values.
 #include "common.glsl"
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const uint M = 1;
@@ -12,6 +14,8 @@ layout(constant_id = 3) const uint X_OFF = 0;
 layout(constant_id = 4) const uint X_SM = 0;
 layout(constant_id = 5) const uint X_SK = 1;
 layout(constant_id = 6) const uint ROW_BYTES = 0;
+layout(constant_id = 7) const uint OUT_OFF = 0;
+layout(constant_id = 8) const uint OUT_N = 1;
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
@@ -61,7 +65,7 @@ void main() {
         if (gm >= M) continue;
         for (int j = 0; j < 4; ++j) {
             uint gn = n0 + tx + 16u * j;
-            if (gn < N) outb[gm * N + gn] = st_f32(acc[i][j]);
+            if (gn < N) outb[gm * OUT_N + OUT_OFF + gn] = st_f32(acc[i][j]);
         }
     }
 }

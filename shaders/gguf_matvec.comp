@@ -6,6 +6,8 @@
 // all MROWS rows of x; partial sums meet through subgroupAdd and shared memory.
 // MROWS, NR and UNROLL are #defines so every array index is a compile-time
 // constant (registers, never local memory). x is contiguous along k.
+// W may be one chunk of a weight split across buffers: its N rows are then
+// columns OUT_OFF.. of an output whose rows hold OUT_N values.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -14,6 +16,8 @@ layout(constant_id = 2) const uint K = 8;
 layout(constant_id = 3) const uint X_OFF = 0;
 layout(constant_id = 4) const uint X_SM = 0;      // x row stride, in words
 layout(constant_id = 5) const uint ROW_BYTES = 0; // bytes of one row of W
+layout(constant_id = 6) const uint OUT_OFF = 0;   // output column of W's first row
+layout(constant_id = 7) const uint OUT_N = 1;     // output row length (N unless split)
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
@@ -81,7 +85,7 @@ void main() {
         if (n0 + r < N) {
             float s = 0.0;
             for (uint g = 0; g < gl_NumSubgroups; ++g) s += partial[g][t];
-            outb[m * N + n0 + r] = st_f32(s);
+            outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
         }
     }
 }

@@ -159,22 +159,111 @@ def test_tied_weights_share_one_resident_buffer():
     assert len(shared) == 1 and shared[0][-1] == "u8"
 
 
-def test_weight_over_the_buffer_limit_runs_on_the_cpu(monkeypatch):
-    """A weight larger than maxStorageBufferRange: only that node falls back, with the reason."""
-    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
-    monkeypatch.setattr(gguf_lowering, "_limit", lambda: 1000)
-    name = "Q4_0"
-    qt, k = quant_info(name).ggml_type, 64
-    small = GGUFLinear(blocks_of(name, 8, k, 6), qt, 8, k)       # 288 bytes
-    big = GGUFLinear(blocks_of(name, 40, k, 7), qt, 40, k)       # 1440 bytes
-    fn = compiled(lambda x: big(small(x).repeat(1, 8)))
-    n = len(dynamo_vulkan.reports())
-    x = torch.randn(2, k)
+@pytest.fixture
+def small_limit(monkeypatch):
+    """Set the device's maxStorageBufferRange (as the planner and the CPU-fallback
+    check read it) to a given number of bytes, with a device name that keeps
+    plans cached under the real limit apart."""
+    from dynamo_vulkan import device
+    info = device.device_info()
+
+    def set_limit(nbytes: int):
+        monkeypatch.setitem(info, "max_storage_buffer_range", nbytes)
+        monkeypatch.setitem(info, "name", f"{info['name']} (test limit {nbytes})")
+    return set_limit
+
+
+SPLIT_LIMIT = 10240    # bytes: the weights below take 3 buffers, x and outputs fit in one
+
+
+def _split_plan(module, m: int):
+    plan = _plan_of(module, m)
+    spec = plan.inputs[1]
+    assert spec.chunks and [c[1] for c in spec.chunks][0] == 0
+    assert sum(c[2] for c in spec.chunks) == module.blocks.numel()
+    assert all(plan.buffers[b].words * 4 <= SPLIT_LIMIT for b, _, _ in spec.chunks)
+    return plan, spec
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q6_K"])     # rows of 272 and 210 bytes
+def test_weight_over_the_buffer_limit_is_split(small_limit, name):
+    """A weight over maxStorageBufferRange is held in several buffers of whole rows,
+    one dispatch each, and gives the CPU op's results (101 rows: the last chunk is
+    short; a 210-byte row needs an even row count per chunk to start on a word)."""
+    small_limit(SPLIT_LIMIT)
+    qt, rows, k = quant_info(name).ggml_type, 101, 256
+    lin = GGUFLinear(blocks_of(name, rows, k, 10), qt, rows, k)
+    for m, kernel in ((1, "gguf_matvec"), (9, "gguf_matmul")):
+        plan, spec = _split_plan(lin, m)
+        assert len(spec.chunks) == 3
+        assert [d.name.split(":")[0] for d in plan.dispatches] == [kernel] * 3
+    xs = [torch.randn(1, k), torch.randn(9, k), noncontig(torch.randn(3, k)),
+          torch.randn(2, 5, k)]
     with torch.no_grad():
-        torch.testing.assert_close(fn(x), big(small(x).repeat(1, 8)), rtol=1e-4, atol=1e-4)
+        expected = [lin(x) for x in xs]
+        check(lambda *xs: [lin(x) for x in xs], *xs, **tolerances(k, expected))
+
+
+def test_split_embedding_and_tied_head(small_limit):
+    """A tied embedding + LM head over the limit: both read the same chunks, uploaded
+    once (one resident per chunk); ids in every chunk, repeated, and out of range."""
+    small_limit(SPLIT_LIMIT)
+    name = "Q8_0"
+    qt, rows, k = quant_info(name).ggml_type, 101, 256
+    emb = GGUFEmbedding(blocks_of(name, rows, k, 11), qt, rows, k)
+    head = GGUFLinear(emb.blocks, qt, rows, k)
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = emb, head
+
+        def forward(self, ids, ids2):
+            return self.head(torch.tanh(self.emb(ids))), self.emb(ids2)
+
+    ids = torch.tensor([[0, 36, 37, 73, 74, 100, 37]])      # chunk edges (37 rows each)
+    ids2 = torch.tensor([5, -1, 100, 101, 50, 2000, 80])[::2]
+    uploads = [key for key in Resident._pool if key[0] == id(emb.blocks)]
+    with torch.no_grad():
+        expected = Tied()(ids, ids2)
+        check(Tied(), ids, ids2, **tolerances(k, expected))
+    keys = [key for key in Resident._pool if key[0] == id(emb.blocks)]
+    assert not uploads and len(keys) == 3
+    assert sorted(key[-1] for key in keys) == [(0, 37 * 272), (37 * 272, 37 * 272),
+                                               (74 * 272, 27 * 272)]
+
+
+def test_split_weight_passed_as_a_graph_input(small_limit):
+    """Streamed blocks over the limit are copied into their chunks on each call."""
+    small_limit(SPLIT_LIMIT)
+    name = "Q4_K"
+    qt, rows, k = quant_info(name).ggml_type, 90, 256       # 144-byte rows
+    b = blocks_of(name, rows, k, 12)
+    ids = torch.tensor([89, 0, 71, 70])
+    x = torch.randn(2, k)
+    check(lambda x, ids, b: (gguf_linear(x, b, qt, rows, k) * 2,
+                             gguf_embedding(ids, b, qt, rows, k)),
+          x, ids, b, rtol=1e-4, atol=1e-4)
+
+
+def test_row_over_the_buffer_limit_runs_on_the_cpu(monkeypatch):
+    """A single row larger than maxStorageBufferRange: only that node falls back,
+    with the reason; a weight over the limit whose rows fit stays on Vulkan. (The
+    check's limit only: x of a row that large could not fit a buffer either.)"""
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
+    monkeypatch.setattr(gguf_lowering, "_limit", lambda: 2048)
+    name = "Q4_0"
+    qt = quant_info(name).ggml_type
+    small = GGUFLinear(blocks_of(name, 64, 64, 6), qt, 64, 64)         # 36-byte rows, 2304 bytes
+    big = GGUFLinear(blocks_of(name, 3, 4096, 7), qt, 3, 4096)         # 2304-byte rows
+    fn = compiled(lambda x: big(small(x).repeat(1, 64)))
+    n = len(dynamo_vulkan.reports())
+    x = torch.randn(2, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(fn(x), big(small(x).repeat(1, 64)), rtol=1e-4, atol=1e-4)
     nodes = [d for r in dynamo_vulkan.reports()[n:] for d in r.nodes if "gguf_linear" in d.op]
     assert [d.where for d in nodes] == ["vulkan", "cpu"]
-    assert "exceeds the device's maxStorageBufferRange" in nodes[1].reason
+    assert "a row of its GGUF weight (2304 bytes) exceeds" in nodes[1].reason
 
 
 def test_type_without_a_kernel_runs_on_the_cpu(monkeypatch):

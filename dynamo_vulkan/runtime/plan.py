@@ -52,6 +52,15 @@ class InputSpec:
     dtype: str           # torch dtype as a string
     shape: tuple
     resident: bool       # parameter/buffer: uploaded once, kept while its version holds
+    # a packed-bytes input larger than maxStorageBufferRange, split into several buffers:
+    # (buffer id, byte start, byte length) each; `buffer` is then the first of them
+    chunks: list[tuple[int, int, int]] | None = None
+
+    def buffers(self) -> list[int]:
+        """Every buffer that holds this input."""
+        if self.chunks:
+            return [c[0] for c in self.chunks]
+        return [] if self.buffer is None else [self.buffer]
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dynamo_vulkan.lowering.core import Context
 from dynamo_vulkan.lowering.fusion import FOLDS, FUSIBLE, Lazy, materialize
 from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
-from dynamo_vulkan.lowering.gguf import packed_input
+from dynamo_vulkan.lowering.gguf import packed_input, place_packed
 
 from .plan import InputSpec, OutputSpec, Plan, words_of
 
@@ -38,10 +38,17 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
     index_of = {n: i for i, n in enumerate(placeholders)}
     for i, (node, a) in enumerate(zip(placeholders, args)):
         if isinstance(a, torch.Tensor) and node.users:
-            kind = "u8" if packed_input(node, a) else kind_of(a.dtype)
-            buf = ctx.buffer(words_of(kind, a.numel()), "param" if resident[i] else "input", kind)
-            values[node] = TRef(buf, tuple(a.shape), contiguous_strides(tuple(a.shape)), 0, kind)
-            plan.inputs.append(InputSpec(buf, str(a.dtype), tuple(a.shape), resident[i]))
+            role = "param" if resident[i] else "input"
+            chunks = None
+            if packed_input(node, a):    # GGUF blocks; split into buffers over the limit
+                values[node], chunks = place_packed(ctx, node, a, role)
+                buf = chunks[0][0] if chunks else values[node].buf
+            else:
+                kind = kind_of(a.dtype)
+                buf = ctx.buffer(words_of(kind, a.numel()), role, kind)
+                values[node] = TRef(buf, tuple(a.shape), contiguous_strides(tuple(a.shape)), 0,
+                                    kind)
+            plan.inputs.append(InputSpec(buf, str(a.dtype), tuple(a.shape), resident[i], chunks))
         else:
             values[node] = a
             plan.inputs.append(InputSpec(None, str(getattr(a, "dtype", type(a).__name__)),

@@ -39,28 +39,31 @@ class Resident:
 
     _pool: dict[tuple, "Resident"] = {}
 
-    def __init__(self, mgr, t: torch.Tensor, kind: str):
+    def __init__(self, mgr, t: torch.Tensor, kind: str, span=None):
         self.ref = weakref.ref(t)
         self.ptr = t.data_ptr()
         self.version = -1
         self.kind = kind
-        self.tensor = mgr.tensor_t(np.empty(max(1, words_of(kind, t.numel())), np.uint32),
+        self.span = span      # (byte start, byte length): one buffer of a split u8 tensor
+        n = t.numel() if span is None else span[1]
+        self.tensor = mgr.tensor_t(np.empty(max(1, words_of(kind, n)), np.uint32),
                                    tensor_type=_kp().TensorTypes.storage)
         self.mgr = mgr
 
     @classmethod
-    def get(cls, mgr, t: torch.Tensor, kind: str) -> "Resident":
-        key = (id(t), t.data_ptr(), tuple(t.shape), t.dtype, kind)
+    def get(cls, mgr, t: torch.Tensor, kind: str, span=None) -> "Resident":
+        key = (id(t), t.data_ptr(), tuple(t.shape), t.dtype, kind) + \
+            (() if span is None else (tuple(span),))
         r = cls._pool.get(key)
         if r is None or r.ref() is not t:
-            r = cls(mgr, t, kind)
+            r = cls(mgr, t, kind, span)
             cls._pool[key] = r
             weakref.finalize(t, cls._pool.pop, key, None)
         return r
 
     def sync(self, t: torch.Tensor) -> None:
         if t._version != self.version:
-            upload(self.mgr, self.tensor, host_words(t, self.kind))
+            upload(self.mgr, self.tensor, host_words(t, self.kind, self.span))
             self.version = t._version
             _stats["uploads"] += 1
 
@@ -84,7 +87,7 @@ def is_kept_on_device(t: torch.Tensor) -> bool:
 def read_back(t: torch.Tensor) -> torch.Tensor:
     """Copy the GPU's copy of a resident tensor into it (for keep_on_device tensors)."""
     for r in list(Resident._pool.values()):
-        if r.ref() is t:
+        if r.ref() is t and r.span is None:     # split tensors are GGUF weights, never written
             words = download(r.mgr, r.tensor, max(1, t.numel()))
             with torch.no_grad():
                 t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
@@ -99,12 +102,16 @@ def _kp():
     return kp
 
 
-def host_words(t: torch.Tensor, kind: str) -> np.ndarray:
+def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
     """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32;
-    kind "u8": the raw bytes, 4 to a word, zero-padded)."""
+    kind "u8": the raw bytes, 4 to a word, zero-padded; span (byte start, byte
+    length): only those bytes, without copying the rest)."""
     t = t.detach()
     if kind == "u8":
-        b = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+        b = t.contiguous().reshape(-1).view(torch.uint8)
+        if span is not None:
+            b = b[span[0]:span[0] + span[1]]
+        b = b.numpy()
         if b.size % 4:
             b = np.concatenate([b, np.zeros(4 - b.size % 4, np.uint8)])
         return b.view(np.uint32)
@@ -173,14 +180,14 @@ class Program:
         self.tensors: list = [None] * len(plan.buffers)
         self._staging: dict[int, np.ndarray] = {}
         self.residents: list = []          # (arg index, Resident)
-        self.streamed: list = []           # (arg index, staging array, kind)
+        self.streamed: list = []           # (arg index, staging array, kind, byte span)
         for i, spec in enumerate(plan.inputs):
-            if spec.buffer is None:
+            if spec.buffer is None or not spec.resident:
                 continue
             kind = plan.buffers[spec.buffer].kind
-            if spec.resident:
-                r = Resident.get(mgr, args[i], kind)
-                self.tensors[spec.buffer] = r.tensor
+            for b, span in _spans(spec):
+                r = Resident.get(mgr, args[i], kind, span)
+                self.tensors[b] = r.tensor
                 self.residents.append((i, r))
         for b, buf in enumerate(plan.buffers):
             if self.tensors[b] is not None or buf.role == "unused":
@@ -195,8 +202,8 @@ class Program:
                     upload(mgr, self.tensors[b], buf.const)
         for i, spec in enumerate(plan.inputs):
             if spec.buffer is not None and not spec.resident:
-                self.streamed.append((i, self._staging[spec.buffer],
-                                      plan.buffers[spec.buffer].kind))
+                for b, span in _spans(spec):
+                    self.streamed.append((i, self._staging[b], plan.buffers[b].kind, span))
         self.outputs = []
         for o in plan.outputs:
             if o.buffer is None:
@@ -230,7 +237,7 @@ class Program:
         plan, mgr = self.plan, self.mgr
         n_ts = 2 * len(plan.dispatches) + 2 if self.profile else 0
         seq = mgr.sequence(total_timestamps=n_ts)
-        ins = [self.tensors[s.buffer] for s in plan.inputs if s.buffer is not None and not s.resident]
+        ins = [self.tensors[b] for s in plan.inputs if not s.resident for b in s.buffers()]
         self._labels = []
         if ins:
             seq.record(kp.OpTensorSyncDevice(ins))
@@ -258,7 +265,7 @@ class Program:
             self._labels.append(f"{d.name} {d.note}")
             dirty |= writes
             touched |= reads
-        resident = {spec.buffer for spec in plan.inputs if spec.resident}
+        resident = {b for spec in plan.inputs if spec.resident for b in spec.buffers()}
         outs = [self.tensors[b] for b in sorted(
             {o.buffer for o in plan.outputs if o.buffer is not None} |
             {b for _, b in plan.mutations if b not in resident})]
@@ -281,8 +288,8 @@ class Program:
             if r.ref() is not t or r.ptr != t.data_ptr():
                 raise StaleBinding(i)
             r.sync(t)
-        for i, staging, kind in self.streamed:
-            words = host_words(args[i], kind)
+        for i, staging, kind, span in self.streamed:
+            words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
         self.sequence.eval()
         _stats["submits"] += 1
@@ -319,6 +326,13 @@ class Program:
                 plog.addHandler(logging.StreamHandler())
         plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
+
+
+def _spans(spec) -> list:
+    """(buffer, byte span or None) for each buffer holding an input."""
+    if spec.chunks:
+        return [(b, (start, length)) for b, start, length in spec.chunks]
+    return [(spec.buffer, None)]
 
 
 class StaleBinding(Exception):
