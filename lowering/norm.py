@@ -56,7 +56,10 @@ def batch_norm(ctx: Context, x: TRef, weight, bias, rm, rv, training: bool, mome
     expr, ops = _affine("($0 - $1) * inversesqrt($2 + $3)",
                         [x, cview(rm), cview(rv), float(eps)], weight, bias, cview)
     out = ew(ctx, expr, ops, "f32", compute="f32")
-    return (out, ctx.empty(ctx.out_shape(1), "f32"), ctx.empty(ctx.out_shape(2), "f32"))
+    outs = (out, ctx.empty(ctx.out_shape(1), "f32"), ctx.empty(ctx.out_shape(2), "f32"))
+    if n_outs == 5:                      # not training: the running statistics stay
+        outs += (ew(ctx, "$0", [ctx.ref(rm)], "f32"), ew(ctx, "$0", [ctx.ref(rv)], "f32"))
+    return outs
 
 
 @lowering(aten._native_batch_norm_legit_no_training.default)
@@ -109,3 +112,11 @@ def group_norm(ctx, x, weight, bias, n, c, hxw, group, eps):
     if og.numel:
         ew(ctx, expr, ops, "f32", compute="f32", out=og)
     return out, mean, rstd
+
+
+@lowering(aten._batch_norm_with_update_functional.default)
+def bn_with_update(ctx, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Training batch norm: (out, save_mean, save_rstd, reserve, new running mean/var)."""
+    out, mean, rstd, rm, rv = batch_norm(ctx, ctx.ref(x), weight, bias, running_mean,
+                                         running_var, True, momentum, eps, 5)
+    return out, mean, rstd, ctx.empty(ctx.out_shape(3), ctx.out_kind(3)), rm, rv

@@ -88,3 +88,13 @@ def test_prod_and_full_min_max():
     check(lambda x: (torch.prod(x, 1), torch.prod(x)), torch.rand(3, 9) + 0.5)
     check(lambda x: torch.prod(x, 0), torch.randint(-3, 4, (5, 2)))
     check(lambda x: (torch.max(x), torch.min(x)), noncontig(torch.randn(3, 9)))
+
+
+def test_batch_norm_with_update_and_legit_eval_forms():
+    x, w, b = torch.randn(3, 2, 4), torch.randn(2), torch.randn(2)
+    rm, rv = torch.randn(2), torch.rand(2) + 0.5
+    check(lambda x, w, b, rm, rv: torch.ops.aten._batch_norm_with_update_functional(
+        x, w, b, rm, rv, 0.1, 1e-5)[:3] + torch.ops.aten._batch_norm_with_update_functional(
+        x, w, b, rm, rv, 0.1, 1e-5)[4:], x, w, b, rm, rv)
+    check(lambda x, w, b, rm, rv: torch.ops.aten._native_batch_norm_legit_functional(
+        x, w, b, rm, rv, False, 0.1, 1e-5), x, w, b, rm, rv)
