@@ -20,10 +20,11 @@ the `@lowering` decorator; this file is the index of families:
 | mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, i0, fmax, shifts, ... |
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
 | search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist       |
+| histogram      | histogram.comp     | histc, histogram (bin count or edges, weights)       |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
-from . import conv, pool, norm, scan, indexing, sort, mathops, layout, search  # noqa: F401  (register; ATen coverage families)
+from . import conv, pool, norm, scan, indexing, sort, mathops, layout, search, histogram  # noqa: F401  (register; ATen coverage families)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
            "lowering"]
