@@ -242,6 +242,11 @@ class Program:
         if ins:
             seq.record(kp.OpTensorSyncDevice(ins))
             self._labels.append("copy inputs in")
+        # One barrier orders this sequence's input copies and the uploads and kernels
+        # of earlier submits before its kernels; then one per hazard between kernels.
+        seq.record(kp.OpGlobalBarrier(TRANSFER_WRITE | SHADER_WRITE, SHADER_READ | SHADER_WRITE,
+                                      STAGE_TRANSFER | STAGE_COMPUTE, STAGE_COMPUTE))
+        self._labels.append(None)
         self.algorithms = []
         dirty: set[int] = set()      # buffers written since the last barrier
         touched: set[int] = set()    # buffers read since the last barrier
@@ -251,8 +256,7 @@ class Program:
             reads = set(d.bindings) - writes
             hazard = (set(d.bindings) & dirty) | (writes & touched)
             if hazard:
-                seq.record(kp.OpMemoryBarrier([self.tensors[b] for b in sorted(hazard | dirty)],
-                                              SHADER_WRITE, SHADER_READ | SHADER_WRITE,
+                seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,
                                               STAGE_COMPUTE, STAGE_COMPUTE))
                 self._labels.append(None)
                 dirty.clear()
@@ -261,7 +265,7 @@ class Program:
                                  shaders.compile_source(plan.sources[d.spirv_key], d.name),
                                  list(d.groups), np.array(d.spec, np.uint32), empty)
             self.algorithms.append(algo)
-            seq.record(kp.OpAlgoDispatch(algo, empty))
+            seq.record(kp.OpDispatchBare(algo))
             self._labels.append(f"{d.name} {d.note}")
             dirty |= writes
             touched |= reads
