@@ -68,3 +68,43 @@ def cumulative(ctx, x, dim, *, dtype=None):
 @lowering(aten.logcumsumexp.default)
 def logcumsumexp(ctx, x, dim):
     return scan(ctx, ctx.ref(x), dim, "logsumexp", "f32")
+
+
+# --- segment_reduce (shaders/segment.comp) ----------------------------------------------------
+SEGMENT = {  # reduce -> (combine, identity)
+    "sum": ("(a + b)", 0.0), "mean": ("(a + b)", 0.0), "prod": ("(a * b)", 1.0),
+    "max": ("((isnan(a) || a > b) ? a : b)", float("-inf")),
+    "min": ("((isnan(a) || a < b) ? a : b)", float("inf")),
+}
+
+
+@lowering(aten.segment_reduce.default)
+def segment_reduce(ctx, data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    from .core import LoweringError, f32_bits, groups_for
+    from .elementwise import contiguous, ew
+    if (lengths is None) == (offsets is None) or indices is not None:
+        raise LoweringError("segment_reduce needs exactly one of lengths and offsets")
+    x = ctx.ref(data)
+    x = contiguous(ctx, x if x.kind == "f32" else ew(ctx, "$0", [x], "f32", compute="f32"))
+    seg = contiguous(ctx, ctx.ref(lengths if lengths is not None else offsets))
+    axis %= x.ndim
+    out = ctx.empty(ctx.out_shape(), "f32")
+    if out.numel == 0:
+        return out
+    inner = 1
+    for s in x.shape[axis + 1:]:
+        inner *= s
+    nseg = out.shape[axis]
+    combine, identity = SEGMENT[reduce]
+    init = identity if initial is None else float(initial)
+    defines = {"VARIANT": reduce, "COMBINE(a, b)": combine}
+    if reduce == "mean":
+        defines["MEAN"] = 1
+    if offsets is not None:
+        defines["OFFSETS"] = 1
+    ctx.dispatch("segment", defines, [out, x, seg], [0],
+                 [WG, out.numel, nseg, x.shape[axis], inner, f32_bits(init),
+                  int(initial is not None)], groups_for(out.numel, WG),
+                 note=f"segment {reduce} {x.shape} axis={axis}")
+    return out

@@ -100,3 +100,20 @@ def test_scatter_legacy_reduce():
 
 def test_index_select_of_a_scalar():
     check(lambda x, i: torch.index_select(x, 0, i), torch.tensor(3.0), torch.tensor([0]))
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("initial", [None, 10.0])
+def test_segment_reduce(reduce, initial):
+    d, lengths = torch.tensor([1.0, 2.0, 3.0, -1.0]), torch.tensor([2, 0, 1, 1])   # an empty one
+    offsets = torch.tensor([0, 2, 2, 3, 4])
+    check(lambda d, L, o: (torch.segment_reduce(d, reduce, lengths=L, initial=initial),
+                           torch.segment_reduce(d, reduce, offsets=o, initial=initial)),
+          d, lengths, offsets)
+
+
+def test_segment_reduce_axis_and_inner_dims():
+    check(lambda d, L: torch.segment_reduce(d, "sum", lengths=L, axis=1), torch.randn(2, 5, 3),
+          torch.tensor([[2, 3], [1, 4]]))
+    check(lambda d, L: torch.segment_reduce(d, "max", lengths=L), noncontig(torch.randn(5, 3)),
+          torch.tensor([4, 1]))
