@@ -102,17 +102,22 @@ def test_every_type_matches_cpu(name):
         check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
 
 
-def _plan_of(module: GGUFLinear, m: int):
-    """The plan the planner lowers for module(randn(m, cols)), blocks resident."""
+def _lower(fn, args, resident):
+    """The plan the planner lowers for fn(*args)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from dynamo_vulkan import device
     from dynamo_vulkan.runtime import planner
 
-    args = [torch.randn(m, module.cols), module.blocks]
-    gm = make_fx(lambda x, b: gguf_linear(x, b, module.qtype, module.rows, module.cols))(*args)
+    gm = make_fx(fn)(*args)
     planner.specialise(gm, args)
-    return planner.lower(gm, args, [False, True], device.device_info())
+    return planner.lower(gm, args, resident, device.device_info())
+
+
+def _plan_of(module: GGUFLinear, m: int):
+    """The plan the planner lowers for module(randn(m, cols)), blocks resident."""
+    return _lower(lambda x, b: gguf_linear(x, b, module.qtype, module.rows, module.cols),
+                  [torch.randn(m, module.cols), module.blocks], [False, True])
 
 
 def test_kernel_choice_and_packed_weight():
@@ -241,9 +246,14 @@ def test_split_weight_passed_as_a_graph_input(small_limit):
     b = blocks_of(name, rows, k, 12)
     ids = torch.tensor([89, 0, 71, 70])
     x = torch.randn(2, k)
-    check(lambda x, ids, b: (gguf_linear(x, b, qt, rows, k) * 2,
-                             gguf_embedding(ids, b, qt, rows, k)),
-          x, ids, b, rtol=1e-4, atol=1e-4)
+
+    def fn(x, ids, b):
+        return gguf_linear(x, b, qt, rows, k) * 2, gguf_embedding(ids, b, qt, rows, k)
+    plan = _lower(fn, [x, ids, b], [False] * 3)
+    assert plan.inputs[2].chunks == [(plan.inputs[2].buffer, 0, 71 * 144),
+                                     (plan.inputs[2].chunks[1][0], 71 * 144, 19 * 144)]
+    assert {plan.buffers[c[0]].role for c in plan.inputs[2].chunks} == {"input"}
+    check(fn, x, ids, b, rtol=1e-4, atol=1e-4)
 
 
 def test_row_over_the_buffer_limit_runs_on_the_cpu(monkeypatch):
