@@ -14,13 +14,12 @@ import warnings
 
 import torch
 import torch.fx as fx
-from torch._decomp import core_aten_decompositions
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from . import cache, config, device
 from .partition import PARTITION_PREFIX, PartitionReport, partition
-from .lowering import LoweringError
+from .lowering import LoweringError, decompositions as lowering_decompositions
 from .runtime import planner, shaders
 from .runtime.program import is_kept_on_device, Program, StaleBinding
 
@@ -182,6 +181,6 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
     return aot_autograd(
         fw_compiler=lambda g, ex: compile_graph(g, ex, cfg),
         bw_compiler=_cpu_backward,
-        decompositions=core_aten_decompositions(),
+        decompositions=lowering_decompositions(),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)

@@ -172,7 +172,9 @@ _LOWER_RE = re.compile(r"could not be lowered for inputs .*?: (.*) \(DYNAMO_VULK
 
 
 def _first_line(text: str, limit: int = 200) -> str:
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    """The first informative line (Dynamo's "backend='vulkan' raised:" header skipped)."""
+    line = next((ln.strip() for ln in text.splitlines()
+                 if ln.strip() and not ln.strip().endswith("raised:")), "")
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 

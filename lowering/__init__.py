@@ -21,10 +21,19 @@ the `@lowering` decorator; this file is the index of families:
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
 | search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist       |
 | histogram      | histogram.comp     | histc, histogram (bin count or edges, weights)       |
+| misc           | (the families)     | take, put, addmv, addbmm, median(.dim), nonzero_static |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
-from . import conv, pool, norm, scan, indexing, sort, mathops, layout, search, histogram  # noqa: F401  (register; ATen coverage families)
+from . import conv, pool, norm, scan, indexing, sort, mathops, layout, search, histogram, misc  # noqa: F401  (register; ATen coverage families)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
-           "lowering"]
+           "lowering", "decompositions"]
+
+
+def decompositions() -> dict:
+    """The core ATen decompositions, less those of ops lowered whole (misc.KEEP_WHOLE:
+    their decompositions guard on data, which breaks tracing)."""
+    from torch._decomp import core_aten_decompositions
+    table = core_aten_decompositions()
+    return {op: fn for op, fn in table.items() if op not in misc.KEEP_WHOLE}
