@@ -95,3 +95,25 @@ def max_pool_backward(ctx, grad_out, x, kernel_size, stride, padding, dilation, 
         ew(ctx, "$0", [g, idx], "f32", compute="f32", out=view, shape=g.shape,
            scatter=[(1, 1, plane)], accumulate=True)
     return out
+
+
+GRID_MODES = {0: "BILINEAR", 1: "NEAREST", 2: "BICUBIC"}
+GRID_PADDING = {0: "ZEROS", 1: "BORDER", 2: "REFLECTION"}
+
+
+@lowering(aten.grid_sampler_2d.default)
+def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+    x, g = ctx.ref(x), ctx.ref(grid)
+    out = ctx.empty(ctx.out_shape(), "f32")
+    if out.numel:
+        n, c, ih, iw = x.shape
+        oh, ow = g.shape[1:3]
+        mode, pad = GRID_MODES[int(interpolation_mode)], GRID_PADDING[int(padding_mode)]
+        defines = {"VARIANT": f"{mode}_{pad}".lower(), mode: 1, pad: 1}
+        if align_corners:
+            defines["ALIGN"] = 1
+        ctx.dispatch("grid_sample", defines, [out, x, g], [0],
+                     [WG, out.numel, c, ih, iw, oh, ow, x.offset, *x.strides, g.offset,
+                      *g.strides], groups_for(out.numel, WG),
+                     note=f"grid_sample {x.shape} at {g.shape[1:3]}")
+    return out

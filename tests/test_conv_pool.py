@@ -84,3 +84,17 @@ def test_adaptive_pools_1d_3d_unbatched():
           torch.randn(2, 3, 9))
     check(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 1)), torch.randn(1, 2, 5, 6, 7))
     check(lambda x: F.adaptive_avg_pool2d(x, (4, 3)), noncontig(torch.randn(3, 9, 11)))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [True, False])
+def test_grid_sample(mode, padding, align):
+    x, g = torch.randn(2, 3, 5, 7), torch.rand(2, 4, 6, 2) * 2.4 - 1.2    # some outside [-1, 1]
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align),
+          x, g)
+
+
+def test_grid_sample_noncontiguous():
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), noncontig(torch.randn(1, 2, 4, 4)),
+          noncontig(torch.rand(1, 3, 3, 2) * 2 - 1))
