@@ -297,10 +297,12 @@ def worker(job: dict) -> None:
 
 
 def run_isolated(names: list[str], max_samples: int | None, progress: bool = True,
-                 label: str = "opinfo", worker_cmd: list[str] | None = None) -> dict:
+                 label: str = "opinfo", worker_cmd: list[str] | None = None,
+                 on_op_done=None) -> dict:
     """Run ops in a worker process; a sample that crashes the process (a driver fault)
     or runs past SAMPLE_TIMEOUT_S is recorded as an error and the worker restarts
-    after it. worker_cmd: the worker's command line before its JSON job."""
+    after it. worker_cmd: the worker's command line before its JSON job;
+    on_op_done(results): called after each op (to save partial results)."""
     import queue
     import subprocess
     import threading
@@ -340,6 +342,8 @@ def run_isolated(names: list[str], max_samples: int | None, progress: bool = Tru
                 bar.update(1)
                 bar.set_postfix(dict(counts), refresh=True)
                 pos = (names.index(msg["done"]) + 1, 0)
+                if on_op_done:
+                    on_op_done(results)
         proc.wait()
         if current is None:
             if pos[0] < len(names) and not progressed:
@@ -354,11 +358,12 @@ def run_isolated(names: list[str], max_samples: int | None, progress: bool = Tru
 
 
 def run(ops, max_samples: int | None = None, shard: tuple[int, int] = (0, 1),
-        progress: bool = True) -> dict:
+        progress: bool = True, on_op_done=None) -> dict:
     """{op name: [Outcome-as-dict, ...]} for this shard's ops (every N-th op)."""
     i, n = shard
     names = [op_name(op) for k, op in enumerate(ops) if k % n == i]
-    return run_isolated(names, max_samples, progress, label=f"opinfo {i}/{n}")
+    return run_isolated(names, max_samples, progress, label=f"opinfo {i}/{n}",
+                        on_op_done=on_op_done)
 
 
 # --- report ---------------------------------------------------------------------------------
@@ -487,12 +492,17 @@ def main(argv=None) -> int:
         if not ops:
             p.error(f"no counted OpInfo matches {a.ops}")
         t0 = time.time()
-        results = run(ops, a.max_samples, (i, n), progress=not a.no_progress)
+
+        def save(results, meta=None):
+            if a.json:
+                a.json.parent.mkdir(parents=True, exist_ok=True)
+                tmp = a.json.with_suffix(".part")
+                tmp.write_text(json.dumps({"results": results, "excluded": excluded,
+                                           "meta": meta or {"partial": True}}, indent=0))
+                tmp.replace(a.json)
+        results = run(ops, a.max_samples, (i, n), progress=not a.no_progress, on_op_done=save)
         meta = _meta() | {"seconds": round(time.time() - t0, 1)}
-        if a.json:
-            a.json.parent.mkdir(parents=True, exist_ok=True)
-            a.json.write_text(json.dumps({"results": results, "excluded": excluded,
-                                          "meta": meta}, indent=0))
+        save(results, meta)
         full = not a.ops and not a.max_samples and n == 1
         out = a.out or (Path("docs/ops.md") if full else None)
     c = totals(results)
