@@ -14,7 +14,7 @@ the `@lowering` decorator; this file is the index of families:
 | conv           | conv.comp          | convolution 1d/2d/3d, groups, dilation, transposed   |
 | pool           | pool, grid_sample  | max/avg/adaptive pooling 1d-3d (with indices), grid_sampler_2d |
 | norm           | (reduce + ew)      | batch_norm (all forms), group_norm                   |
-| scan           | scan, segment.comp | cumsum, cumprod, logcumsumexp, segment_reduce        |
+| scan           | scan, segment, cumext | cumsum, cumprod, logcumsumexp, cummax/min, segment_reduce |
 | indexing       | ew gathers, embedding_bag.comp | index.Tensor, gather, scatter(_add), embedding_bag |
 | sort           | sort.comp          | sort, topk, kthvalue (rank per element)              |
 | mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, i0, fmax, shifts, ... |

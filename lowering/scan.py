@@ -108,3 +108,42 @@ def segment_reduce(ctx, data, reduce, *, lengths=None, indices=None, offsets=Non
                   int(initial is not None)], groups_for(out.numel, WG),
                  note=f"segment {reduce} {x.shape} axis={axis}")
     return out
+
+
+@lowering(aten.cummax.default, aten.cummin.default)
+def cummax(ctx, x, dim):
+    """(running max/min, its index) along dim (shaders/cumext.comp)."""
+    from .core import groups_for
+    x = ctx.ref(x)
+    vals, idx = ctx.empty(x.shape, x.kind), ctx.empty(x.shape, "i32")
+    if x.numel == 0:
+        return vals, idx
+    if x.ndim == 0:
+        x = x.with_layout((1,), (1,), x.offset)
+        dim = 0
+    dim %= x.ndim
+    ostr = vals.strides if vals.ndim else (1,)
+    kept = [d for d in range(x.ndim) if d != dim]
+    shape, (istr, os_) = _coalesce([x.shape[d] for d in kept],
+                                   [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
+    rows = x.numel // x.shape[dim]
+    spec = [WG, rows, x.shape[dim], x.offset, x.strides[dim], ostr[dim]]
+    decls, code = [], ["uint q_ = q;"]
+    for k in reversed(range(len(shape))):
+        cid = len(spec)
+        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
+                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
+                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
+        spec += [shape[k], istr[k], os_[k]]
+        code.append(f"{{ uint c = q_ % KD{k}; q_ /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    cmp = ">=" if ctx.node.target == aten.cummax.default else "<="
+    glsl = "float" if x.kind == "f32" else "int"
+    takes = f"(isnan(v) || (!isnan(b) && v {cmp} b))" if x.kind == "f32" else f"(v {cmp} b)"
+    defines = {"VARIANT": f"{'max' if cmp == '>=' else 'min'}_{x.kind}", "VAL_T": glsl,
+               "TAKES(v, b)": takes,
+               "LOAD(w)": {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind],
+               "STORE(v)": {"f32": "st_f32(v)", "i32": "st_i32(v)", "b": "st_b(v != 0)"}[x.kind],
+               "SPEC_DECLS": " ".join(decls), "ROW_INDEX": " ".join(code)}
+    ctx.dispatch("cumext", defines, [vals, idx, x], [0, 1], spec, groups_for(rows, WG),
+                 note=f"cum{'max' if cmp == '>=' else 'min'} {x.shape} dim={dim}")
+    return vals, idx

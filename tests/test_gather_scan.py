@@ -117,3 +117,12 @@ def test_segment_reduce_axis_and_inner_dims():
           torch.tensor([[2, 3], [1, 4]]))
     check(lambda d, L: torch.segment_reduce(d, "max", lengths=L), noncontig(torch.randn(5, 3)),
           torch.tensor([4, 1]))
+
+
+def test_cummax_cummin_ties_nan_ints():
+    x = torch.randn(4, 9)
+    x[0, 3] = x[0, 5] = float("nan")
+    x[1, 4] = x[1, 2] = 5.0                                   # a tie: the later index wins
+    check(lambda x: (torch.cummax(x, 1), torch.cummin(x, 0)), x)
+    check(lambda x: torch.cummax(x, 0), noncontig(torch.randint(-3, 3, (6, 2))))
+    check(lambda x: torch.cummin(x, 0), torch.tensor(1.5))
