@@ -19,7 +19,7 @@ the `@lowering` decorator; this file is the index of families:
 | sort           | sort.comp          | sort, topk, kthvalue (rank per element)              |
 | mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, i0, fmax, shifts, ... |
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
-| search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist       |
+| search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist, pdist |
 | histogram      | histogram.comp     | histc, histogram (bin count or edges, weights)       |
 | misc           | (the families)     | take, put, addmv, addbmm, median(.dim), nonzero_static |
 """

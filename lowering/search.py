@@ -73,3 +73,20 @@ def cdist(ctx, x1, x2, p, compute_mode=None):
                  [WG, out.numel, out_shape[-2], out_shape[-1], x1.shape[-1], f32_bits(p)],
                  groups_for(out.numel, WG), note=f"cdist {x1.shape} {x2.shape} p={p}")
     return out
+
+
+@lowering(aten._pdist_forward.default)
+def pdist(ctx, x, p=2):
+    """Distances of every pair of rows i < j (shaders/cdist.comp, PDIST)."""
+    from .core import f32_bits
+    x = ctx.ref(x)
+    a = ew(ctx, "$0", [x], "f32", compute="f32")
+    out = ctx.empty(ctx.out_shape(), "f32")
+    if out.numel == 0:
+        return out
+    p = float(p)
+    tag = {0.0: "P_ZERO", 1.0: "P_ONE", 2.0: "P_TWO", float("inf"): "P_INF"}.get(p, "P_ANY")
+    ctx.dispatch("cdist", {"VARIANT": f"pdist_{tag.lower()}", tag: 1, "PDIST": 1}, [out, a, a],
+                 [0], [WG, out.numel, x.shape[0], x.shape[0], x.shape[1], f32_bits(p)],
+                 groups_for(out.numel, WG), note=f"pdist {x.shape} p={p}")
+    return out

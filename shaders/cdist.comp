@@ -1,4 +1,5 @@
-// cdist: out[b, i, j] = (sum_k |x1[b, i, k] - x2[b, j, k]|^P)^(1/P), one
+// cdist: out[b, i, j] = (sum_k |x1[b, i, k] - x2[b, j, k]|^P)^(1/P) (PDIST: over
+// the row pairs i < j of one matrix, x2 = x1), one
 // invocation per output element; P = 0 counts differing entries, P = inf
 // takes the largest difference. Inputs are contiguous (B, rows, M).
 #include "common.glsl"
@@ -15,8 +16,15 @@ BUFFER(2, x2b)
 void main() {
     uint e = flat_invocation();
     if (e >= NUMEL) return;
+#ifdef PDIST       // pair e of rows i < j of one (NP, M) matrix, row-major over pairs
+    uint i = 0u, left = e;
+    while (left >= NP - 1u - i) { left -= NP - 1u - i; ++i; }
+    uint j = i + 1u + left;
+    uint a0 = i * M, b0 = j * M;
+#else
     uint j = e % NR, i = (e / NR) % NP, b = e / (NR * NP);
     uint a0 = (b * NP + i) * M, b0 = (b * NR + j) * M;
+#endif
     float p = uintBitsToFloat(P_BITS);
     float acc = 0.0;
     for (uint k = 0u; k < M; ++k) {

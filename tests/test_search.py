@@ -36,3 +36,11 @@ def test_cdist(p):
 def test_cdist_unbatched_noncontiguous():
     check(lambda a, b: torch.cdist(a, b), torch.randn(5, 3), noncontig(torch.randn(4, 3)))
     check(lambda a, b: torch.cdist(a, b), torch.randn(1, 1), torch.randn(1, 1))
+
+
+@pytest.mark.parametrize("p", [0, 1, 2, 3.5, float("inf")])
+def test_pdist(p):
+    x = torch.randn(6, 3)
+    x[4] = x[1]                                              # a zero distance
+    check(lambda x: torch.nn.functional.pdist(x, p), x)
+    check(lambda x: torch.nn.functional.pdist(x, p), noncontig(torch.randn(2, 4)))
