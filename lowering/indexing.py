@@ -148,3 +148,12 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
                      note=f"{bags} bags of {dim} from {w.shape}")
     rest = [ctx.empty(ctx.out_shape(i), "i32") for i in (1, 2, 3)]   # unused (see _bag_check)
     return (out, *rest)
+
+
+@lowering(aten._unsafe_masked_index.default)
+def unsafe_masked_index(ctx, x, mask, indices, fill):
+    """where(mask, x[indices], fill): indices need only be valid where mask is set
+    (elsewhere the gather reads 0 and fill replaces it)."""
+    g = index(ctx, x, indices)
+    k = ctx.out_kind()
+    return ew(ctx, "bool($0) ? $1 : $2", [mask, g, fill], k, compute=None, result=k)

@@ -126,3 +126,9 @@ def test_cummax_cummin_ties_nan_ints():
     check(lambda x: (torch.cummax(x, 1), torch.cummin(x, 0)), x)
     check(lambda x: torch.cummax(x, 0), noncontig(torch.randint(-3, 3, (6, 2))))
     check(lambda x: torch.cummin(x, 0), torch.tensor(1.5))
+
+
+def test_unsafe_masked_index():
+    x, i = torch.randn(4, 5), torch.tensor([0, 9, 3])         # 9 is out of range, masked off
+    mask = torch.tensor([[True], [False], [True]])
+    check(lambda x, m, i: torch.ops.aten._unsafe_masked_index(x, m, [i], -1.5), x, mask, i)
