@@ -315,6 +315,7 @@ def run_isolated(names: list[str], max_samples: int | None, progress: bool = Tru
         job = {"ops": names, "op": pos[0], "sample": pos[1], "max_samples": max_samples}
         cmd = worker_cmd or [sys.executable, "-m", "dynamo_vulkan.coverage", "--worker"]
         proc = subprocess.Popen(cmd + [json.dumps(job)], stdout=subprocess.PIPE, text=True)
+        signal.signal(signal.SIGTERM, lambda *_, p=proc: (p.kill(), sys.exit(143)))
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
                          daemon=True).start()
