@@ -12,7 +12,7 @@ the `@lowering` decorator; this file is the index of families:
 | views          | (none: metadata)   | view, reshape, permute, transpose, slice, expand ... |
 | gguf           | gguf_*.comp        | dynamo_vulkan.gguf_linear, gguf_embedding (GGUF)     |
 | conv           | conv.comp          | convolution 1d/2d/3d, groups, dilation, transposed   |
-| pool           | pool, grid_sample  | max/avg/adaptive pooling 1d-3d (with indices), grid_sampler_2d |
+| pool           | pool, grid_sample  | max/avg/adaptive pooling 1d-3d (with indices), grid_sampler 2d/3d |
 | norm           | (reduce + ew)      | batch_norm (all forms), group_norm                   |
 | scan           | scan, segment, cumext | cumsum, cumprod, logcumsumexp, cummax/min, segment_reduce |
 | indexing       | ew gathers, embedding_bag.comp | index.Tensor, gather, scatter(_add), embedding_bag |

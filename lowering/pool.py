@@ -101,19 +101,27 @@ GRID_MODES = {0: "BILINEAR", 1: "NEAREST", 2: "BICUBIC"}
 GRID_PADDING = {0: "ZEROS", 1: "BORDER", 2: "REFLECTION"}
 
 
-@lowering(aten.grid_sampler_2d.default)
-def grid_sampler_2d(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
+@lowering(aten.grid_sampler_2d.default, aten.grid_sampler_3d.default)
+def grid_sampler(ctx, x, grid, interpolation_mode, padding_mode, align_corners):
     x, g = ctx.ref(x), ctx.ref(grid)
     out = ctx.empty(ctx.out_shape(), "f32")
     if out.numel:
-        n, c, ih, iw = x.shape
-        oh, ow = g.shape[1:3]
+        dim3 = x.ndim == 5
+        if not dim3:          # one depth slice
+            x = x.with_layout(x.shape[:2] + (1,) + x.shape[2:], x.strides[:2] + (0,) +
+                              x.strides[2:], x.offset)
+            g = g.with_layout(g.shape[:1] + (1,) + g.shape[1:], g.strides[:1] + (0,) +
+                              g.strides[1:], g.offset)
+        n, c, idp, ih, iw = x.shape
+        od, oh, ow = g.shape[1:4]
         mode, pad = GRID_MODES[int(interpolation_mode)], GRID_PADDING[int(padding_mode)]
-        defines = {"VARIANT": f"{mode}_{pad}".lower(), mode: 1, pad: 1}
+        defines = {"VARIANT": f"{mode}_{pad}{'_3d' if dim3 else ''}".lower(), mode: 1, pad: 1}
+        if dim3:
+            defines["DIM3"] = 1
         if align_corners:
             defines["ALIGN"] = 1
         ctx.dispatch("grid_sample", defines, [out, x, g], [0],
-                     [WG, out.numel, c, ih, iw, oh, ow, x.offset, *x.strides, g.offset,
+                     [WG, out.numel, c, idp, ih, iw, od, oh, ow, x.offset, *x.strides, g.offset,
                       *g.strides], groups_for(out.numel, WG),
-                     note=f"grid_sample {x.shape} at {g.shape[1:3]}")
+                     note=f"grid_sample {x.shape} at {g.shape[1:4]}")
     return out

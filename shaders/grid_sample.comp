@@ -1,27 +1,32 @@
-// grid_sampler_2d: out[n, c, h, w] samples input[n, c] at the grid's (x, y) in
-// [-1, 1], with torch's rules (GridSampler.h): unnormalise (ALIGN corners or
-// not), then padding (ZEROS: outside reads 0; BORDER: clamp; REFLECTION:
-// reflect, then clamp) and BILINEAR / NEAREST (round half to even) / BICUBIC
-// (A = -0.75, padding applied to each tap) interpolation. One invocation per
-// output element; input and grid are read through their strides.
+// grid_sampler_2d / 3d: out[n, c, (d,) h, w] samples input[n, c] at the grid's
+// (x, y(, z)) in [-1, 1], with torch's rules (GridSampler.h): unnormalise (ALIGN
+// corners or not), then padding (ZEROS: outside reads 0; BORDER: clamp;
+// REFLECTION: reflect, then clamp) and BILINEAR (trilinear in 3-d) / NEAREST
+// (round half to even) / BICUBIC (2-d; A = -0.75, padding applied to each tap)
+// interpolation. 2-d runs as 3-d with one depth slice. One invocation per output
+// element; input and grid are read through their strides.
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NUMEL = 1;
 layout(constant_id = 2) const uint C = 1;
-layout(constant_id = 3) const int IH = 1;
-layout(constant_id = 4) const int IW = 1;
-layout(constant_id = 5) const uint OH = 1;
-layout(constant_id = 6) const uint OW = 1;
-layout(constant_id = 7) const uint X_OFF = 0;
-layout(constant_id = 8) const uint XS_N = 0;
-layout(constant_id = 9) const uint XS_C = 0;
-layout(constant_id = 10) const uint XS_H = 0;
-layout(constant_id = 11) const uint XS_W = 0;
-layout(constant_id = 12) const uint G_OFF = 0;
-layout(constant_id = 13) const uint GS_N = 0;
-layout(constant_id = 14) const uint GS_H = 0;
-layout(constant_id = 15) const uint GS_W = 0;
-layout(constant_id = 16) const uint GS_K = 1;
+layout(constant_id = 3) const int ID = 1;
+layout(constant_id = 4) const int IH = 1;
+layout(constant_id = 5) const int IW = 1;
+layout(constant_id = 6) const uint OD = 1;
+layout(constant_id = 7) const uint OH = 1;
+layout(constant_id = 8) const uint OW = 1;
+layout(constant_id = 9) const uint X_OFF = 0;
+layout(constant_id = 10) const uint XS_N = 0;
+layout(constant_id = 11) const uint XS_C = 0;
+layout(constant_id = 12) const uint XS_D = 0;
+layout(constant_id = 13) const uint XS_H = 0;
+layout(constant_id = 14) const uint XS_W = 0;
+layout(constant_id = 15) const uint G_OFF = 0;
+layout(constant_id = 16) const uint GS_N = 0;
+layout(constant_id = 17) const uint GS_D = 0;
+layout(constant_id = 18) const uint GS_H = 0;
+layout(constant_id = 19) const uint GS_W = 0;
+layout(constant_id = 20) const uint GS_K = 1;
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, gb)
@@ -57,10 +62,11 @@ float pad_c(float c, int size) {
     return c;
 }
 
-float at(uint base, int y, int x) {
-    if (x < 0 || x >= IW || y < 0 || y >= IH) return 0.0;
-    return ld_f32(xb[base + uint(y) * XS_H + uint(x) * XS_W]);
+float at3(uint base, int z, int y, int x) {
+    if (x < 0 || x >= IW || y < 0 || y >= IH || z < 0 || z >= ID) return 0.0;
+    return ld_f32(xb[base + uint(z) * XS_D + uint(y) * XS_H + uint(x) * XS_W]);
 }
+float at(uint base, int y, int x) { return at3(base, 0, y, x); }
 
 float at_padded(uint base, float y, float x) {   // bicubic taps
     int xi = int(pad_c(x, IW)), yi = int(pad_c(y, IH));
@@ -79,8 +85,9 @@ vec4 cubic_weights(float t) {
 void main() {
     uint e = flat_invocation();
     if (e >= NUMEL) return;
-    uint w = e % OW, h = (e / OW) % OH, c = (e / (OW * OH)) % C, n = e / (OW * OH * C);
-    uint go = G_OFF + n * GS_N + h * GS_H + w * GS_W;
+    uint w = e % OW, h = (e / OW) % OH, d = (e / (OW * OH)) % OD;
+    uint c = (e / (OW * OH * OD)) % C, n = e / (OW * OH * OD * C);
+    uint go = G_OFF + n * GS_N + d * GS_D + h * GS_H + w * GS_W;
     float gx = ld_f32(gb[go]), gy = ld_f32(gb[go + GS_K]);
     uint base = X_OFF + n * XS_N + c * XS_C;
     float ix = unnormalize(gx, IW), iy = unnormalize(gy, IH);
@@ -97,14 +104,26 @@ void main() {
 #else
     ix = pad_c(ix, IW);
     iy = pad_c(iy, IH);
-#if defined(NEAREST)
-    v = at(base, int(roundEven(iy)), int(roundEven(ix)));
+#ifdef DIM3
+    float iz = pad_c(unnormalize(ld_f32(gb[go + 2u * GS_K]), ID), ID);
 #else
-    float x0 = floor(ix), y0 = floor(iy);
-    float tx = ix - x0, ty = iy - y0;
-    int xi = int(x0), yi = int(y0);
-    v = at(base, yi, xi) * (1.0 - tx) * (1.0 - ty) + at(base, yi, xi + 1) * tx * (1.0 - ty) +
-        at(base, yi + 1, xi) * (1.0 - tx) * ty + at(base, yi + 1, xi + 1) * tx * ty;
+    float iz = 0.0;
+#endif
+#if defined(NEAREST)
+    v = at3(base, int(roundEven(iz)), int(roundEven(iy)), int(roundEven(ix)));
+#else
+    float x0 = floor(ix), y0 = floor(iy), z0 = floor(iz);
+    float tx = ix - x0, ty = iy - y0, tz = iz - z0;
+    int xi = int(x0), yi = int(y0), zi = int(z0);
+    v = 0.0;
+    for (int k = 0; k < 2; ++k) {
+        float wz = k == 0 ? 1.0 - tz : tz;
+        if (wz == 0.0 && k == 1) continue;
+        v += wz * (at3(base, zi + k, yi, xi) * (1.0 - tx) * (1.0 - ty) +
+                   at3(base, zi + k, yi, xi + 1) * tx * (1.0 - ty) +
+                   at3(base, zi + k, yi + 1, xi) * (1.0 - tx) * ty +
+                   at3(base, zi + k, yi + 1, xi + 1) * tx * ty);
+    }
 #endif
 #endif
     outb[e] = st_f32(v);

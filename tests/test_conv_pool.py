@@ -98,3 +98,13 @@ def test_grid_sample(mode, padding, align):
 def test_grid_sample_noncontiguous():
     check(lambda x, g: F.grid_sample(x, g, align_corners=False), noncontig(torch.randn(1, 2, 4, 4)),
           noncontig(torch.rand(1, 3, 3, 2) * 2 - 1))
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_grid_sample_3d(mode, padding):
+    x, g = torch.randn(2, 3, 4, 5, 6), torch.rand(2, 3, 2, 4, 3) * 2.4 - 1.2
+    for align in (True, False):
+        torch._dynamo.reset()
+        check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding,
+                                         align_corners=align), x, g)
