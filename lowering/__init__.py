@@ -17,7 +17,7 @@ the `@lowering` decorator; this file is the index of families:
 | scan           | scan, segment, cumext | cumsum, cumprod, logcumsumexp, cummax/min, segment_reduce |
 | indexing       | ew gathers, embedding_bag.comp | index.Tensor, gather, scatter(_add), embedding_bag |
 | sort           | sort.comp          | sort, topk, kthvalue (rank per element)              |
-| mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, i0, fmax, shifts, ... |
+| mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, polygamma, i0, fmax, shifts, _trilinear ... |
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
 | search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist, pdist |
 | histogram      | histogram.comp     | histc, histogram (bin count or edges, weights)       |

@@ -6,6 +6,8 @@ The GLSL helpers travel in ew's preamble, so only kernels that use them carry
 them. They are written on one line each: no // comments."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .core import lowering
@@ -91,6 +93,34 @@ float nextafter_f(float a, float b) {
   return uintBitsToFloat(((a < b) == (a > 0.0)) ? u + 1u : u - 1u); }
 """
 SIGNBIT = "bool signbit_f(float x) { return (floatBitsToUint(x) >> 31) != 0u; }"
+# Hurwitz zeta(s, q) by Euler-Maclaurin summation (the Cephes scheme torch uses), for
+# polygamma(n, x) = (-1)^(n+1) n! zeta(n + 1, x); trigamma (n = 1) as torch computes it.
+TRIGAMMA = """
+float trigamma_f(float x) { float sgn = 1.0; float r = 0.0;
+  if (x < 0.5) { sgn = -1.0; float sp = sin(3.14159265358979 * x);
+    r -= (3.14159265358979 * 3.14159265358979) / (sp * sp); x = 1.0 - x; }
+  for (int i = 0; i < 6; ++i) { r += 1.0 / (x * x); x += 1.0; }
+  float ixx = 1.0 / (x * x);
+  r += (1.0 + 1.0 / (2.0 * x) + ixx * (1.0 / 6.0 - ixx * (1.0 / 30.0 - ixx * (1.0 / 42.0)))) / x;
+  return sgn * r; }
+"""
+ZETA = """
+float zeta_f(float x, float q) {
+  const float A[12] = float[12](12.0, -720.0, 30240.0, -1209600.0, 47900160.0,
+    -1.8924375803183791606e9, 7.47242496e10, -2.950130727918164224e12,
+    1.1646782814350067249e14, -4.5979787224074726105e15, 1.8152105401943546773e17,
+    -7.1661652561756670113e18);
+  if (x == 1.0) return uintBitsToFloat(0x7f800000u);
+  if (q <= 0.0) { if (q == floor(q)) return uintBitsToFloat(0x7f800000u);
+    if (x != floor(x)) return uintBitsToFloat(0x7fc00000u); }
+  float s = pow_f(q, -x); float a = q; int i = 0; float b = 0.0;
+  while (i < 9 || a <= 9.0) { i += 1; a += 1.0; b = pow_f(a, -x); s += b;
+    if (abs(b / s) < 1.0e-7) return s; }
+  float w = a; s += b * w / (x - 1.0); s -= 0.5 * b; a = 1.0; float k = 0.0;
+  for (int j = 0; j < 12; ++j) { a *= x + k; b /= w; float t = a * b / A[j]; s += t;
+    if (abs(t / s) < 1.0e-7) break; k += 1.0; a *= x + k; b /= w; k += 1.0; }
+  return s; }
+"""
 
 UNARY = {  # op -> (expr, preamble, result kind)
     aten.erfinv.default: ("erfinv_f($0)", ERFINV, "f32"),
@@ -185,3 +215,34 @@ def isinf_signed(ctx, x):
     e = "isinf($0) && $0 < 0.0" if ctx.node.target == aten.isneginf.default else \
         "isinf($0) && $0 > 0.0"
     return ew(ctx, e, [x], "b", compute="f32", result="b")
+
+
+@lowering(aten.polygamma.default)
+def polygamma(ctx, n, x):
+    n = int(n)
+    if n == 0:
+        return ew(ctx, "digamma_f($0)", [x], "f32", compute="f32", preamble=DIGAMMA)
+    if n == 1:
+        return ew(ctx, "trigamma_f($0)", [x], "f32", compute="f32", preamble=TRIGAMMA)
+    fact = float(math.factorial(n)) * (1.0 if n % 2 else -1.0)
+    return ew(ctx, "$1 * zeta_f($2, $0)", [x, fact, float(n + 1)], "f32", compute="f32",
+              preamble=ZETA)
+
+
+@lowering(aten._trilinear.default)
+def trilinear(ctx, i1, i2, i3, expand1, expand2, expand3, sumdim, unroll_dim=1):
+    """sum over sumdim of the three inputs, each unsqueezed at its expand dims
+    (nn.functional.bilinear): one product kernel, then a sum."""
+    from .core import meta_view
+    from .reduce import reduce
+
+    def unsq(t, dims):
+        t = ctx.ref(t)
+        for d in sorted(dims):
+            t = meta_view(t, lambda v, d=d: v.unsqueeze(d))
+        return t
+    a, b, c = unsq(i1, expand1), unsq(i2, expand2), unsq(i3, expand3)
+    prod = ew(ctx, "$0 * $1 * $2", [a, b, c], "f32", compute="f32")
+    if not sumdim:
+        return prod
+    return reduce(ctx, prod, list(sumdim), "sum", out_shape=ctx.out_shape(), out_kind="f32")

@@ -71,3 +71,14 @@ def test_normalize_and_dist():
     x = torch.randn(4, 7, 5)
     check(lambda x: F.normalize(x, dim=1), noncontig(x))
     check(lambda x, y: (torch.dist(x, y, 3), torch.dist(x, y)), x, x * 0.5)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4])
+def test_polygamma(n):
+    x = torch.cat([torch.rand(40) * 6 - 3, torch.tensor([0.5, 3.0, -2.5, 10.0])])
+    check(lambda x: torch.polygamma(n, x), x)
+
+
+def test_bilinear_through_trilinear():
+    x1, x2, w, b = torch.randn(4, 3), torch.randn(4, 5), torch.randn(2, 3, 5), torch.randn(2)
+    check(lambda x1, x2, w, b: F.bilinear(x1, x2, w, b), x1, x2, w, b)
