@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -88,6 +89,14 @@ def _llama(args, tmp: Path, bench_notes) -> object | None:
         return None
 
 
+class Interrupted(BaseException):
+    """SIGTERM (e.g. from `timeout`): stop measuring, then write what was measured."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted()
+
+
 def _write(out: Path, env: dict, probe_results: dict, bench: Bench, args, names, plan) -> str:
     """results.json and table.md from the rows so far; returns the table text."""
     results = targets.resolve(bench.targets, bench.rows, bench.extra.get("memory_targets", []))
@@ -147,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds = bench.extra.setdefault("suite_seconds", {})
         started = time.perf_counter()
         opts.deadline = started + args.budget if args.budget else None
+        signal.signal(signal.SIGTERM, _interrupt)
         for name in bar:
             bar.set_postfix_str(name)
             if args.budget and time.perf_counter() - started > args.budget:
@@ -155,12 +165,17 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             try:
                 suites.load(name).run(bench)
+            except Interrupted:
+                bench.note(name, "interrupted (SIGTERM): the rows so far are kept, later suites not run")
+                break
             except Exception as e:
                 log.exception("suite %s failed", name)
                 bench.note(name, f"suite failed: {type(e).__name__}: {e}")
                 failed_suites.append(name)
-            seconds[name] = round(time.perf_counter() - t0, 1)
+            finally:
+                seconds[name] = round(time.perf_counter() - t0, 1)
             _write(out, env, probe_results, bench, args, names, plan)   # a run cut short keeps what it has
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         text = _write(out, env, probe_results, bench, args, names, plan)
         title = f"{env['device'].get('name')} - {env['date']}"
         made = plots.draw_all(bench.rows, out, title)
