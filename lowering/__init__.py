@@ -21,7 +21,7 @@ the `@lowering` decorator; this file is the index of families:
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
 | search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist, pdist |
 | histogram      | histogram.comp     | histc, histogram (bin count or edges, weights)       |
-| misc           | (the families)     | take, put, addmv, addbmm, median(.dim), nonzero_static |
+| misc           | (the families)     | take, put, addmv, addbmm, (nan)median, nonzero_static |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)

@@ -135,3 +135,29 @@ def median_dim(ctx, x, dim=-1, keepdim=False):
     vals = ew(ctx, "$1 ? uintBitsToFloat(0x7fc00000u) : $0", [vals, anynan], "f32", result="f32")
     idx = ew(ctx, "$2 ? $1 : $0", [idx, first, anynan], "i32", result="i32")
     return vals, idx
+
+
+@lowering(aten.nanmedian.default, aten.nanmedian.dim)
+def nanmedian(ctx, x, dim=None, keepdim=False):
+    """The lower median of the non-NaN values (NaN if there are none)."""
+    x = ctx.ref(x)
+    if dim is None:
+        x, d = _flat(ctx, x), 0
+    elif x.ndim == 0:
+        v = ew(ctx, "$0", [x], x.kind, compute=x.kind)
+        return v, ew(ctx, "0", [], "i32", shape=())
+    else:
+        d = dim % x.ndim
+    if x.kind != "f32":
+        k = (x.shape[d] - 1) // 2
+        vals, idx = rank_select(ctx, x, d, False, k, k + 1,
+                                tuple(1 if i == d else s for i, s in enumerate(x.shape)))
+    else:
+        vals, idx = rank_select(ctx, x, d, False, 0, 1,
+                                tuple(1 if i == d else s for i, s in enumerate(x.shape)),
+                                nan_median=True)
+    shape = ctx.out_shape(0) if dim is not None else ctx.out_shape()
+    vals = vals.with_layout(shape, contiguous_strides(shape), 0)
+    if dim is None:
+        return vals
+    return vals, idx.with_layout(shape, contiguous_strides(shape), 0)

@@ -14,7 +14,7 @@ MAX_N = 1 << 16
 
 
 def rank_select(ctx: Context, x: TRef, dim: int, descending: bool, k_lo: int, k_hi: int,
-                out_shape) -> tuple[TRef, TRef]:
+                out_shape, nan_median: bool = False) -> tuple[TRef, TRef]:
     """Values and int32 indices of the elements ranked k_lo..k_hi-1 along dim, in rank
     order, written in out_shape (x's shape with dim of size k_hi - k_lo)."""
     vals, idx = ctx.empty(out_shape, x.kind), ctx.empty(out_shape, "i32")
@@ -49,6 +49,9 @@ def rank_select(ctx: Context, x: TRef, dim: int, descending: bool, k_lo: int, k_
         defines["IS_FLOAT"] = 1
     if descending:
         defines["DESCENDING"] = 1
+    if nan_median:
+        defines["NAN_MEDIAN"] = 1
+        defines["VARIANT"] += "_nanmedian"
     ctx.dispatch("sort", defines, [vals, idx, x], [0, 1], spec, groups_for(rows * n, WG),
                  note=f"rank {x.shape} dim={dim} [{k_lo}, {k_hi})")
     return vals, idx

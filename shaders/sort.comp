@@ -3,7 +3,8 @@
 // (stable: equal keys keep their original order; NaN sorts as the largest
 // value, as in torch) and writes itself at that rank if the rank is below K
 // (K = N for a full sort). O(N) work per element: meant for rows of moderate
-// length. Rows are addressed through the kept dims' strides (spec constants).
+// length. NAN_MEDIAN keeps the rank of the lower median of the non-NaN values.
+// Rows are addressed through the kept dims' strides (spec constants).
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NUMEL = 1;   // rows * N
@@ -34,9 +35,12 @@ void main() {
     uint ib = IN_OFF, ob = 0u;
     ROW_INDEX
     VAL_T v = LOAD(inb[ib + j * IN_RS]);
-    uint rank = 0u;
+    uint rank = 0u, valid = 0u;
     for (uint k = 0u; k < N; ++k) {
         VAL_T w = LOAD(inb[ib + k * IN_RS]);
+#ifdef IS_FLOAT
+        if (!isnan(w)) valid += 1u;
+#endif
 #ifdef DESCENDING
         bool before = lt(v, w);
 #else
@@ -44,8 +48,13 @@ void main() {
 #endif
         if (before || (k < j && !lt(v, w) && !lt(w, v))) rank += 1u;
     }
-    if (rank >= K_LO && rank < K) {
-        uint o = ob + (rank - K_LO) * OUT_RS;
+#ifdef NAN_MEDIAN   // the lower median of the row's non-NaN values (rank 0 if all are NaN)
+    uint lo = valid == 0u ? 0u : (valid - 1u) / 2u, hi = lo + 1u;
+#else
+    uint lo = K_LO, hi = K;
+#endif
+    if (rank >= lo && rank < hi) {
+        uint o = ob + (rank - lo) * OUT_RS;
         valb[o] = STORE(v);
         idxb[o] = st_i32(int(j));
     }

@@ -39,3 +39,12 @@ def test_nonzero_static():
           m)
     check(lambda x: torch.nonzero_static(x, size=3), torch.tensor([0, 1, 0, 2.0]))
     check(lambda x: torch.nonzero_static(x, size=2), torch.tensor([True, False]))
+
+
+def test_nanmedian():
+    x = torch.randn(4, 7)
+    x[1, 3] = x[1, 5] = float("nan")
+    check(lambda x: (torch.nanmedian(x), torch.nanmedian(x, 1), torch.nanmedian(x, 0, True)), x)
+    x[2] = float("nan")                # an all-NaN row: NaN (eager's index for it is arbitrary)
+    check(lambda x: (torch.nanmedian(x), torch.nanmedian(x, 1)[0]), x)
+    check(lambda x: torch.nanmedian(x, 0), torch.randint(0, 9, (5, 2)))
