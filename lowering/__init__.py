@@ -20,7 +20,7 @@ the `@lowering` decorator; this file is the index of families:
 | mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, polygamma, i0, fmax, shifts, _trilinear ... |
 | layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
 | search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist, pdist |
-| histogram      | histogram.comp     | histc, histogram (bin count or edges, weights)       |
+| histogram      | histogram(dd).comp | histc, histogram, histogramdd (bin counts or edges, weights) |
 | misc           | (the families)     | take, put, addmv, addbmm, (nan)median, nonzero_static |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering

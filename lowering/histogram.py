@@ -105,3 +105,98 @@ def histogram_edges(ctx, x, bins, *, weight=None, density=False):
                                          edges.with_layout((), (), n)], "f32", shape=(2,))
     hist = histogram(ctx, x, n, rng, "SEARCH", edges, weight)
     return (_density(ctx, hist, edges) if density else hist), edges
+
+
+# --- histogramdd ------------------------------------------------------------------------------
+def _points(ctx: Context, x) -> TRef:
+    """x (..., D) as an (N, D) view (a copy if the leading dims do not merge)."""
+    x = _as_f32(ctx, x)
+    d = x.shape[-1]
+    n = x.numel // max(1, d)
+    try:
+        from .core import meta_view
+        return meta_view(x, lambda t: t.view(n, d))
+    except RuntimeError:
+        x = contiguous(ctx, x)
+        return x.with_layout((n, d), (d, 1), x.offset)
+
+
+def _ranges_dd(ctx: Context, pts: TRef, rng) -> TRef:
+    """(D, 2) outer edges per dim: the given range, else the data's (equal ends +-0.5)."""
+    n, d = pts.shape
+    if rng is not None:
+        vals = [float(v) for v in rng]
+        return ctx.ref(torch.tensor(vals, dtype=torch.float32))
+    if n == 0:
+        return ew(ctx, "($i % 2) == 0 ? 0.0 : 1.0", [], "f32", shape=(d, 2))
+    mn = reduce(ctx, pts, [0], "amin", out_shape=(d, 1), out_kind="f32")
+    mx = reduce(ctx, pts, [0], "amax", out_shape=(d, 1), out_kind="f32")
+    return ew(ctx, "$0 == $1 ? (($i % 2) == 0 ? $0 - 0.5 : $1 + 0.5) : (($i % 2) == 0 ? $0 : $1)",
+              [mn, mx], "f32", shape=(d, 2))
+
+
+def _edges_dd(ctx: Context, ranges: TRef, bins) -> list[TRef]:
+    return [_linspace_edges(ctx, ranges.with_layout((2,), (1,), ranges.offset + 2 * k), int(b))
+            for k, b in enumerate(bins)]
+
+
+def histogramdd(ctx: Context, pts: TRef, bins: list[int], ranges: TRef, edges: list[TRef],
+                mode: str, weight, density: bool) -> TRef:
+    shape = tuple(int(b) for b in bins)
+    hist = ew(ctx, "0.0", [], "f32", shape=shape)
+    n, d = pts.shape
+    if n and hist.numel:
+        total = sum(b + 1 for b in shape)
+        all_edges = ctx.empty((total,), "f32")
+        meta, pos = [], 0
+        for k, e in enumerate(edges):
+            ew(ctx, "$0", [e], "f32", out=all_edges.with_layout(e.shape, (1,), pos))
+            meta += [shape[k], pos, hist.strides[k]]
+            pos += shape[k] + 1
+        bindings = [hist, pts, ranges, all_edges, ctx.ref(torch.tensor(meta, dtype=torch.int32))]
+        defines = {"VARIANT": mode.lower(), mode: 1}
+        if weight is not None:
+            defines["WEIGHTED"] = 1
+            bindings.append(contiguous(ctx, _as_f32(ctx, weight)))
+        ctx.dispatch("histogramdd", defines, bindings, [0],
+                     [WG, n, d, pts.offset, pts.strides[0], pts.strides[1]], groups_for(n, WG),
+                     note=f"histogramdd {pts.shape} into {shape}")
+    if not density:
+        return hist
+    tot = reduce(ctx, hist, [], "sum", out_shape=(), out_kind="f32")
+    ops, expr = [hist, tot], "$0 / $1"
+    for k, e in enumerate(edges):
+        nb = shape[k]
+        width = ew(ctx, "$1 - $0", [e.with_layout((nb,), (1,), e.offset),
+                                    e.with_layout((nb,), (1,), e.offset + 1)], "f32")
+        strides = tuple(1 if j == k else 0 for j in range(len(shape)))
+        ops.append(width.with_layout(shape, strides, 0))
+        expr += f" / ${len(ops) - 1}"
+    return ew(ctx, expr, ops, "f32", compute="f32")
+
+
+@lowering(aten._histogramdd_bin_edges.default)
+def histogramdd_bin_edges(ctx, x, bins, *, range=None, weight=None, density=False):
+    pts = _points(ctx, x)
+    return tuple(_edges_dd(ctx, _ranges_dd(ctx, pts, range), bins))
+
+
+@lowering(aten._histogramdd_from_bin_cts.default)
+def histogramdd_from_bin_cts(ctx, x, bins, *, range=None, weight=None, density=False):
+    pts = _points(ctx, x)
+    ranges = _ranges_dd(ctx, pts, range)
+    return histogramdd(ctx, pts, bins, ranges, _edges_dd(ctx, ranges, bins), "LOCAL", weight,
+                       density)
+
+
+@lowering(aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bin_tensors(ctx, x, bins, *, weight=None, density=False):
+    pts = _points(ctx, x)
+    edges = [contiguous(ctx, _as_f32(ctx, b)) for b in bins]
+    ranges = ctx.empty((len(edges), 2), "f32")
+    for k, e in enumerate(edges):
+        ew(ctx, "$i == 0 ? $0 : $1", [e.with_layout((), (), e.offset),
+                                      e.with_layout((), (), e.offset + e.shape[0] - 1)], "f32",
+           out=ranges.with_layout((2,), (1,), 2 * k))
+    return histogramdd(ctx, pts, [e.shape[0] - 1 for e in edges], ranges, edges, "SEARCH", weight,
+                       density)

@@ -27,3 +27,19 @@ def test_histograms(fn):
 def test_histc_noncontiguous_and_ints():
     check(lambda x: torch.histc(x, 5), noncontig(X))
     check(lambda x: torch.histc(x.float(), 4, 0, 8), torch.randint(0, 9, (30,)))
+
+
+@pytest.mark.parametrize("case", ["counts", "weighted_density", "range", "edges", "equal_ends", "3d"])
+def test_histogramdd(case):
+    x, w = torch.randn(30, 2), torch.rand(30)
+    fns = {
+        "counts": lambda x, w: torch.histogramdd(x, bins=[3, 4]),
+        "weighted_density": lambda x, w: torch.histogramdd(x, bins=[3, 4], weight=w, density=True),
+        "range": lambda x, w: torch.histogramdd(x, bins=[2, 5], range=[-1.0, 1.0, -2.0, 0.5]),
+        "edges": lambda x, w: torch.histogramdd(
+            x, bins=[torch.tensor([-1.0, 0.0, 2.0]), torch.tensor([-3.0, -1.0, 0.0, 0.5, 3.0])],
+            weight=w),
+        "equal_ends": lambda x, w: torch.histogramdd(x * 0 + 1, bins=[2, 2]),
+        "3d": lambda x, w: torch.histogramdd(torch.cat([x, w[:, None]], 1), bins=[2, 3, 2]),
+    }
+    check(fns[case], x, w)
