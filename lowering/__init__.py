@@ -1,31 +1,37 @@
 """ATen op -> Vulkan kernel rules. Each family module registers its ops with
 the `@lowering` decorator; this file is the index of families:
 
-| module         | shader             | ops                                                  |
-| -------------- | ------------------ | ---------------------------------------------------- |
-| elementwise    | elementwise.comp   | arithmetic, math, comparisons, where, clamp, casts   |
-| reduce         | reduce.comp        | sum, mean, prod, amax, amin, any, all, var, std      |
-|                | argreduce.comp     | argmax, argmin, max/min.dim                          |
-| rowwise        | rowwise.comp       | softmax, log_softmax, native_layer_norm              |
-| matmul         | matmul.comp        | mm, bmm, addmm, baddbmm                              |
-| index          | gather.comp (+ew)  | embedding, index_select, cat, slice/select_scatter   |
-| views          | (none: metadata)   | view, reshape, permute, transpose, slice, expand ... |
-| gguf           | gguf_*.comp        | dynamo_vulkan.gguf_linear, gguf_embedding (GGUF)     |
-| conv           | conv.comp          | convolution 1d/2d/3d, groups, dilation, transposed   |
-| pool           | pool, grid_sample  | max/avg/adaptive pooling 1d-3d (with indices), grid_sampler 2d/3d |
-| norm           | (reduce + ew)      | batch_norm (all forms), group_norm                   |
-| scan           | scan, segment, cumext | cumsum, cumprod, logcumsumexp, cummax/min, segment_reduce |
-| indexing       | ew gathers, embedding_bag.comp | index.Tensor, gather, scatter(_add), embedding_bag |
-| sort           | sort.comp          | sort, topk, kthvalue (rank per element)              |
-| mathops        | elementwise.comp   | erfinv, erfc, lgamma, digamma, polygamma, i0, fmax, shifts, _trilinear ... |
-| layout         | elementwise.comp   | constant_pad_nd, repeat, flip, *_copy views, scatters|
-| search         | search, cdist.comp | searchsorted, bucketize (binary search), cdist, pdist |
-| histogram      | histogram(dd).comp | histc, histogram, histogramdd (bin counts or edges, weights) |
-| misc           | (the families)     | take, put, addmv, addbmm, (nan)median, nonzero_static |
+| module      | shader             | ops                                                              |
+| ----------- | ------------------ | ---------------------------------------------------------------- |
+| elementwise | elementwise.comp   | arithmetic, math, comparisons, where, clamp, casts               |
+| reduce      | reduce.comp        | sum, mean, prod, amax, amin, any, all, var, std, p-norms         |
+|             | argreduce.comp     | argmax, argmin, max/min.dim                                      |
+| rowwise     | rowwise.comp       | softmax, log_softmax, native_layer_norm                          |
+| matmul      | matmul.comp        | mm, bmm, addmm, baddbmm                                          |
+| index       | gather.comp (+ew)  | embedding, index_select, cat, slice/select_scatter, index_put    |
+| views       | (none: metadata)   | view, reshape, permute, transpose, slice, expand ...             |
+| gguf        | gguf_*.comp        | dynamo_vulkan.gguf_linear, gguf_embedding (GGUF)                 |
+| conv        | conv.comp          | convolution 1d/2d/3d: groups, stride, dilation, transposed       |
+| pool        | pool.comp          | max/avg/adaptive pooling 1d-3d (with indices), max-pool backward |
+|             | grid_sample.comp   | grid_sampler 2d/3d                                               |
+| norm        | (reduce + ew)      | batch_norm (all forms), group_norm                               |
+| scan        | scan.comp          | cumsum, cumprod, logcumsumexp                                    |
+|             | cumext.comp        | cummax, cummin                                                   |
+|             | segment.comp       | segment_reduce                                                   |
+| indexing    | (ew gathers)       | index.Tensor, gather, scatter, scatter_add/reduce                |
+|             | embedding_bag.comp | embedding_bag (sum, mean, max)                                   |
+| sort        | sort.comp          | sort, topk, kthvalue, (nan)median (rank per element)             |
+| mathops     | (ew)               | erfinv, erfc, lgamma, (di/poly)gamma, i0, fmax, shifts, ...      |
+| layout      | (ew)               | constant_pad_nd, repeat, flip, *_copy views, scatters            |
+| search      | search.comp        | searchsorted, bucketize                                          |
+|             | cdist.comp         | cdist, pdist                                                     |
+| histogram   | histogram(dd).comp | histc, histogram, histogramdd                                    |
+| misc        | (the families)     | take, put, addmv, addbmm, median, nonzero_static                 |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
-from . import conv, pool, norm, scan, indexing, sort, mathops, layout, search, histogram, misc  # noqa: F401  (register; ATen coverage families)
+from . import conv, pool, norm, scan, indexing, sort  # noqa: F401  (register: coverage families)
+from . import mathops, layout, search, histogram, misc  # noqa: F401  (register)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
            "lowering", "decompositions"]
