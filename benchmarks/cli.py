@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
                    help="compiled IREE modules, reused and written here (default ~/.cache/dynamo_vulkan/iree)")
     p.add_argument("--gguf-skeletons", default=None, metavar="DIR",
                    help="NAME.json.gz skeletons (benchmarks/synth_model.py) for models that are not installed")
+    p.add_argument("--replot", default=None, metavar="RESULTS_JSON",
+                   help="measure nothing: redraw table.md and the plots of a saved results.json into --out")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -104,10 +106,25 @@ def _write(out: Path, env: dict, probe_results: dict, bench: Bench, args, names,
     record.write_json(out / "results.json", env, probe_results, bench.rows, results, bench.notes,
                       {"extra": extra, "options": {"quick": args.quick, "suites": names, "reps": plan.reps,
                                                    "max_seconds": plan.max_s, "budget_s": args.budget}})
-    text = "\n\n".join([table.header(env, probe_results), table.rows_table(bench.rows), "Targets (issue 6):",
-                        table.targets_table(results), "Notes:\n" + "\n".join(f"- {n}" for n in bench.notes.items)])
+    text = tables_text(env, probe_results, bench.rows, results, bench.notes.items)
     (out / "table.md").write_text(text + "\n")
     return text
+
+
+def tables_text(env: dict, probe_results: dict, rows, results, notes: list[str]) -> str:
+    return "\n\n".join([table.header(env, probe_results), table.rows_table(rows), "Targets (issue 6):",
+                        table.targets_table(results), "Notes:\n" + "\n".join(f"- {n}" for n in notes)])
+
+
+def replot(results_json: Path, out: Path) -> int:
+    """The table and plots of a saved run, drawn again (the numbers are the run's, untouched)."""
+    doc = record.load_json(results_json)
+    out.mkdir(parents=True, exist_ok=True)
+    text = tables_text(doc["record"], doc["probes"], doc["rows"], doc["targets"], doc["notes"])
+    (out / "table.md").write_text(text + "\n")
+    made = plots.draw_all(doc["rows"], out, f"{doc['record']['device'].get('name')} - {doc['record']['date']}")
+    sys.stdout.write(text + "\n\nwrote " + ", ".join(str(p) for p in [out / "table.md", *made]) + "\n")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in suites.NAMES:
             print(f"{name:14s} {suites.load(name).DESCRIPTION}")
         return 0
+    if args.replot:
+        return replot(Path(args.replot), Path(args.out))
     names = [s.strip() for s in args.suites.split(",") if s.strip()]
     unknown = [n for n in names if n not in suites.NAMES]
     if unknown:

@@ -30,23 +30,28 @@ def speedup(rows: list[Row], path: Path, title: str) -> Path | None:
     if not rows:
         return None
     plt = _plt()
-    keys = _workloads(rows)
-    backends = [b for b in COLORS if any(r.backend == b for r in rows)]
-    h = 0.8 / len(backends)
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(keys) * max(1, len(backends) / 2) + 1.5))
-    for j, b in enumerate(backends):
-        ys, xs = [], []
-        for i, k in enumerate(keys):
-            r = next((r for r in rows if (r.suite, r.workload) == k and r.backend == b), None)
-            if r is not None:
-                ys.append(i + j * h)
-                xs.append(r.speedup)
-        ax.barh(ys, xs, height=h, color=COLORS[b], label=b)
+    ys, ticks, labels, y = {}, [], [], 0.0
+    for k in _workloads(rows):
+        group = sorted((r for r in rows if (r.suite, r.workload) == k), key=lambda r: list(COLORS).index(r.backend)
+                       if r.backend in COLORS else 99)
+        first = y
+        for r in group:
+            ys[id(r)] = y
+            y += 1
+        ticks.append((first + y - 1) / 2)
+        labels.append(f"{k[0]}: {k[1]}")
+        y += 0.7
+    fig, ax = plt.subplots(figsize=(10, 0.17 * y + 1.6))
+    for b in COLORS:
+        sel = [r for r in rows if r.backend == b]
+        if sel:
+            ax.barh([ys[id(r)] for r in sel], [r.speedup for r in sel], height=0.9, color=COLORS[b],
+                    label=b + (" (device time)" if b == "torch_cuda" else ""))
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set_xscale("log")
-    ax.set_yticks([i + 0.4 - h / 2 for i in range(len(keys))], [f"{s}: {w}" for s, w in keys], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("speed-up over eager CPU (wall time per call; >1 is faster)")
+    ax.set_yticks(ticks, labels, fontsize=7)
+    ax.set_ylim(y, -1)
+    ax.set_xlabel("speed-up over eager CPU (time per call; >1 is faster)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()

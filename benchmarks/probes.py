@@ -56,7 +56,7 @@ def vulkan_copy_gbps(nbytes: int, iters: int = 10) -> dict:
     seq.eval()
     ts = np.array(seq.get_timestamps(), dtype=np.float64)
     period = float(info.get("timestamp_period_ns", 1.0))
-    seconds = (ts[-1] - ts[0]) * period * 1e-9 / iters
+    seconds = float(ts[-1] - ts[0]) * period * 1e-9 / iters
     kernel_gbps = 2 * nbytes / seconds / 1e9
     seq = mgr.sequence(total_timestamps=iters + 2)
     for _ in range(iters):
@@ -64,7 +64,7 @@ def vulkan_copy_gbps(nbytes: int, iters: int = 10) -> dict:
     seq.eval()
     seq.eval()
     ts = np.array(seq.get_timestamps(), dtype=np.float64)
-    transfer_gbps = 2 * nbytes / ((ts[-1] - ts[0]) * period * 1e-9 / iters) / 1e9
+    transfer_gbps = 2 * nbytes / (float(ts[-1] - ts[0]) * period * 1e-9 / iters) / 1e9
     for t in (src, dst):
         t.destroy()
     return {"bytes": nbytes, "gbps": max(kernel_gbps, transfer_gbps), "kernel_gbps": kernel_gbps,

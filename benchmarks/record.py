@@ -107,13 +107,14 @@ def git_commit(where: Path) -> dict:
     def git(*a):
         r = subprocess.run(["git", "-C", str(where), *a], capture_output=True, text=True, timeout=30)
         return r.stdout.strip() if r.returncode == 0 else None
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        # said by whoever copied the tree elsewhere (a lent machine's copy may carry a stale .git)
+        return {"commit": os.environ["BENCH_GIT_COMMIT"], "dirty": None, "from": "BENCH_GIT_COMMIT"}
     try:
         commit = git("rev-parse", "HEAD")
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         commit, dirty = None, None
-    if commit is None and os.environ.get("BENCH_GIT_COMMIT"):   # a copied tree without .git (a lent machine)
-        return {"commit": os.environ["BENCH_GIT_COMMIT"], "dirty": None, "from": "BENCH_GIT_COMMIT"}
     return {"commit": commit, "dirty": bool(dirty) if dirty is not None else None}
 
 
@@ -168,6 +169,8 @@ def write_json(path: Path, env: dict, probes: dict, rows: list[Row], targets: li
 
 
 def _jsonable(o):
+    if hasattr(o, "item") and callable(o.item):      # numpy scalars
+        return o.item()
     if isinstance(o, Stat):
         return o.as_dict()
     if isinstance(o, Path):
@@ -177,3 +180,21 @@ def _jsonable(o):
 
 def argv() -> list[str]:
     return sys.argv[1:]
+
+
+def load_json(path: Path) -> dict:
+    """A results.json read back: record, probes, rows (Row), targets (TargetResult), notes, extra."""
+    doc = json.loads(Path(path).read_text())
+    fields = Row.__dataclass_fields__
+    rows = []
+    for d in doc["rows"]:
+        kw = {k: v for k, v in d.items() if k in fields}
+        kw["ms"] = Stat(**d["ms"]) if d.get("ms") else None
+        kw["gpu_ms"] = Stat(**d["gpu_ms"]) if d.get("gpu_ms") else None
+        rows.append(Row(**kw))
+    targets = [TargetResult(**t) for t in doc.get("targets", [])]
+    for t in targets:       # files written before numpy scalars were converted hold "np.False_"
+        if isinstance(t.met, str):
+            t.met = t.met.endswith("True_") or t.met == "True"
+    return {"record": doc["record"], "probes": doc.get("probes", {}), "rows": rows, "targets": targets,
+            "notes": doc.get("notes", []), "extra": doc.get("extra", {})}

@@ -37,7 +37,7 @@ def resolve(targets: list[Target], rows: list[Row], memory: list[dict]) -> list[
             missing = ""
         else:
             base, base_name, missing = None, "", "no baseline measured on this machine"
-        ratio = ours / base if ours is not None and base else None
+        ratio = float(ours / base) if ours is not None and base else None
         if t.higher_is_better:
             goal, met = f">= {t.goal:g}", (ratio >= t.goal) if ratio is not None else None
         else:
@@ -47,7 +47,7 @@ def resolve(targets: list[Target], rows: list[Row], memory: list[dict]) -> list[
                                 ours_row.err if ours_row else None, note))
     for m in memory:
         ours, limit = m["ours"], m["limit"]
-        ratio = ours / limit if ours is not None and limit else None
+        ratio = float(ours / limit) if ours is not None and limit else None
         out.append(TargetResult(m["name"], ours / 2**20 if ours is not None else None, limit / 2**20, "limit",
                                 "MiB", ratio, "<= 1", (ratio <= 1) if ratio is not None else None, None, m["how"]))
     return out

@@ -62,6 +62,7 @@ class IreePeer:
         except Exception as e:
             raise PeerUnavailable(f"IREE's vulkan driver found no device: {e}")
         self.device = self.config.device
+        self._staging: dict[int, object] = {}     # read-back buffers by size, reused across calls
         self.note = (f"IREE {_version()} vulkan-spirv target {target or 'default'}; sdpa decomposed, i64->i32"
                      + ("" if self.can_compile else "; module compiled ahead (no iree-base-compiler here)"))
 
@@ -108,15 +109,19 @@ class IreePeer:
         return {"ms": measure(call, plan), "out": out, "compile_s": compile_s}
 
     def _to_host(self, arr) -> np.ndarray:
-        """Copy a result to the host through a staging buffer. (DeviceArray.to_host imports
-        the numpy array as host memory, which Mesa's lavapipe refuses: 4 KiB alignment.)"""
+        """Copy a result to the host through a staging buffer kept for the next call.
+        (DeviceArray.to_host imports the numpy array as host memory, which Mesa's lavapipe
+        refuses: 4 KiB alignment.)"""
         rt = self.rt
         bv = arr._buffer_view
         src = bv.get_buffer()
-        buf = self.device.allocator.allocate_buffer(
-            memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
-            allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
-            allocation_size=src.byte_length())
+        n = src.byte_length()
+        buf = self._staging.get(n)
+        if buf is None:
+            buf = self._staging[n] = self.device.allocator.allocate_buffer(
+                memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+                allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+                allocation_size=n)
         sem = self.device.create_semaphore(0)
         self.device.queue_copy(src, buf, wait_semaphores=rt.HalFence.create_at(sem, 0),
                                signal_semaphores=rt.HalFence.create_at(sem, 1))
