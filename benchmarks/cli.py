@@ -159,7 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     env = record.environment(argv)
     try:
         probe_results = probes.run_all(args.quick, plan)
-        opts = Options(quick=args.quick, plan=plan, inductor=not args.no_inductor, cuda=probes.cuda_available(),
+        if args.quick and not args.no_inductor:
+            early_notes.append("inductor CPU left out in --quick (its cold C++ compiles alone would take most of "
+                               "the two minutes on a small machine)")
+        opts = Options(quick=args.quick, plan=plan, inductor=not (args.no_inductor or args.quick),
+                       cuda=probes.cuda_available(),
                        skeleton_dir=args.gguf_skeletons, work_dir=tmp)
         if not args.no_peers and {"mlp", "block"} & set(names):
             opts.iree = _iree(args, env["device"].get("name", ""), early_notes)
