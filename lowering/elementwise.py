@@ -144,7 +144,12 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             spec.append(val)
             cid += 1
             conv = "uintBitsToFloat" if base == "float" else "int"
-            loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}(C{j}));")
+            raw = f"C{j}"
+            if base == "float" and val in (0, 0x80000000):
+                # a zero the compiler cannot see: drivers fold x * 0.0 to 0 (lavapipe
+                # does), which loses torch's NaN/inf * 0 = NaN; the z group count is 1
+                raw = f"(C{j} ^ (gl_NumWorkGroups.z - 1u))"
+            loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}({raw}));")
         names.append(f"v{j}")
     operand_decl("o", strides[-1], out.offset)
 
@@ -233,9 +238,13 @@ FLOAT_UNARY = {
     aten.sigmoid.default: "sigmoid_f($0)", aten.sin.default: "sin($0)",
     aten.cos.default: "cos($0)", aten.tan.default: "tan($0)", aten.exp2.default: "exp2($0)",
     aten.log2.default: "log2($0)", aten.log10.default: "log($0) * 0.43429448190325176",
-    aten.log1p.default: "log(1.0 + $0)", aten.expm1.default: "exp($0) - 1.0",
+    # Kahan's forms: accurate near 0, where log(1 + x) and exp(x) - 1 cancel
+    aten.log1p.default: "log1p_f($0)", aten.expm1.default: "expm1_f($0)",
     aten.reciprocal.default: "1.0 / $0", aten.erf.default: "erf_f($0)",
-    aten.asin.default: "asin($0)", aten.acos.default: "acos($0)", aten.atan.default: "atan($0)",
+    aten.asin.default: "(abs($0) <= 1.0 ? atan($0, sqrt((1.0 - $0) * (1.0 + $0))) : "
+                       "uintBitsToFloat(0x7fc00000u))",   # lavapipe asin is 4e-4 off
+    aten.acos.default: "(abs($0) <= 1.0 ? atan(sqrt((1.0 - $0) * (1.0 + $0)), $0) : "
+                       "uintBitsToFloat(0x7fc00000u))", aten.atan.default: "atan($0)",
     aten.sinh.default: "sinh($0)", aten.cosh.default: "cosh($0)",
     aten.asinh.default: "asinh($0)", aten.acosh.default: "acosh($0)",
     aten.atanh.default: "atanh($0)",

@@ -52,6 +52,8 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     out = ctx.empty(ctx.out_shape() if out_shape is None else out_shape, out_kind)
     if nout == 0:
         return out
+    if r == 0 and op == "mean":          # the mean of nothing is NaN (drivers' 0 / 0 may not be)
+        final = NAN
     spec = [WG, nout, r, x.offset, f32_bits(divisor)]
     decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if acc_kind == "f32" else "int"

@@ -31,6 +31,19 @@ float erf_f(float x) {
               t * (-0.82215223 + t * 0.17087277)))))))));
     return x >= 0.0 ? 1.0 - r : r - 1.0;
 }
+// log1p / expm1 near 0 by series (drivers' log and exp are only accurate in
+// absolute terms there), the plain forms elsewhere.
+float log1p_f(float x) {
+    if (abs(x) >= 0.5) return log(1.0 + x);
+    float s = x / (2.0 + x), s2 = s * s;     // log1p(x) = 2 atanh(s)
+    return 2.0 * s * (1.0 + s2 * (1.0 / 3.0 + s2 * (0.2 + s2 * (1.0 / 7.0 + s2 * (1.0 / 9.0 +
+           s2 * (1.0 / 11.0))))));
+}
+float expm1_f(float x) {
+    if (abs(x) >= 0.5) return exp(x) - 1.0;
+    return x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 +
+           x * (1.0 / 720.0 + x * (1.0 / 5040.0 + x * (1.0 / 40320.0))))))));
+}
 float tanh_f(float x) {  // GLSL tanh overflows to NaN for |x| > ~44 on some drivers
     float e = exp(-2.0 * abs(x));
     return sign(x) * (1.0 - e) / (1.0 + e);

@@ -82,3 +82,23 @@ def test_polygamma(n):
 def test_bilinear_through_trilinear():
     x1, x2, w, b = torch.randn(4, 3), torch.randn(4, 5), torch.randn(2, 3, 5), torch.randn(2)
     check(lambda x1, x2, w, b: F.bilinear(x1, x2, w, b), x1, x2, w, b)
+
+
+def test_nan_and_inf_times_a_zero_constant_stay_nan():
+    """Drivers fold x * 0.0 to 0; torch gives NaN for NaN or inf times 0."""
+    x = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), -2.0])
+    check(lambda x: (x * 0.0, torch.addr(x[:1, None].expand(1, 1).clone(), x[1:2], x[:1],
+                                         beta=0.0, alpha=0.0), x * -0.0), x)
+
+
+def test_inverse_trig_and_near_zero_forms_are_accurate():
+    u = torch.cat([torch.rand(500) * 2 - 1, torch.tensor([1.0, -1.0, 0.0, 1.5, float("nan")])])
+    check(lambda u: (torch.asin(u), torch.acos(u)), u, rtol=1e-5, atol=1e-5)
+    x = torch.cat([torch.randn(100) * 1e-6, torch.randn(100) * 5,
+                   torch.tensor([-1.0, 0.0, float("inf"), -float("inf"), float("nan"), -0.99999])])
+    check(lambda x: (torch.log1p(x), torch.expm1(x)), x, rtol=1e-5, atol=1e-7)
+
+
+def test_mean_of_nothing_is_nan():
+    check(lambda x: (torch.var_mean(x), torch.std_mean(x), torch.mean(x)), torch.randn(0))
+    check(lambda x: (torch.var_mean(x, 0), torch.mean(x, 0)), torch.randn(0, 5))
