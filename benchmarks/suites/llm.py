@@ -130,7 +130,7 @@ def one_model(bench, label: str, path: Path, what: str) -> None:
     from dynamo_vulkan.models import load_model
 
     quick = bench.quick
-    n_prompt, steps = (8, 3) if quick else (128, 64)
+    n_prompt, steps = (8, 2) if quick else (128, 64)
     eager_steps = 2 if quick else 16
     reps = 1 if quick else 3
     ctx = n_prompt + steps + 8
