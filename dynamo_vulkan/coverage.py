@@ -395,7 +395,7 @@ def markdown(results: dict, excluded: dict, meta: dict) -> str:
         "`DYNAMO_VULKAN_FALLBACK=error` and compared with eager (rtol = atol = 1e-4).",
         "",
         f"- device: {meta.get('device', '?')}; torch {meta.get('torch', '?')}; "
-        f"generated {meta.get('date', '?')}",
+        f"commit {meta.get('commit', '?')}; generated {meta.get('date', '?')}",
         f"- OpInfos counted: {len(results)}; excluded: {len(excluded)} (listed at the end)",
         "",
         "## Totals",
@@ -455,7 +455,18 @@ def _meta() -> dict:
     from . import device
     info = device.device_info() if device.is_available() else {"name": "no Vulkan device"}
     return {"device": info.get("name", "?"), "torch": torch.__version__,
-            "date": datetime.date.today().isoformat()}
+            "date": datetime.date.today().isoformat(), "commit": _commit()}
+
+
+def _commit() -> str:
+    """The source checkout's commit, if this runs from one."""
+    import subprocess
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, cwd=Path(__file__).resolve().parent, timeout=10)
+        return out.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def main(argv=None) -> int:
@@ -484,9 +495,11 @@ def main(argv=None) -> int:
         results, excluded, meta = {}, {}, {}
         for f in a.merge:
             data = json.loads(f.read_text())
-            results.update(data["results"])
+            results.update(data["results"])          # a later file's ops replace earlier ones
             excluded.update(data["excluded"])
-            meta = meta or data["meta"]
+            if not data["meta"].get("partial"):
+                commits = {meta.get("commit"), data["meta"].get("commit")} - {None}
+                meta = {**data["meta"], "commit": "+".join(sorted(commits))}
         out = a.out or Path("docs/ops.md")
     else:
         i, n = (int(x) for x in a.shard.split("/"))
