@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         failed_suites = []
         bar = tqdm(names, desc="suites", unit="suite", file=sys.stderr, dynamic_ncols=True)
         seconds = bench.extra.setdefault("suite_seconds", {})
+        cpu_seconds = bench.extra.setdefault("suite_cpu_seconds", {})   # this process's CPU time (all threads)
         started = time.perf_counter()
         opts.deadline = started + args.budget if args.budget else None
         signal.signal(signal.SIGTERM, _interrupt)
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.budget and time.perf_counter() - started > args.budget:
                 bench.note(name, f"not run: the --budget of {args.budget:g} s was spent")
                 continue
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             try:
                 suites.load(name).run(bench)
             except Interrupted:
@@ -197,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed_suites.append(name)
             finally:
                 seconds[name] = round(time.perf_counter() - t0, 1)
+                cpu_seconds[name] = round(time.process_time() - c0, 1)
             _write(out, env, probe_results, bench, args, names, plan)   # a run cut short keeps what it has
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         text = _write(out, env, probe_results, bench, args, names, plan)
