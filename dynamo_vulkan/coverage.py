@@ -447,6 +447,23 @@ def markdown(results: dict, excluded: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compare(a: dict, b: dict) -> tuple[int, list]:
+    """Samples present in both result sets (same op, position and description) and
+    the ones whose status differs: (count, [(op, index, status a, status b, reasons)])."""
+    both, differ = 0, []
+    for name, outs in a.items():
+        other = {(o["index"], o["desc"]): o for o in b.get(name, [])}
+        for o in outs:
+            p = other.get((o["index"], o["desc"]))
+            if p is None:
+                continue
+            both += 1
+            if p["status"] != o["status"]:
+                differ.append((name, o["index"], o["status"], p["status"],
+                               o["reason"][:120], p["reason"][:120]))
+    return both, differ
+
+
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -480,6 +497,8 @@ def main(argv=None) -> int:
                    help="markdown report (default docs/ops.md for a full single run)")
     p.add_argument("--merge", nargs="*", type=Path, default=None,
                    help="merge shard JSON files into the markdown report instead of running")
+    p.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                   help="compare two result sets (JSON shard files, or directories of them)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--worker", help=argparse.SUPPRESS)      # internal: a JSON job
     a = p.parse_args(argv)
@@ -490,6 +509,19 @@ def main(argv=None) -> int:
     if a.worker:
         warnings.simplefilter("ignore")
         worker(json.loads(a.worker))
+        return 0
+    if a.compare:
+        sets = []
+        for path in a.compare:
+            files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+            merged = {}
+            for f in files:
+                merged.update(json.loads(f.read_text())["results"])
+            sets.append(merged)
+        both, differ = compare(*sets)
+        print(f"{both} samples in both; {both - len(differ)} agree, {len(differ)} differ")
+        for row in differ:
+            print("  " + " | ".join(str(x) for x in row))
         return 0
     if a.merge is not None:
         results, excluded, meta = {}, {}, {}

@@ -71,3 +71,13 @@ def test_markdown_has_totals_reasons_and_exclusions():
     assert "- #1 fallback: aten.x: no Vulkan lowering — `T[3]`" in md
     assert "| fft.fft | FFTs are out of scope |" in md
     assert json.dumps(results)                                  # results stay JSON-able
+
+
+def test_compare_matches_samples_by_op_position_and_description():
+    a = {"add": [{"status": "pass", "reason": "", "desc": "T[2]", "index": 0},
+                 {"status": "mismatch", "reason": "x", "desc": "T[3]", "index": 1}]}
+    b = {"add": [{"status": "pass", "reason": "", "desc": "T[2]", "index": 0},
+                 {"status": "pass", "reason": "", "desc": "T[3]", "index": 1},
+                 {"status": "pass", "reason": "", "desc": "T[9]", "index": 2}]}
+    both, differ = coverage.compare(a, b)
+    assert both == 2 and [(d[0], d[1], d[2], d[3]) for d in differ] == [("add", 1, "mismatch", "pass")]
