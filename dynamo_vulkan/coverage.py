@@ -200,6 +200,10 @@ def classify(exc: BaseException) -> Outcome:
     for e in chain:
         if isinstance(e, Unsupported):
             return Outcome("fallback", "Dynamo graph break: " + _first_line(str(e)))
+        if type(e).__name__ == "UserError" and "data-dependent" in str(e):
+            # Python control flow on a tensor's value: Dynamo cannot put it in one graph
+            return Outcome("fallback", "Dynamo graph break (data-dependent control flow): " +
+                           _first_line(str(e)))
     return Outcome("error", f"{type(exc).__name__}: {_first_line(str(exc))}")
 
 
@@ -220,6 +224,24 @@ def _time_limit(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
+@contextlib.contextmanager
+def _seeded_outside():
+    """OpInfo wraps some ops (attention, dropout) in wrapper_set_seed, which saves and
+    restores the RNG state around the call: Python code Dynamo cannot trace, and no
+    part of the op. Seed the same way outside the call instead, for eager and
+    compiled runs alike."""
+    from torch.testing._internal import common_methods_invocations as cmi
+    saved = cmi.wrapper_set_seed
+    cmi.wrapper_set_seed = lambda fn, *args, **kwargs: fn(*args, **kwargs)
+    state = torch.get_rng_state()
+    torch.manual_seed(42)
+    try:
+        yield
+    finally:
+        cmi.wrapper_set_seed = saved
+        torch.set_rng_state(state)
+
+
 def run_sample(op, sample) -> Outcome | None:
     """Compile one sample with backend="vulkan" and compare with eager.
     None when eager itself raises (the sample is not counted)."""
@@ -237,14 +259,15 @@ def run_sample(op, sample) -> Outcome | None:
 
     tensors = [leaves[i] for i in where]
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _seeded_outside():
             warnings.simplefilter("ignore")
             expected = call(*_clone(tensors))
     except Exception:
         return None
     torch._dynamo.reset()
     try:
-        with _time_limit(SAMPLE_TIMEOUT_S * 4 // 5), warnings.catch_warnings():
+        with _time_limit(SAMPLE_TIMEOUT_S * 4 // 5), warnings.catch_warnings(), \
+                _seeded_outside():
             warnings.simplefilter("ignore")
             got = torch.compile(call, backend="vulkan", fullgraph=True, dynamic=False)(
                 *_clone(tensors))

@@ -119,9 +119,7 @@ def _bag_check(node) -> str | None:
     used = {u.args[1] for u in node.users if u.target is operator.getitem}
     if used - {0}:
         return "embedding_bag's offset2bag/bag_size/max_indices outputs are used"
-    if len(node.args) > 3 and node.args[3]:
-        return "embedding_bag with scale_grad_by_freq"
-    return None
+    return None                     # (scale_grad_by_freq changes only the gradient)
 
 
 @lowering(aten._embedding_bag_forward_only.default, aten._embedding_bag.default, check=_bag_check)
@@ -157,3 +155,36 @@ def unsafe_masked_index(ctx, x, mask, indices, fill):
     g = index(ctx, x, indices)
     k = ctx.out_kind()
     return ew(ctx, "bool($0) ? $1 : $2", [mask, g, fill], k, compute=None, result=k)
+
+
+@lowering(aten.index_reduce.default)
+def index_reduce(ctx, x, dim, index, source, reduce, *, include_self=True):
+    """x's slices along dim at index[i] combined with source's slice i: a scatter
+    with the 1-d index broadcast over source's other dims."""
+    src, idx = ctx.ref(source), ctx.ref(index)
+    d = dim % max(1, src.ndim)
+    if src.ndim == 0:
+        full = idx.with_layout((), (), idx.offset)
+    else:
+        full = idx.with_layout(src.shape, tuple(idx.strides[0] if k == d else 0
+                                                for k in range(src.ndim)), idx.offset)
+    return _scatter(ctx, x, dim, full, src, REDUCE[reduce], bool(include_self),
+                    mean=reduce == "mean")
+
+
+@lowering(aten.embedding_renorm.default)
+def embedding_renorm(ctx, weight, indices, max_norm, norm_type):
+    """The weight with each row that indices name scaled down to max_norm (p-norm) if
+    it is longer (embedding with max_norm): the functional embedding_renorm_."""
+    from .reduce import p_norm
+    w, idx = ctx.ref(weight), ctx.ref(indices)
+    rows = w.shape[0]
+    norms = p_norm(ctx, w, [1], norm_type, out_shape=(rows, 1))
+    named = ew(ctx, "0", [], "i32", shape=(rows, 1))
+    if idx.numel:
+        flat = idx.with_layout((idx.numel,), (1,), idx.offset) if idx.is_contiguous() else \
+            ew(ctx, "$0", [idx], "i32").with_layout((idx.numel,), (1,), 0)
+        ew(ctx, "1", [flat], "i32", out=named.with_layout((idx.numel,), (0,), 0),
+           shape=(idx.numel,), scatter=[(0, 1, rows)])
+    return ew(ctx, "($1 != 0 && $2 > $3) ? $0 * ($3 / ($2 + 1e-7)) : $0",
+              [w, named, norms, float(max_norm)], "f32", compute=None, result="f32")

@@ -233,24 +233,24 @@ def dist(ctx, x, y, p=2):
     return p_norm(ctx, ew(ctx, "$0 - $1", [x, y], "f32", compute="f32"), [], p)
 
 
-def p_norm(ctx: Context, x: TRef, dims, ord) -> TRef:
+def p_norm(ctx: Context, x: TRef, dims, ord, out_shape=None) -> TRef:
     """sum(|x|^p)^(1/p) over dims; max/min |x| for +-inf; the count of nonzeros for 0."""
     p = float(ord)
     if p == float("inf"):
-        return reduce(ctx, x, dims, "amax", out_kind="f32", pre="abs(v)")
+        return reduce(ctx, x, dims, "amax", out_shape=out_shape, out_kind="f32", pre="abs(v)")
     if p == float("-inf"):
-        return reduce(ctx, x, dims, "amin", out_kind="f32", pre="abs(v)")
+        return reduce(ctx, x, dims, "amin", out_shape=out_shape, out_kind="f32", pre="abs(v)")
     if p == 0:
-        return reduce(ctx, x, dims, "sum", out_kind="f32", pre="v != 0.0 ? 1.0 : 0.0")
+        return reduce(ctx, x, dims, "sum", out_shape=out_shape, out_kind="f32", pre="v != 0.0 ? 1.0 : 0.0")
     if p == 1:
-        return reduce(ctx, x, dims, "sum", out_kind="f32", pre="abs(v)")
+        return reduce(ctx, x, dims, "sum", out_shape=out_shape, out_kind="f32", pre="abs(v)")
     if p == 2:
-        return reduce(ctx, x, dims, "sum", out_kind="f32", pre="v * v", post="sqrt(a)")
+        return reduce(ctx, x, dims, "sum", out_shape=out_shape, out_kind="f32", pre="v * v", post="sqrt(a)")
     # GLSL leaves pow(0, y) undefined: zeros and infinities take their limits
     inf = "uintBitsToFloat(0x7f800000u)"
     pb, ib = f"uintBitsToFloat({f32_bits(p)}u)", f"uintBitsToFloat({f32_bits(1.0 / p)}u)"
     zero_pow = inf if p < 0 else "0.0"
-    return reduce(ctx, x, dims, "sum", out_kind="f32",
+    return reduce(ctx, x, dims, "sum", out_shape=out_shape, out_kind="f32",
                   pre=f"v == 0.0 ? {zero_pow} : pow(abs(v), {pb})",
                   post=f"a == 0.0 ? {zero_pow} : (isinf(a) ? {'0.0' if p < 0 else inf} : "
                        f"pow(a, {ib}))")

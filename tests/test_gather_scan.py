@@ -132,3 +132,20 @@ def test_unsafe_masked_index():
     x, i = torch.randn(4, 5), torch.tensor([0, 9, 3])         # 9 is out of range, masked off
     mask = torch.tensor([[True], [False], [True]])
     check(lambda x, m, i: torch.ops.aten._unsafe_masked_index(x, m, [i], -1.5), x, mask, i)
+
+
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_index_reduce(reduce, include_self):
+    idx = torch.tensor([0, 0, 2, 3, 0])                       # repeats combine
+    check(lambda x, i, s: torch.index_reduce(x, 0, i, s, reduce, include_self=include_self),
+          torch.randn(4, 3), idx, torch.randn(5, 3))
+    check(lambda x, i, s: torch.index_reduce(x, 1, i, s, reduce), torch.randn(3, 4),
+          torch.tensor([1, 3, 1]), noncontig(torch.randn(3, 3)))
+
+
+def test_embedding_max_norm_renorms_named_rows():
+    w, i = torch.randn(10, 4) * 3, torch.tensor([[1, 2, 2], [9, 0, 1]])
+    check(lambda w, i: F.embedding(i, w, max_norm=2.0), w.clone(), i)
+    check(lambda w, i: F.embedding_bag(i, w, max_norm=1.5, norm_type=1.0, scale_grad_by_freq=True),
+          w.clone(), i)

@@ -31,6 +31,7 @@ OPS = [
     "nn.functional.pad.constant", "nn.functional.pad.reflect", "nn.functional.pad.replicate",
     # indexing, gathers, scatters, layout
     "index_select", "gather", "scatter", "scatter_add", "take_along_dim", "__getitem__",
+    "index_reduce.amax", "histc", "nonzero_static", "polygamma.polygamma_n_1",
     "nn.functional.embedding", "nn.functional.embedding_bag", "cat", "stack", "flip", "repeat",
     "roll", "tril", "searchsorted", "cdist", "diagonal_scatter",
 ]
