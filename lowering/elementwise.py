@@ -236,7 +236,7 @@ FLOAT_UNARY = {
     aten.exp.default: "exp($0)", aten.log.default: "log($0)", aten.sqrt.default: "sqrt($0)",
     aten.rsqrt.default: "inversesqrt($0)", aten.tanh.default: "tanh_f($0)",
     aten.sigmoid.default: "sigmoid_f($0)", aten.sin.default: "sin($0)",
-    aten.cos.default: "cos($0)", aten.tan.default: "tan($0)", aten.exp2.default: "exp2($0)",
+    aten.cos.default: "cos($0)", aten.tan.default: "tan_f($0)", aten.exp2.default: "exp2($0)",
     aten.log2.default: "log2($0)", aten.log10.default: "log($0) * 0.43429448190325176",
     # Kahan's forms: accurate near 0, where log(1 + x) and exp(x) - 1 cancel
     aten.log1p.default: "log1p_f($0)", aten.expm1.default: "expm1_f($0)",

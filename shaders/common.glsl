@@ -44,6 +44,21 @@ float expm1_f(float x) {
     return x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 +
            x * (1.0 / 720.0 + x * (1.0 / 5040.0 + x * (1.0 / 40320.0))))))));
 }
+// tan by Cody-Waite reduction modulo pi/4 and a polynomial (the Cephes tanf scheme):
+// drivers' tan (and sin/cos near a pole) lose the relative accuracy torch has there.
+float tan_f(float xx) {
+    if (isinf(xx) || isnan(xx)) return uintBitsToFloat(0x7fc00000u);
+    float x = abs(xx);
+    int j = int(1.27323954473516 * x);
+    float y = float(j);
+    if ((j & 1) != 0) { j += 1; y += 1.0; }
+    precise float z = ((x - y * 0.78515625) - y * 2.4187564849853515625e-4) - y * 3.77489497744594108e-8;
+    float zz = z * z;
+    float t = x > 1.0e-4 ? (((((9.38540185543e-3 * zz + 3.11992232697e-3) * zz + 2.44301354525e-2) * zz +
+              5.34112807005e-2) * zz + 1.33387994085e-1) * zz + 3.33331568548e-1) * zz * z + z : z;
+    if ((j & 2) != 0) t = -1.0 / t;
+    return xx < 0.0 ? -t : t;
+}
 float tanh_f(float x) {  // GLSL tanh overflows to NaN for |x| > ~44 on some drivers
     float e = exp(-2.0 * abs(x));
     return sign(x) * (1.0 - e) / (1.0 + e);
