@@ -21,7 +21,7 @@ the `@lowering` decorator; this file is the index of families:
 | indexing    | (ew gathers)       | index.Tensor, gather, scatter, scatter_add/reduce                |
 |             | embedding_bag.comp | embedding_bag (sum, mean, max)                                   |
 | sort        | sort.comp          | sort, topk, kthvalue, (nan)median (rank per element)             |
-| mathops     | (ew)               | erfinv, erfc, lgamma, (di/poly)gamma, i0, fmax, shifts, ...      |
+| mathops     | (ew)               | erfinv, erfc, (l/di/poly/i)gamma(c), i0, fmax, shifts, ...      |
 | layout      | (ew)               | constant_pad_nd, repeat, flip, *_copy views, scatters            |
 | search      | search.comp        | searchsorted, bucketize                                          |
 |             | cdist.comp         | cdist, pdist                                                     |

@@ -122,6 +122,35 @@ float zeta_f(float x, float q) {
   return s; }
 """
 
+# Regularised incomplete gamma P(a, x) (igamma) and Q = 1 - P (igammac): the power
+# series below x = a (or x <= 1), the continued fraction above (Cephes igam / igamc,
+# torch's edge rules). Needs lgamma_f.
+IGAMMA = LGAMMA + """
+float igam_fac_(float a, float x) { return exp(a * log(x) - x - lgamma_f(a)); }
+float igam_series_(float a, float x) { float r = a, c = 1.0, s = 1.0;
+  for (int i = 0; i < 500; ++i) { r += 1.0; c *= x / r; s += c; if (c <= s * 1.0e-8) break; }
+  return s * igam_fac_(a, x) / a; }
+float igamc_cf_(float a, float x) { float y = 1.0 - a, z = x + y + 1.0, c = 0.0;
+  float pkm2 = 1.0, qkm2 = x, pkm1 = x + 1.0, qkm1 = z * x, ans = pkm1 / qkm1;
+  for (int i = 0; i < 500; ++i) { c += 1.0; y += 1.0; z += 2.0; float yc = y * c;
+    float pk = pkm1 * z - pkm2 * yc, qk = qkm1 * z - qkm2 * yc; float t = 1.0;
+    if (qk != 0.0) { float r = pk / qk; t = abs((ans - r) / r); ans = r; }
+    pkm2 = pkm1; pkm1 = pk; qkm2 = qkm1; qkm1 = qk;
+    if (abs(pk) > 1.0e15) { pkm2 *= 1.0e-15; pkm1 *= 1.0e-15; qkm2 *= 1.0e-15; qkm1 *= 1.0e-15; }
+    if (t <= 1.0e-8) break; }
+  return ans * igam_fac_(a, x); }
+float igamma_f(float a, float x, bool upper) {
+  float nan = uintBitsToFloat(0x7fc00000u);
+  if (isnan(a) || isnan(x) || x < 0.0 || a < 0.0) return nan;
+  if (a == 0.0) return x > 0.0 ? (upper ? 0.0 : 1.0) : nan;
+  if (x == 0.0) return upper ? 1.0 : 0.0;
+  if (isinf(a)) return isinf(x) ? nan : (upper ? 1.0 : 0.0);
+  if (isinf(x)) return upper ? 0.0 : 1.0;
+  bool cf = x > 1.0 && x > a;
+  float v = cf ? igamc_cf_(a, x) : igam_series_(a, x);
+  return cf == upper ? v : 1.0 - v; }
+"""
+
 UNARY = {  # op -> (expr, preamble, result kind)
     aten.erfinv.default: ("erfinv_f($0)", ERFINV, "f32"),
     aten.erfc.default: ("erfc_f($0)", ERFC, "f32"),
@@ -138,6 +167,8 @@ FLOAT_BINARY = {
     aten.nextafter.default: ("nextafter_f($0, $1)", NEXTAFTER),
     aten.ldexp.Tensor: ("$0 * exp2($1)", ""),
     aten.xlogy.Tensor: ("isnan($1) ? $1 : ($0 == 0.0 ? 0.0 : $0 * log($1))", ""),
+    aten.igamma.default: ("igamma_f($0, $1, false)", IGAMMA),
+    aten.igammac.default: ("igamma_f($0, $1, true)", IGAMMA),
 }
 SAME_KIND_BINARY = {  # NaN-ignoring max/min for floats; plain for ints
     aten.fmax.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : max($0, $1)))", "max($0, $1)"),

@@ -109,3 +109,9 @@ def test_tan_keeps_relative_accuracy_near_its_poles():
     x = torch.cat([torch.linspace(-100, 100, 20001), torch.randn(2000) * 10,
                    torch.tensor([0.0, -0.0, 1e-5, 1.5707963, float("inf"), float("nan")])])
     check(torch.tan, x, rtol=2e-6, atol=1e-6)
+
+
+def test_igamma_igammac():
+    a = torch.cat([torch.rand(60) * 9, torch.tensor([0.0, 0.0, 1.0, -1.0, 3.0, float("inf")])])
+    x = torch.cat([torch.rand(60) * 12, torch.tensor([0.0, 2.0, 0.0, 1.0, float("inf"), 2.0])])
+    check(lambda a, x: (torch.igamma(a, x), torch.igammac(a, x)), a, x)
