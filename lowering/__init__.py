@@ -6,7 +6,8 @@ the `@lowering` decorator; this file is the index of families:
 | elementwise | elementwise.comp   | arithmetic, math, comparisons, where, clamp, casts               |
 | reduce      | reduce.comp        | sum, mean, prod, amax, amin, any, all, var, std, p-norms         |
 |             | argreduce.comp     | argmax, argmin, max/min.dim                                      |
-| rowwise     | rowwise.comp       | softmax, log_softmax, native_layer_norm                          |
+| rowwise     | rowwise.comp       | softmax, log_softmax, native_layer_norm, dynamo_vulkan.rms_norm  |
+| attention   | attention.comp     | dynamo_vulkan.attention (KV-cache attention, online softmax)     |
 | matmul      | matmul.comp        | mm, bmm, addmm, baddbmm                                          |
 | index       | gather.comp (+ew)  | embedding, index_select, cat, slice/select_scatter, index_put    |
 | views       | (none: metadata)   | view, reshape, permute, transpose, slice, expand ...             |
@@ -31,7 +32,7 @@ the `@lowering` decorator; this file is the index of families:
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
 from . import conv, pool, norm, scan, indexing, sort  # noqa: F401  (register: coverage families)
-from . import mathops, layout, search, histogram, misc  # noqa: F401  (register)
+from . import mathops, layout, search, histogram, misc, attention  # noqa: F401  (register)
 
 __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
            "lowering", "decompositions"]

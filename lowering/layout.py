@@ -7,6 +7,7 @@ import torch
 
 from .core import TRef, contiguous_strides, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
+from .fusion import FUSIBLE
 
 aten = torch.ops.aten
 
@@ -59,6 +60,9 @@ def flip(ctx, x, dims):
             offset += (x.shape[d] - 1) * strides[d]
             strides[d] = -strides[d]
     return ew(ctx, "$0", [x.with_layout(x.shape, strides, offset)], x.kind, compute=x.kind)
+
+
+FUSIBLE.add(aten.flip.default)    # one ew() of a view: folds into an elementwise consumer
 
 
 COPY_OF_VIEW = {

@@ -1,9 +1,12 @@
-"""Row family (shaders/rowwise.comp): softmax, log_softmax, layer norm."""
+"""Row family (shaders/rowwise.comp): softmax, log_softmax, layer norm, RMS norm
+(dynamo_vulkan.rms_norm)."""
 from __future__ import annotations
 
 import torch
 
-from .core import Context, TRef, contiguous_strides, f32_bits, lowering
+from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
+
+from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering
 from .elementwise import _coalesce, contiguous
 
 aten = torch.ops.aten
@@ -91,3 +94,15 @@ def _trailing_collapsible(x: TRef, k: int) -> bool:
     shape, strides = x.shape[x.ndim - k:], x.strides[x.ndim - k:]
     want = contiguous_strides(shape)
     return all(st == w for s, st, w in zip(shape, strides, want) if s != 1)
+
+
+@lowering(torch.ops.dynamo_vulkan.rms_norm.default)
+def rms_norm(ctx, x, weight, eps):
+    x, w = ctx.ref(x), ctx.ref(weight)
+    out = ctx.empty(x.shape, "f32")
+    if x.kind != "f32" or w.kind != "f32":
+        raise LoweringError("rms_norm needs float32 x and weight")
+    if out.numel:
+        _row_kernel(ctx, "RMS_NORM HAS_WEIGHT", x, out, x.ndim - 1, [w],
+                    {"W_OFF": w.offset, "W_RS": w.strides[0]}, eps)
+    return out

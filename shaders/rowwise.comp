@@ -1,4 +1,4 @@
-// Row family: softmax, log_softmax, layer norm. One workgroup per row; the
+// Row family: softmax, log_softmax, layer norm, RMS norm. One workgroup per row; the
 // row is N elements at stride IN_RS (OUT_RS in the output) and rows are
 // addressed through the kept dims' strides (spec constants), so a softmax over
 // any dim of any view needs no copy. lowering/rowwise.py declares variants.
@@ -13,27 +13,7 @@ layout(constant_id = 6) const uint EPS_BITS = 0;
 SPEC_DECLS
 BUFFER_DECLS
 
-shared float partial[64];
-
-float wg_sum(float v) {
-    v = subgroupAdd(v);
-    if (subgroupElect()) partial[gl_SubgroupID] = v;
-    barrier();
-    float t = 0.0;
-    for (uint s = 0; s < gl_NumSubgroups; ++s) t += partial[s];
-    barrier();
-    return t;
-}
-
-float wg_max(float v) {
-    v = subgroupMax(v);
-    if (subgroupElect()) partial[gl_SubgroupID] = v;
-    barrier();
-    float t = partial[0];
-    for (uint s = 1; s < gl_NumSubgroups; ++s) t = max(t, partial[s]);
-    barrier();
-    return t;
-}
+#include "wg_reduce.glsl"
 
 void main() {
     uint row = flat_workgroup();
@@ -57,6 +37,12 @@ void main() {
         outb[ob + j * OUT_RS] = st_f32(x - m - log(s));
 #endif
     }
+#elif defined(RMS_NORM)   // x * rsqrt(mean(x^2) + eps) * w
+    float s = 0.0;
+    for (uint j = lid; j < N; j += wg) { float x = ld_f32(inb[ib + j * IN_RS]); s += x * x; }
+    float r = inversesqrt(wg_sum(s) / float(N) + uintBitsToFloat(EPS_BITS));
+    for (uint j = lid; j < N; j += wg)
+        outb[ob + j * OUT_RS] = st_f32(ld_f32(inb[ib + j * IN_RS]) * r * ld_f32(wb[W_OFF + j * W_RS]));
 #else  // LAYER_NORM: rows are contiguous in the output; mean/rstd one per row
     float s = 0.0;
     for (uint j = lid; j < N; j += wg) s += ld_f32(inb[ib + j * IN_RS]);

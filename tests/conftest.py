@@ -18,3 +18,17 @@ def _reset_dynamo():
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test (real models, benchmarks)")
+
+
+@pytest.fixture
+def plans(monkeypatch):
+    """The Plans of every program built while the test runs (kernels and their order)."""
+    from dynamo_vulkan.runtime import program
+    seen = []
+    init = program.Program.__init__
+
+    def spy(self, plan, *a, **k):
+        seen.append(plan)
+        init(self, plan, *a, **k)
+    monkeypatch.setattr(program.Program, "__init__", spy)
+    return seen

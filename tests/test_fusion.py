@@ -4,20 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dynamo_vulkan.runtime import program
 from vk import check, noncontig
-
-
-@pytest.fixture
-def plans(monkeypatch):
-    seen = []
-    init = program.Program.__init__
-
-    def spy(self, plan, *a, **k):
-        seen.append(plan)
-        init(self, plan, *a, **k)
-    monkeypatch.setattr(program.Program, "__init__", spy)
-    return seen
 
 
 def _kernels(plans, family="elementwise"):

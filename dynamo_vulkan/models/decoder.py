@@ -10,6 +10,10 @@ Attention always reads the whole cache under a mask built from tensors (position
 ``start_pos + arange(T)`` against ``arange(max_ctx)``), so a decode step (T = 1) has one
 shape whatever its position, and ``forward`` has no data-dependent Python control flow
 (no ``.item()``): under ``torch.compile`` a decode step is one graph.
+
+Norms and attention call the fused custom ops of :mod:`dynamo_vulkan.fused`, and RoPE is
+written as elementwise ops on views (``apply_rope``), so compiled for Vulkan each of them
+is one kernel: a decode step's time is mostly the count of dependent kernels.
 """
 
 from __future__ import annotations
@@ -20,11 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..fused import attention, rms_norm
 from ..gguf.op import GGUFEmbedding, GGUFLinear
 from ..runtime.program import keep_on_device, read_back
 from .config import DecoderConfig
 
-__all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "apply_rope"]
+__all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "pair_tables", "apply_rope"]
 
 
 class ContextOverflowError(ValueError):
@@ -38,7 +43,7 @@ class RMSNorm(nn.Module):
         self.eps = float(eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}"
@@ -54,23 +59,32 @@ def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_fac
     return torch.cos(ang).to(torch.float32), torch.sin(ang).to(torch.float32)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: int, neox: bool) -> torch.Tensor:
-    """Rotate the first ``rot`` dims of x [..., T, d] by angles of cos/sin [T, rot/2].
+def pair_tables(cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [C, rot/2] laid out as apply_rope reads them: cos with a size-1 pair axis,
+    sin with the pair axis holding (-sin, +sin) — [C, 1|2, rot/2] for neox pairs, else
+    [C, rot/2, 1|2]."""
+    pair = 1 if neox else 2
+    return cos.unsqueeze(pair).contiguous(), torch.stack([-sin, sin], dim=pair).contiguous()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: int, neox: bool,
+               scale: float = 1.0) -> torch.Tensor:
+    """Rotate the first ``rot`` dims of x [..., T, d] by the angles of ``pair_tables``
+    rows for its T positions, then multiply by ``scale``.
 
     ``neox``: the pairs are (i, i + rot/2) (llama.cpp ROPE_TYPE_NEOX); otherwise adjacent
-    pairs (2i, 2i + 1) (llama.cpp ROPE_TYPE_NORM)."""
+    pairs (2i, 2i + 1) (llama.cpp ROPE_TYPE_NORM). Written as ``x*cos + swap(x)*sin``
+    over a [.., 2, half] (or [.., half, 2]) view, where swap flips the pair axis and sin
+    carries the signs: only elementwise ops on views, so a compiled graph computes the
+    rotation (and the scale) in one kernel, with no slices and no cat."""
     d = x.shape[-1]
     xr = x[..., :rot] if rot < d else x
     half = rot // 2
-    if neox:
-        x1, x2 = xr[..., :half], xr[..., half:]
-        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    else:
-        xp = xr.unflatten(-1, (half, 2))
-        x1, x2 = xp[..., 0], xp[..., 1]
-        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    xp = xr.unflatten(-1, (2, half) if neox else (half, 2))
+    out = (xp * cos + xp.flip(-2 if neox else -1) * sin) * scale
+    out = out.flatten(-2)
     if rot < d:
-        out = torch.cat([out, x[..., rot:]], dim=-1)
+        out = torch.cat([out, x[..., rot:] * scale], dim=-1)
     return out
 
 
@@ -114,19 +128,12 @@ class Attention(nn.Module):
         if self.q_norm is not None:
             q = self.q_norm(q)
             k = self.k_norm(k)
-        q = apply_rope(q, cos, sin, self.rot, self.neox) * self.scale
+        q = apply_rope(q, cos, sin, self.rot, self.neox, self.scale)
         k = apply_rope(k, cos, sin, self.rot, self.neox)
         self.k_cache.index_copy_(1, pos, k)
         self.v_cache.index_copy_(1, pos, v)
-        C = self.k_cache.shape[1]
-        g = self.n_heads // self.n_kv
-        # query heads h = kv * g + j share kv head `kv`: group them instead of repeating K/V
-        qg = q.reshape(self.n_kv, g * T, self.head_dim)
-        scores = torch.matmul(qg, self.k_cache.transpose(1, 2)).reshape(self.n_kv, g, T, C)
-        scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
-        probs = torch.softmax(scores, dim=-1).reshape(self.n_kv, g * T, C)
-        out = torch.matmul(probs, self.v_cache)  # [nkv, g*T, vd]
-        out = out.reshape(self.n_heads, T, self.v_head_dim).transpose(0, 1).reshape(1, T, self.n_heads * self.v_head_dim)
+        out = attention(q, self.k_cache, self.v_cache, mask, 1.0)  # [nh, T, vd]; q is scaled
+        out = out.transpose(0, 1).reshape(1, T, self.n_heads * self.v_head_dim)
         return self.o(out)
 
     def extra_repr(self) -> str:
@@ -179,8 +186,12 @@ class Block(nn.Module):
 
 
 class Rotary(nn.Module):
-    def __init__(self, cos: torch.Tensor, sin: torch.Tensor):
+    """One RoPE table set: cos/sin [max_ctx, rot/2] of rope_tables, kept in the layout
+    of pair_tables."""
+
+    def __init__(self, cos: torch.Tensor, sin: torch.Tensor, neox: bool):
         super().__init__()
+        cos, sin = pair_tables(cos, sin, neox)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 

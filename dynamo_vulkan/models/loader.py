@@ -132,7 +132,7 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
                 rope_keys[key] = name
                 cos, sin = rope_tables(cfg.rope_base[i], cfg.rope_freq_scale[i], cfg.rope_dim, max_ctx,
                                        freq_factors if use_factors else None)
-                rotary[name] = Rotary(cos, sin)
+                rotary[name] = Rotary(cos, sin, cfg.rope_neox)
             layer_rope.append(rope_keys[key])
 
         blocks = []

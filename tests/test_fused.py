@@ -1,0 +1,106 @@
+"""Fused building blocks (dynamo_vulkan/fused.py, lowering/attention.py, the RMS_NORM
+row kernel, apply_rope's elementwise form): each matches eager and is one kernel."""
+import math
+
+import pytest
+import torch
+
+from dynamo_vulkan.fused import attention, rms_norm
+from dynamo_vulkan.models.decoder import apply_rope, pair_tables
+from vk import check, noncontig
+
+torch.manual_seed(0)
+
+
+def _names(plans):
+    return [d.name for p in plans for d in p.dispatches]
+
+
+@pytest.mark.parametrize("shape", [(5, 576), (2, 3, 7), (1, 1), (4, 1), (3, 1000)], ids=str)
+def test_rms_norm(plans, shape):
+    x, w = torch.randn(shape) * 3, torch.randn(shape[-1])
+    check(lambda x, w: rms_norm(x, w, 1e-6), x, w)
+    assert _names(plans) == ["rowwise:rms_norm"]
+
+
+def test_rms_norm_noncontiguous_inputs():
+    x = torch.randn(6, 4, 10).transpose(0, 1)          # rows of 10, strided row index
+    check(lambda x, w: rms_norm(x, w, 1e-5), x, noncontig(torch.randn(10)))
+
+
+def _reference_attention(q, k, v, mask, scale):
+    """Written independently of the op: repeat kv heads, mask, softmax, weigh."""
+    g = q.shape[0] // k.shape[0]
+    k, v = k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
+    s = (q @ k.transpose(1, 2)) * scale
+    return torch.softmax(s.masked_fill(~mask, float("-inf")), -1) @ v
+
+
+def _causal(t, c, start):
+    return (start + torch.arange(t))[:, None] >= torch.arange(c)[None, :]
+
+
+# (query heads, kv heads, query rows, keys, head dim, value dim): GQA, one row (decode),
+# several chunks of 256 keys, odd sizes, value dims past one chunk of invocations
+CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256),
+         (2, 1, 1, 1, 3, 5), (6, 3, 4, 530, 80, 80), (2, 2, 2, 9, 16, 300)]
+
+
+@pytest.mark.parametrize("hq,hkv,t,c,d,dv", CASES, ids=str)
+def test_attention(plans, hq, hkv, t, c, d, dv):
+    q, k, v = torch.randn(hq, t, d), torch.randn(hkv, c, d), torch.randn(hkv, c, dv)
+    mask = _causal(t, c, (c - t) // 2)
+    scale = 1 / math.sqrt(d)
+    torch.testing.assert_close(attention(q, k, v, mask, scale),
+                               _reference_attention(q, k, v, mask, scale), rtol=1e-5, atol=1e-5)
+    check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
+    assert _names(plans) == ["attention"]
+
+
+def test_attention_strided_inputs_and_sliding_window():
+    q = torch.randn(3, 6, 32).transpose(0, 1)           # [6 heads, 3 rows, 32], strided
+    k, v = noncontig(torch.randn(2, 300, 32)), torch.randn(300, 2, 16).transpose(0, 1)
+    rel = (290 + torch.arange(3))[:, None] - torch.arange(300)[None, :]
+    mask = (rel >= 0) & (rel < 20)                       # a 20-key window near the end
+    check(lambda q, k, v, m: attention(q, k, v, m, 0.3), q, k, v, mask)
+
+
+def test_attention_row_with_nothing_to_attend_is_nan():
+    q, k, v = torch.randn(2, 2, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8)
+    mask = torch.tensor([[True, False, True, False, False], [False] * 5])
+    got = check(lambda q, k, v, m: attention(q, k, v, m, 1.0), q, k, v, mask)
+    assert torch.isnan(got[:, 1]).all() and not torch.isnan(got[:, 0]).any()
+
+
+def test_attention_rejects_a_bad_mask():
+    q, k, v = torch.randn(2, 3, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8)
+    with pytest.raises(RuntimeError, match="mask must be bool"):
+        attention(q, k, v, torch.ones(3, 4, dtype=torch.bool), 1.0)
+    with pytest.raises(RuntimeError, match="query heads"):
+        attention(torch.randn(3, 3, 8), torch.randn(2, 5, 8), torch.randn(2, 5, 8),
+                  torch.ones(3, 5, dtype=torch.bool), 1.0)
+
+
+def _reference_rope(x, cos, sin, rot, neox):
+    """The textbook rotation: halves (neox) or adjacent pairs, then the untouched tail."""
+    half = rot // 2
+    if neox:
+        x1, x2 = x[..., :half], x[..., half:rot]
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    else:
+        x1, x2 = x[..., 0:rot:2], x[..., 1:rot:2]
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).flatten(-2)
+    return torch.cat([out, x[..., rot:]], -1)
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "adjacent"])
+@pytest.mark.parametrize("rot,d,t", [(64, 64, 1), (32, 48, 3), (8, 8, 5)], ids=str)
+def test_rope(plans, neox, rot, d, t):
+    x = torch.randn(t, 3, d).transpose(0, 1)             # [heads, T, d] as the decoder has it
+    cos, sin = torch.randn(t, rot // 2), torch.randn(t, rot // 2)
+    c, s = pair_tables(cos, sin, neox)
+    torch.testing.assert_close(apply_rope(x, c, s, rot, neox, 0.5),
+                               _reference_rope(x, cos, sin, rot, neox) * 0.5)
+    check(lambda x, c, s: apply_rope(x, c, s, rot, neox, 0.5), x, c, s)
+    if rot == d:                       # the rotation and the scale: one kernel
+        assert len(_names(plans)) == 1, _names(plans)
