@@ -95,6 +95,8 @@ class Context:
         self.outputs: list[TRef] = []                  # graph outputs placed so far
         self.in_place: set = set()      # nodes that may write their first input's buffer
         self.defer_next = False         # the next plain ew() returns a Lazy (fusion.py)
+        self.residual = None            # a TRef the next EPILOGUES op may add to its output
+        self.residual_added = False     # ... and did
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:

@@ -26,6 +26,29 @@ FUSIBLE: set = set()
 # ATen ops that are not elementwise but copy their inputs with ew() (cat), so a
 # Lazy input folds into that copy.
 FOLDS: set = set()
+# Kernel fusions beyond elementwise chains, registered by the families that do them:
+# PROLOGUES[target](node): whether that node's result may be left to its consumers to
+#   compute as they load it (its lowering then returns a Deferred);
+# TAKES_DEFERRED: the ops whose lowerings accept Deferred (and Lazy) arguments and
+#   materialize what they cannot fold;
+# EPILOGUES: ops whose lowering may add a residual into its output (ctx.residual).
+PROLOGUES: dict = {}
+TAKES_DEFERRED: set = set()
+EPILOGUES: set = set()
+
+
+class Deferred:
+    """A result not computed yet, whose consumer may fold it into its own kernel;
+    materialize() computes it standalone (once) for any other consumer."""
+
+    def compute(self, ctx):
+        raise NotImplementedError
+
+    def materialize(self, ctx):
+        done = self.__dict__.get("_done")
+        if done is None:
+            done = self.__dict__["_done"] = self.compute(ctx)
+        return done
 
 
 @dataclass(frozen=True)
@@ -96,13 +119,36 @@ def fold(expr: str, operands, out_kind: str, compute, result, shape):
     return text, leaves, None, rk, shape
 
 
+def residual_adds(gm) -> dict:
+    """{producer node: (add node, residual node)} for ``add(a, b)`` where one operand is
+    the only use of an EPILOGUES op's result and the other, computed before it, has
+    the add's shape: the producer may add the residual itself."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    found = {}
+    for add in gm.graph.nodes:
+        if add.target is not torch.ops.aten.add.Tensor or add.kwargs.get("alpha", 1) != 1 \
+                or len(add.args) != 2 or not all(isinstance(a, torch.fx.Node) for a in add.args):
+            continue
+        out = add.meta.get("val")
+        for p, r in (add.args, add.args[::-1]):
+            rv = r.meta.get("val")
+            if p.target in EPILOGUES and len(p.users) == 1 and p not in found and \
+                    order[r] < order[p] and out is not None and rv is not None and \
+                    rv.shape == out.shape and rv.dtype == out.dtype == torch.float32:
+                found[p] = (add, r)
+                break
+    return found
+
+
 def foldable(expr: str, out, scatter, gather, accumulate, preamble) -> bool:
     """Whether an ew() call may be deferred (a plain expression into a new buffer)."""
     return out is None and not (scatter or gather or accumulate or preamble) and "$i" not in expr
 
 
 def materialize(ctx, value):
-    """A TRef for value, computing a Lazy (anything else is returned as is)."""
+    """A TRef for value, computing a Lazy or Deferred (anything else is returned as is)."""
+    if isinstance(value, Deferred):
+        return value.materialize(ctx)
     if not isinstance(value, Lazy):
         return value
     from .elementwise import ew

@@ -24,8 +24,10 @@ import torch
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 
-from .core import Context, LoweringError, TRef, groups_for, lowering, meta_view
+from .core import Context, LoweringError, TRef, f32_bits, groups_for, lowering, meta_view
 from .elementwise import contiguous, ew
+from .fusion import EPILOGUES, PROLOGUES, TAKES_DEFERRED, materialize
+from .rowwise import NormedRows
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
 GGUF_EMBEDDING = torch.ops.dynamo_vulkan.gguf_embedding.default
@@ -184,12 +186,15 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
 
 
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
-                cols: int, row0: int = 0, out_rows: int | None = None) -> None:
+                cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
+                residual: TRef | None = None) -> None:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
     k-stride must be 1), the tiled one above. Split from the rule so benchmarks
-    can emit it directly."""
+    can emit it directly. Mat-vec only: norm (weight TRef, eps) RMS-normalises the
+    rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
+    added to the output."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -205,9 +210,22 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL}
         if x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
-        ctx.dispatch("gguf_matvec", defines, [out, x2, w], [0], spec, groups_for(n, MV_NR),
+        bindings = [out, x2, w]
+        spec += [f32_bits(norm[1]) if norm else 0, residual.offset if residual else 0,
+                 residual.strides[0] if residual else 0]
+        if norm is not None:
+            defines["NORM"] = 1
+            bindings.append(norm[0])
+            note = "rms_norm + " + note
+        if residual is not None:
+            defines |= {"RESIDUAL": 1, "RES_BINDING": len(bindings)}
+            bindings.append(residual)
+            note += " + residual"
+        ctx.dispatch("gguf_matvec", defines, bindings, [0], spec, groups_for(n, MV_NR),
                      note=note)
     else:
+        if norm is not None or residual is not None:
+            raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
         groups = (-(-n // TILE), -(-m // TILE), 1)
         if max(groups) > 65535:
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
@@ -216,20 +234,52 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
 
 
+def _norm_feeds_matvecs(node) -> bool:
+    """An rms_norm whose every user is a mat-vec gguf_linear of it: each of them
+    normalises x itself (NORM), and the norm costs no kernel of its own."""
+    val, w = node.meta.get("val"), node.args[1]
+    return val is not None and val.numel() // max(1, val.shape[-1]) <= MATVEC_M and \
+        val.shape[-1] % 8 == 0 and isinstance(w, torch.fx.Node) and w.op == "placeholder" and \
+        bool(node.users) and all(u.target is GGUF_LINEAR and u.args[0] is node for u in node.users)
+
+
+PROLOGUES[torch.ops.dynamo_vulkan.rms_norm.default] = _norm_feeds_matvecs
+TAKES_DEFERRED.add(GGUF_LINEAR)
+EPILOGUES.add(GGUF_LINEAR)
+
+
+def _residual_rows(res, m: int, n: int) -> TRef | None:
+    """The residual as an [m, n] view with unit column stride, or None."""
+    try:
+        v = meta_view(res, lambda t: t.view(m, n))
+    except RuntimeError:
+        return None
+    return v if v.strides[1] == 1 and v.kind == "f32" else None
+
+
 @lowering(GGUF_LINEAR, check=_check)
 def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
     _type_defines(qtype)
     w = _blocks(ctx, blocks, rows, cols, qtype)
-    x = ctx.ref(x)
+    out = ctx.empty(ctx.out_shape(), "f32")
+    m = out.numel // rows if rows else 0
+    norm = None
+    if isinstance(x, NormedRows):
+        nw = x.weight
+        if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
+            norm, x = (nw, x.eps), x.x
+    x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
         x = ew(ctx, "$0", [x], "f32", compute="f32")
-    out = ctx.empty(ctx.out_shape(), "f32")
     if out.numel == 0:
         return out
-    m = out.numel // rows
+    residual = None
+    if ctx.residual is not None and m <= MATVEC_M:
+        residual = _residual_rows(ctx.residual, m, rows)
     x2 = _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M)
     for part, r0, r1 in w:
-        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows)
+        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows, norm, residual)
+    ctx.residual_added = residual is not None
     return out
 
 

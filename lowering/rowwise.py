@@ -2,12 +2,15 @@
 (dynamo_vulkan.rms_norm)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
 
 from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering
 from .elementwise import _coalesce, contiguous
+from .fusion import Deferred
 
 aten = torch.ops.aten
 WG = 128
@@ -96,12 +99,31 @@ def _trailing_collapsible(x: TRef, k: int) -> bool:
     return all(st == w for s, st, w in zip(shape, strides, want) if s != 1)
 
 
+@dataclass(eq=False)
+class NormedRows(Deferred):
+    """rms_norm(x, weight, eps) left to a mat-vec consumer, which normalises x as it
+    loads it (PROLOGUES: lowering/gguf.py says when)."""
+    x: TRef
+    weight: TRef
+    eps: float
+
+    def compute(self, ctx):
+        return _rms_norm(ctx, self.x, self.weight, self.eps)
+
+
 @lowering(torch.ops.dynamo_vulkan.rms_norm.default)
 def rms_norm(ctx, x, weight, eps):
     x, w = ctx.ref(x), ctx.ref(weight)
-    out = ctx.empty(x.shape, "f32")
     if x.kind != "f32" or w.kind != "f32":
         raise LoweringError("rms_norm needs float32 x and weight")
+    if ctx.defer_next:
+        ctx.defer_next = False
+        return NormedRows(x, w, float(eps))
+    return _rms_norm(ctx, x, w, eps)
+
+
+def _rms_norm(ctx, x: TRef, w: TRef, eps: float) -> TRef:
+    out = ctx.empty(x.shape, "f32")
     if out.numel:
         _row_kernel(ctx, "RMS_NORM HAS_WEIGHT", x, out, x.ndim - 1, [w],
                     {"W_OFF": w.offset, "W_RS": w.strides[0]}, eps)

@@ -8,6 +8,10 @@
 // constant (registers, never local memory). x is contiguous along k.
 // W may be one chunk of a weight split across buffers: its N rows are then
 // columns OUT_OFF.. of an output whose rows hold OUT_N values.
+// Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly
+// (x * rsqrt(mean(x^2) + eps) * nw, every workgroup computing the row's sum of
+// squares itself, which costs one extra read of x); RESIDUAL, a tensor is added
+// to the output (out = res + x W^T).
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -18,9 +22,19 @@ layout(constant_id = 4) const uint X_SM = 0;      // x row stride, in words
 layout(constant_id = 5) const uint ROW_BYTES = 0; // bytes of one row of W
 layout(constant_id = 6) const uint OUT_OFF = 0;   // output column of W's first row
 layout(constant_id = 7) const uint OUT_N = 1;     // output row length (N unless split)
+layout(constant_id = 8) const uint EPS_BITS = 0;  // NORM: eps
+layout(constant_id = 9) const uint RES_OFF = 0;   // RESIDUAL: offset and row stride
+layout(constant_id = 10) const uint RES_SM = 0;
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
+#ifdef NORM
+BUFFER(3, nwb)      // the norm's weight, K floats from word 0
+layout(set = 0, binding = 3) buffer Buf3v { vec4 nwv[]; };
+#endif
+#ifdef RESIDUAL
+BUFFER(RES_BINDING, resb)
+#endif
 #ifdef X_VEC4
 // the same binding seen as vec4s: one 16-byte load (X_OFF, X_SM multiples of 4)
 layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
@@ -49,6 +63,30 @@ vec4 x4(uint o) {
 void main() {
     uint n0 = flat_workgroup() * NR;
     if (n0 >= N) return;
+#ifdef NORM
+    float rs[MROWS];
+    {
+        float ss[MROWS];
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) ss[m] = 0.0;
+        for (uint k = 4u * gl_LocalInvocationID.x; k < K; k += 4u * gl_WorkGroupSize.x) {
+            [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+                vec4 v = x4(X_OFF + m * X_SM + k);
+                ss[m] += dot(v, v);
+            }
+        }
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+            float t = subgroupAdd(ss[m]);
+            if (subgroupElect()) partial[gl_SubgroupID][m] = t;
+        }
+        barrier();
+        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+            float t = 0.0;
+            for (uint g = 0; g < gl_NumSubgroups; ++g) t += partial[g][m];
+            rs[m] = inversesqrt(t / float(K) + uintBitsToFloat(EPS_BITS));
+        }
+        barrier();
+    }
+#endif
     float acc[NR * MROWS];
     [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) acc[i] = 0.0;
     const uint chunks = K / 8u;
@@ -64,6 +102,10 @@ void main() {
                     uint o = X_OFF + m * X_SM + 8u * ch;
                     xl[m] = x4(o);
                     xh[m] = x4(o + 4u);
+#ifdef NORM
+                    xl[m] = xl[m] * rs[m] * nwv[2u * ch];
+                    xh[m] = xh[m] * rs[m] * nwv[2u * ch + 1u];
+#endif
                 }
                 [[unroll]] for (uint r = 0; r < NR; ++r) {
                     vec4 lo, hi;
@@ -85,6 +127,9 @@ void main() {
         if (n0 + r < N) {
             float s = 0.0;
             for (uint g = 0; g < gl_NumSubgroups; ++g) s += partial[g][t];
+#ifdef RESIDUAL
+            s = ld_f32(resb[RES_OFF + m * RES_SM + OUT_OFF + n0 + r]) + s;
+#endif
             outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
         }
     }

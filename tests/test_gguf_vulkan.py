@@ -309,3 +309,57 @@ def test_mat_vec_variants(monkeypatch, nr, unroll, wg):
     xs = [torch.randn(1, k), torch.randn(2, 3, k), noncontig(torch.randn(5, k))]
     with torch.no_grad():
         check(lambda *xs: [gguf_linear(x, b, qt, 7, k) for x in xs], *xs, rtol=3e-4, atol=3e-4)
+
+
+class NormLinearsResidual(torch.nn.Module):
+    """A decoder's pattern: an RMSNorm read by two GGUF linears, one output added to
+    the residual stream (square weight) and, with `also_plain`, the norm read by an
+    elementwise op too."""
+
+    def __init__(self, name: str, k: int, also_plain: bool = False):
+        super().__init__()
+        qt = quant_info(name).ggml_type
+        self.register_buffer("nw", torch.randn(k))
+        self.sq = GGUFLinear(blocks_of(name, k, k, 5), qt, k, k)
+        self.other = GGUFLinear(blocks_of(name, 24, k, 6), qt, 24, k)
+        self.also_plain = also_plain
+
+    def forward(self, x):
+        from dynamo_vulkan.fused import rms_norm
+        h = rms_norm(x, self.nw, 1e-6)
+        out = [self.sq(h) + x, self.other(h)]
+        if self.also_plain:
+            out.append(h * 2)
+        return out
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q6_K", "F16"])
+@pytest.mark.parametrize("m", [1, 3, 8, 9])
+def test_norm_and_residual_fold_into_the_matvec(plans, name, m):
+    """At mat-vec sizes the norm is computed by each linear as it loads x and the
+    residual added by the linear's kernel: two kernels in all. The tiled size keeps
+    separate kernels and gives the same numbers."""
+    torch.manual_seed(1)
+    k = cols_of(name)
+    model = NormLinearsResidual(name, k)
+    x = torch.randn(m, k)
+    with torch.no_grad():
+        check(model, x, **tolerances(k, model(x)))
+    names = [d.name for p in plans for d in p.dispatches]
+    if m <= gguf_lowering.MATVEC_M:
+        assert sorted(names) == [f"gguf_matvec:{name}"] * 2, names
+        notes = [d.note for p in plans for d in p.dispatches]
+        assert all(n.startswith("rms_norm + ") for n in notes), notes
+        assert sorted(f"[{k}x{k}]^T + residual" in n for n in notes) == [False, True], notes
+    else:
+        assert "rowwise:rms_norm" in names and any(n.startswith("elementwise") for n in names)
+
+
+def test_norm_with_another_reader_is_computed_once(plans):
+    torch.manual_seed(2)
+    model = NormLinearsResidual("Q8_0", 64, also_plain=True)
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        check(model, x, **tolerances(64, model(x)))
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names.count("rowwise:rms_norm") == 1, names

@@ -14,7 +14,8 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.fusion import FOLDS, FUSIBLE, Lazy, materialize
+from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, PROLOGUES, TAKES_DEFERRED, Deferred,
+                                           Lazy, materialize, residual_adds)
 from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
 from dynamo_vulkan.lowering.gguf import packed_input, place_packed
@@ -59,6 +60,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
 
     ctx.in_place = in_place_updates(gm)
     deferred = deferrable(gm)
+    epilogue = residual_adds(gm)         # producer -> (add, residual)
+    added_by = {}                        # add node -> the producer that added its residual
 
     for node in gm.graph.nodes:
         ctx.node = node
@@ -68,7 +71,11 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
             values[node] = getattr(gm, node.target)
         elif node.op == "call_function":
             args_, kwargs = val(node.args), val(node.kwargs)
-            if node.target not in FUSIBLE and node.target not in FOLDS:   # others need buffers
+            if node in added_by:              # its producer's kernel already added it
+                values[node] = values[added_by[node]]
+                continue
+            if node.target not in FUSIBLE and node.target not in FOLDS and \
+                    node.target not in TAKES_DEFERRED:             # others need buffers
                 args_, kwargs = fx.node.map_aggregate((args_, kwargs),
                                                       lambda v: materialize(ctx, v))
             if node.target is operator.getitem:
@@ -91,6 +98,9 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
             if rule is None:
                 raise LoweringError(f"no Vulkan lowering for {node.target}")
             ctx.defer_next = node in deferred
+            add, res = epilogue.get(node, (None, None))
+            ctx.residual = values.get(res) if isinstance(values.get(res), TRef) else None
+            ctx.residual_added = False
             try:
                 values[node] = rule.fn(ctx, *args_, **kwargs)
             except LoweringError:
@@ -99,6 +109,9 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
                 raise LoweringError(f"lowering {node.format_node()} failed: {e}") from e
             finally:
                 ctx.defer_next = False
+            if ctx.residual_added:
+                added_by[add] = node
+            ctx.residual = None
         elif node.op == "output":
             outs = node.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
@@ -112,11 +125,15 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
 
 def deferrable(gm: fx.GraphModule) -> set:
     """Elementwise nodes whose one consumer is elementwise too: they are folded
-    into it (lowering/fusion.py) instead of getting a kernel and a buffer."""
+    into it (lowering/fusion.py) instead of getting a kernel and a buffer; and the
+    nodes whose family's PROLOGUES rule lets their consumers compute them."""
     return {n for n in gm.graph.nodes
-            if n.op == "call_function" and n.target in FUSIBLE and len(n.users) == 1
-            and next(iter(n.users)).op == "call_function"
-            and (next(iter(n.users)).target in FUSIBLE or next(iter(n.users)).target in FOLDS)}
+            if n.op == "call_function" and (
+                (n.target in FUSIBLE and len(n.users) == 1
+                 and next(iter(n.users)).op == "call_function"
+                 and (next(iter(n.users)).target in FUSIBLE
+                      or next(iter(n.users)).target in FOLDS))
+                or (n.target in PROLOGUES and PROLOGUES[n.target](n)))}
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:
@@ -147,14 +164,14 @@ def is_foldable_target(node: fx.Node) -> bool:
 
 def _has_ref(tree) -> bool:
     found = []
-    fx.node.map_aggregate(tree, lambda x: found.append(1) if isinstance(x, (TRef, Lazy)) else x)
+    fx.node.map_aggregate(tree, lambda x: found.append(1) if isinstance(x, (TRef, Lazy, Deferred)) else x)
     return bool(found)
 
 
 def _output(ctx: Context, o, values, index_of) -> OutputSpec:
     if o is None:
         return OutputSpec(None, "None", (), alias=None)
-    v = values[o]
+    v = materialize(ctx, values[o])
     meta = o.meta.get("val")
     if o in index_of and isinstance(v, TRef):
         return OutputSpec(None, str(meta.dtype), tuple(v.shape), alias=index_of[o])
