@@ -54,6 +54,13 @@ def _fw_metadata_indices(name: str) -> set[int]:
     return set(getattr(meta, name, None) or [])
 
 
+def _layout(a):
+    """What a program is specialised on for one input."""
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.stride(), a.dtype, a.storage_offset())
+    return a
+
+
 class VulkanSubgraph(torch.nn.Module):
     """One Vulkan partition: specialises per input signature, then replays."""
 
@@ -62,6 +69,7 @@ class VulkanSubgraph(torch.nn.Module):
         super().__init__()
         self.gm = gm
         self.resident = resident
+        self.streamed = [i for i, r in enumerate(resident) if not r]
         self.bumped = bumped          # inputs whose version the aot wrapper bumps per call
         self.cfg = cfg
         self.dump_dir = dump_dir
@@ -73,20 +81,32 @@ class VulkanSubgraph(torch.nn.Module):
                                           for n in gm.graph.nodes if n.op == "get_attr"])
 
     def forward(self, *args):
-        key = tuple((tuple(a.shape), a.stride(), a.dtype, a.storage_offset())
-                    if isinstance(a, torch.Tensor) else a for a in args)
+        # Programs are looked up by the layouts of the streamed inputs only: a model's
+        # hundreds of resident ones (weights, caches) keep theirs, and the Program
+        # checks that each is still the tensor it holds (StaleBinding otherwise).
+        key = tuple(_layout(args[i]) for i in self.streamed)
         prog = self.programs.get(key)
         if prog is None:
-            prog = self.programs[key] = self._build_or_fallback(key, list(args))
+            prog = self.programs[key] = self._build_or_fallback(self._full_key(args), list(args))
         if prog is _EAGER:
             return self.gm(*args)
         try:
             out = prog(args)
         except StaleBinding:
-            prog = self.programs[key] = Program(prog.plan, list(args), self.cfg.profile,
-                                                self.bumped)
+            full = self._full_key(args)
+            if full == prog.key:         # another tensor of the same layout: re-bind
+                prog = Program(prog.plan, list(args), self.cfg.profile, self.bumped)
+                prog.key = full
+            else:                        # a resident input changed shape: build again
+                prog = self._build_or_fallback(full, list(args))
+            self.programs[key] = prog
+            if prog is _EAGER:
+                return self.gm(*args)
             out = prog(args)
         return tuple(out) if self.tuple_out else out[0]
+
+    def _full_key(self, args) -> tuple:
+        return tuple(_layout(a) for a in args)
 
     def _build_or_fallback(self, key, args):
         try:
@@ -125,6 +145,7 @@ class VulkanSubgraph(torch.nn.Module):
                 cache.disk_put("plan", pkey, pickle.dumps(plan))
             cache.memory_put("plan", pkey, plan)
         prog = Program(plan, args, self.cfg.profile, self.bumped)
+        prog.key = key
         if self.dump_dir is not None:
             from .debug import dump_program
             dump_program(self.dump_dir, self.name, len(self.programs), plan)

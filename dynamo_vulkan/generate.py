@@ -164,6 +164,16 @@ def _sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, 
     return int(torch.multinomial(probs, 1, generator=gen))
 
 
+def compile_decoder(model, backend: str = "vulkan"):
+    """torch.compile for a Decoder that this module drives: no guards on the module's
+    attributes (its hundreds of weight and cache tensors), which Dynamo would check
+    on every decode step. The decoder's attributes never change between steps, and
+    the Vulkan programs still check that each weight is the tensor they hold."""
+    skip = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)
+    options = {"guard_filter_fn": skip} if skip is not None else None
+    return torch.compile(model, backend=backend, dynamic=False, options=options)
+
+
 def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, backend: str | None = "vulkan", max_ctx: int | None = None,
@@ -196,7 +206,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         log.warning("only %d of the %d new tokens fit the context of %d", room, max_new_tokens, model.max_ctx)
 
     if compiled is None:
-        compiled = model if backend is None else torch.compile(model, backend=backend, dynamic=False)
+        compiled = model if backend is None else compile_decoder(model, backend)
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     if seed is not None:
         torch.manual_seed(seed)

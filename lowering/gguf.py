@@ -39,6 +39,7 @@ MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
 MV_WG = 128      # mat-vec threads per workgroup
 MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
 MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
+MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
 MAX_SUBGROUPS = 32   # gguf_matvec.comp's MAXSG
 EMB_WG = 64
 TILE = 64
@@ -205,9 +206,13 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     if m <= MATVEC_M:
         if x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
-        wg = min(MV_WG, MAX_SUBGROUPS * max(1, int(ctx.caps.get("subgroup_size", 32))))
+        sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
+        wg = min(MV_WG, MAX_SUBGROUPS * sg)
+        # a subgroup per row (partial sums meet in one subgroupAdd, several rows per
+        # workgroup) unless there are too few rows to fill the GPU that way
+        tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 else wg
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
-        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL}
+        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL, "TPR": tpr}
         if x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
         bindings = [out, x2, w]
@@ -221,8 +226,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             defines |= {"RESIDUAL": 1, "RES_BINDING": len(bindings)}
             bindings.append(residual)
             note += " + residual"
-        ctx.dispatch("gguf_matvec", defines, bindings, [0], spec, groups_for(n, MV_NR),
-                     note=note)
+        ctx.dispatch("gguf_matvec", defines, bindings, [0], spec,
+                     groups_for(n, MV_NR * (wg // tpr)), note=note)
     else:
         if norm is not None or residual is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")

@@ -1,10 +1,11 @@
 // Fused dequantize + mat-vec for few rows of x (decode, M <= 8):
 // out[m, n] = sum_k x[m, k] * W[n, k], W kept as GGUF blocks (never
-// dequantized to memory). A workgroup owns NR consecutive rows of W; its
-// threads stride over the rows' chunks of 8 elements (UNROLL chunks per step,
-// so their loads are in flight together), decode each chunk once and use it for
-// all MROWS rows of x; partial sums meet through subgroupAdd and shared memory.
-// MROWS, NR and UNROLL are #defines so every array index is a compile-time
+// dequantized to memory). TPR threads (a subgroup, or the whole workgroup for
+// long rows) own NR consecutive rows of W; they stride over the rows' chunks of
+// 8 elements (UNROLL chunks per step, so their loads are in flight together),
+// decode each chunk once and use it for all MROWS rows of x; partial sums meet
+// through subgroupAdd (and shared memory when TPR spans several subgroups).
+// MROWS, NR, UNROLL and TPR are #defines so every array index is a compile-time
 // constant (registers, never local memory). x is contiguous along k.
 // W may be one chunk of a weight split across buffers: its N rows are then
 // columns OUT_OFF.. of an output whose rows hold OUT_N values.
@@ -49,8 +50,22 @@ layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
 #ifndef UNROLL
 #define UNROLL 1
 #endif
+#ifndef TPR
+#define TPR 128
+#endif
 #define MAXSG 32
-shared float partial[MAXSG][NR * MROWS];
+#define MAXWG 256
+shared float partial[MAXSG][MROWS];        // NORM: sums of squares per subgroup
+shared float red[MAXWG][NR * MROWS];       // partial sums, when not one subgroup per row
+
+void store(uint n0, uint i, float s) {
+    uint r = i / MROWS, m = i % MROWS;
+    if (n0 + r >= N) return;
+#ifdef RESIDUAL
+    s = ld_f32(resb[RES_OFF + m * RES_SM + OUT_OFF + n0 + r]) + s;
+#endif
+    outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
+}
 
 vec4 x4(uint o) {
 #ifdef X_VEC4
@@ -61,14 +76,17 @@ vec4 x4(uint o) {
 }
 
 void main() {
-    uint n0 = flat_workgroup() * NR;
-    if (n0 >= N) return;
+    // TPR threads per group of NR rows: a subgroup when TPR is the subgroup size (their
+    // partial sums meet in one subgroupAdd), the whole workgroup when TPR = WG.
+    uint lid = gl_LocalInvocationID.x, lane = lid % TPR, slot = lid / TPR;
+    uint n0 = (flat_workgroup() * (gl_WorkGroupSize.x / TPR) + slot) * NR;
+    if (flat_workgroup() * (gl_WorkGroupSize.x / TPR) * NR >= N) return;    // uniform
 #ifdef NORM
     float rs[MROWS];
     {
         float ss[MROWS];
         [[unroll]] for (uint m = 0; m < MROWS; ++m) ss[m] = 0.0;
-        for (uint k = 4u * gl_LocalInvocationID.x; k < K; k += 4u * gl_WorkGroupSize.x) {
+        for (uint k = 4u * lid; k < K; k += 4u * gl_WorkGroupSize.x) {
             [[unroll]] for (uint m = 0; m < MROWS; ++m) {
                 vec4 v = x4(X_OFF + m * X_SM + k);
                 ss[m] += dot(v, v);
@@ -92,9 +110,9 @@ void main() {
     const uint chunks = K / 8u;
     uint rbase[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) rbase[r] = min(n0 + r, N - 1u) * ROW_BYTES;
-    for (uint ch0 = gl_LocalInvocationID.x; ch0 < chunks; ch0 += gl_WorkGroupSize.x * UNROLL) {
+    for (uint ch0 = lane; ch0 < chunks; ch0 += TPR * UNROLL) {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-            uint ch = ch0 + u * gl_WorkGroupSize.x;
+            uint ch = ch0 + u * TPR;
             if (UNROLL == 1 || ch < chunks) {
                 uint boff = (ch / CPB) * QB, c = ch % CPB;
                 vec4 xl[MROWS], xh[MROWS];
@@ -116,21 +134,28 @@ void main() {
             }
         }
     }
+    if (TPR < gl_WorkGroupSize.x && gl_SubgroupSize == TPR) {   // one subgroup per row group
+        [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) acc[i] = subgroupAdd(acc[i]);
+        if (lane == 0u) {
+            [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) store(n0, i, acc[i]);
+        }
+        return;
+    }
+    // the whole workgroup per row group, or a device whose subgroups are not TPR wide
+    // for this pipeline: partial sums through shared memory
+    uint per = TPR % gl_SubgroupSize == 0u ? TPR / gl_SubgroupSize : TPR;   // values per group
     [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
-        float s = subgroupAdd(acc[i]);
-        if (subgroupElect()) partial[gl_SubgroupID][i] = s;
+        if (per < TPR) {         // subgroups lie inside row groups: one value each
+            float t = subgroupAdd(acc[i]);
+            if (subgroupElect()) red[gl_SubgroupID][i] = t;
+        } else {
+            red[lid][i] = acc[i];
+        }
     }
     barrier();
-    uint t = gl_LocalInvocationID.x;
-    if (t < NR * MROWS) {
-        uint r = t / MROWS, m = t % MROWS;
-        if (n0 + r < N) {
-            float s = 0.0;
-            for (uint g = 0; g < gl_NumSubgroups; ++g) s += partial[g][t];
-#ifdef RESIDUAL
-            s = ld_f32(resb[RES_OFF + m * RES_SM + OUT_OFF + n0 + r]) + s;
-#endif
-            outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
-        }
+    if (lane < NR * MROWS) {
+        float s = 0.0;
+        for (uint j = 0; j < per; ++j) s += red[slot * per + j][lane];
+        store(n0, lane, s);
     }
 }
