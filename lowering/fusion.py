@@ -121,8 +121,8 @@ def fold(expr: str, operands, out_kind: str, compute, result, shape):
 
 def residual_adds(gm) -> dict:
     """{producer node: (add node, residual node)} for ``add(a, b)`` where one operand is
-    the only use of an EPILOGUES op's result and the other, computed before it, has
-    the add's shape: the producer may add the residual itself."""
+    the only use of an EPILOGUES op's result and the other, a graph input or computed
+    before it, has the add's shape: the producer may add the residual itself."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = {}
     for add in gm.graph.nodes:
@@ -133,7 +133,7 @@ def residual_adds(gm) -> dict:
         for p, r in (add.args, add.args[::-1]):
             rv = r.meta.get("val")
             if p.target in EPILOGUES and len(p.users) == 1 and p not in found and \
-                    order[r] < order[p] and out is not None and rv is not None and \
+                    (r.op == "placeholder" or order[r] < order[p]) and out is not None and rv is not None and \
                     rv.shape == out.shape and rv.dtype == out.dtype == torch.float32:
                 found[p] = (add, r)
                 break

@@ -40,6 +40,7 @@ MV_WG = 128      # mat-vec threads per workgroup
 MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
 MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
+NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # gguf_matvec.comp's MAXSG
 EMB_WG = 64
 TILE = 64
@@ -241,11 +242,14 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
 
 def _norm_feeds_matvecs(node) -> bool:
     """An rms_norm whose every user is a mat-vec gguf_linear of it: each of them
-    normalises x itself (NORM), and the norm costs no kernel of its own."""
+    normalises x itself (NORM), and the norm costs no kernel of its own. Not for
+    weights of more than NORM_MAX_ROWS rows (an LM head), whose thousands of
+    workgroups would each read x once more than the weight is worth."""
     val, w = node.meta.get("val"), node.args[1]
     return val is not None and val.numel() // max(1, val.shape[-1]) <= MATVEC_M and \
         val.shape[-1] % 8 == 0 and isinstance(w, torch.fx.Node) and w.op == "placeholder" and \
-        bool(node.users) and all(u.target is GGUF_LINEAR and u.args[0] is node for u in node.users)
+        bool(node.users) and all(u.target is GGUF_LINEAR and u.args[0] is node and
+                                 u.args[3] <= NORM_MAX_ROWS for u in node.users)
 
 
 PROLOGUES[torch.ops.dynamo_vulkan.rms_norm.default] = _norm_feeds_matvecs

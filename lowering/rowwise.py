@@ -10,9 +10,10 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 
 from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering
 from .elementwise import _coalesce, contiguous
-from .fusion import Deferred
+from .fusion import EPILOGUES, Deferred
 
 aten = torch.ops.aten
+RMS_NORM = torch.ops.dynamo_vulkan.rms_norm.default
 WG = 128
 
 
@@ -41,7 +42,8 @@ def _row_kernel(ctx: Context, mode: str, x: TRef, out: TRef, dim: int, extra: li
         cid += 1
     bindings = [out, x, *stats, *extra]
     names = ["outb", "inb"] + (["meanb", "rstdb"] if stats else []) + \
-        [e for e in ("wb", "bb") if f"HAS_{'WEIGHT' if e == 'wb' else 'BIAS'}" in mode][:len(extra)]
+        [name for flag, name in (("HAS_WEIGHT", "wb"), ("HAS_BIAS", "bb"), ("HAS_RESIDUAL", "resb"))
+         if flag in mode.split()]
     defines = {mode.split()[0]: 1, "VARIANT": mode.split()[0].lower()}
     for m in mode.split()[1:]:
         defines[m] = 1
@@ -111,7 +113,7 @@ class NormedRows(Deferred):
         return _rms_norm(ctx, self.x, self.weight, self.eps)
 
 
-@lowering(torch.ops.dynamo_vulkan.rms_norm.default)
+@lowering(RMS_NORM)
 def rms_norm(ctx, x, weight, eps):
     x, w = ctx.ref(x), ctx.ref(weight)
     if x.kind != "f32" or w.kind != "f32":
@@ -119,12 +121,21 @@ def rms_norm(ctx, x, weight, eps):
     if ctx.defer_next:
         ctx.defer_next = False
         return NormedRows(x, w, float(eps))
-    return _rms_norm(ctx, x, w, eps)
+    res = ctx.residual      # EPILOGUES: out = res + norm(x), res laid out as out is
+    if res is not None and not (res.is_contiguous() and res.shape == x.shape):
+        res = None
+    ctx.residual_added = res is not None
+    return _rms_norm(ctx, x, w, eps, res)
 
 
-def _rms_norm(ctx, x: TRef, w: TRef, eps: float) -> TRef:
+EPILOGUES.add(RMS_NORM)
+
+
+def _rms_norm(ctx, x: TRef, w: TRef, eps: float, res: TRef | None = None) -> TRef:
     out = ctx.empty(x.shape, "f32")
     if out.numel:
-        _row_kernel(ctx, "RMS_NORM HAS_WEIGHT", x, out, x.ndim - 1, [w],
-                    {"W_OFF": w.offset, "W_RS": w.strides[0]}, eps)
+        mode, extra, decls = "RMS_NORM HAS_WEIGHT", [w], {"W_OFF": w.offset, "W_RS": w.strides[0]}
+        if res is not None:
+            mode, extra, decls["R_OFF"] = mode + " HAS_RESIDUAL", extra + [res], res.offset
+        _row_kernel(ctx, mode, x, out, x.ndim - 1, extra, decls, eps)
     return out

@@ -37,12 +37,18 @@ void main() {
         outb[ob + j * OUT_RS] = st_f32(x - m - log(s));
 #endif
     }
-#elif defined(RMS_NORM)   // x * rsqrt(mean(x^2) + eps) * w
+#elif defined(RMS_NORM)   // x * rsqrt(mean(x^2) + eps) * w (+ a residual)
     float s = 0.0;
     for (uint j = lid; j < N; j += wg) { float x = ld_f32(inb[ib + j * IN_RS]); s += x * x; }
     float r = inversesqrt(wg_sum(s) / float(N) + uintBitsToFloat(EPS_BITS));
     for (uint j = lid; j < N; j += wg)
-        outb[ob + j * OUT_RS] = st_f32(ld_f32(inb[ib + j * IN_RS]) * r * ld_f32(wb[W_OFF + j * W_RS]));
+    {
+        float y = ld_f32(inb[ib + j * IN_RS]) * r * ld_f32(wb[W_OFF + j * W_RS]);
+#ifdef HAS_RESIDUAL
+        y = ld_f32(resb[R_OFF + ob + j * OUT_RS]) + y;     // out and res share one layout
+#endif
+        outb[ob + j * OUT_RS] = st_f32(y);
+    }
 #else  // LAYER_NORM: rows are contiguous in the output; mean/rstd one per row
     float s = 0.0;
     for (uint j = lid; j < N; j += wg) s += ld_f32(inb[ib + j * IN_RS]);

@@ -28,6 +28,24 @@ def test_rms_norm_noncontiguous_inputs():
     check(lambda x, w: rms_norm(x, w, 1e-5), x, noncontig(torch.randn(10)))
 
 
+@pytest.mark.parametrize("order", ["x + norm", "norm + x"])
+def test_rms_norm_adds_the_residual(plans, order):
+    """A post-norm's residual add (Gemma 3) runs in the norm's kernel."""
+    x, h, w = torch.randn(3, 640), torch.randn(3, 640), torch.randn(640)
+    if order == "x + norm":
+        check(lambda x, h, w: x + rms_norm(h, w, 1e-6), x, h, w)
+    else:
+        check(lambda x, h, w: rms_norm(h, w, 1e-6) + x, x, h, w)
+    assert _names(plans) == ["rowwise:rms_norm"]
+
+
+def test_rms_norm_residual_of_another_layout_is_added_apart(plans):
+    """A residual that is a transposed view in the graph: the add keeps its own kernel."""
+    check(lambda x, h, w: x.t() + rms_norm(h, w, 1e-6), torch.randn(10, 3), torch.randn(3, 10),
+          torch.randn(10))
+    assert sorted(_names(plans)) == ["elementwise:2in2d", "rowwise:rms_norm"]
+
+
 def _reference_attention(q, k, v, mask, scale):
     """Written independently of the op: repeat kv heads, mask, softmax, weigh."""
     g = q.shape[0] // k.shape[0]
