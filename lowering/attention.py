@@ -1,5 +1,6 @@
-"""dynamo_vulkan.attention (dynamo_vulkan/fused.py) as one kernel: shaders/attention.comp,
-one workgroup per (query head, query row), online softmax over chunks of WG keys."""
+"""dynamo_vulkan.attention (dynamo_vulkan/fused.py) on shaders/attention.comp: one
+workgroup per (query head, query row), online softmax over chunks of WG keys; for few
+rows (decode) the keys are split across workgroups and a second kernel merges them."""
 from __future__ import annotations
 
 import torch
@@ -8,8 +9,11 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 
 from .core import LoweringError, f32_bits, groups_for, lowering
 
-WG = 256         # keys per chunk, and invocations per workgroup
+WG = 256         # invocations per workgroup (and keys per chunk, one invocation each)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
+SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
+SPLIT_TPK = 8    # ... with this many invocations per key's dot product
+MAX_SPLITS = 64
 
 
 def _check(node) -> str | None:
@@ -34,11 +38,32 @@ def attention(ctx, q, k, v, mask, scale):
                                  v.offset, v.strides[0], v.strides[1]))
     vw = 4 if aligned else 1
     dvlp = min(dv // vw, WG)
+    rows = hq * t
+    tpk, splits, split_keys = 1, 1, c
+    if rows < SPLIT_ROWS and c > WG // SPLIT_TPK:
+        # decode: few rows, so spread the keys over more workgroups (SPLIT_TPK
+        # invocations per key) and merge the splits in a second kernel
+        tpk = min(SPLIT_TPK, 1 << ((d // vw).bit_length() - 1))
+        kpp = WG // tpk
+        splits = min(MAX_SPLITS, -(-c // kpp))
+        split_keys = -(-(-(-c // splits)) // kpp) * kpp
+        splits = -(-c // split_keys)
     defines = {"WG": WG, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
-               "PARTS": WG // dvlp, "DPT": -(-(dv // vw) // dvlp)}
+               "PARTS": WG // dvlp, "DPT": -(-(dv // vw) // dvlp), "TPK": tpk, "KPP": WG // tpk,
+               "SPLITS": splits}
     spec = [hq, t, c, hq // hkv, f32_bits(scale),
             q.offset, *q.strides, k.offset, *k.strides, v.offset, *v.strides,
-            mask.offset, *mask.strides]
-    ctx.dispatch("attention", defines, [out, q, k, v, mask], [0], spec, groups_for(hq * t),
-                 note=f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else ""))
+            mask.offset, *mask.strides, split_keys]
+    note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "")
+    if splits == 1:
+        ctx.dispatch("attention", defines, [out, q, k, v, mask], [0], spec, groups_for(rows),
+                     note=note)
+        return out
+    scratch = ctx.empty((rows * splits * (dv + 2),), "f32")
+    ctx.dispatch("attention", defines | {"SCRATCH_BINDING": 5}, [out, q, k, v, mask, scratch],
+                 [5], spec, groups_for(rows * splits), note=f"{note}, {splits} splits")
+    ctx.dispatch("attention", {"WG": WG, "DV": dv, "SPLITS": splits, "COMBINE": 1,
+                               "VARIANT": "combine", "SCRATCH_BINDING": 1},
+                 [out, scratch], [0], spec[:5], groups_for(rows),
+                 note=f"{splits} splits of {rows} rows")
     return out

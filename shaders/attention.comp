@@ -1,12 +1,16 @@
-// Attention over a key/value cache (dynamo_vulkan.attention), one workgroup per
-// (query head, query row). Keys come in chunks of WG, one per invocation: its
-// score is a dot product with the query (held in shared memory), masked keys
-// score -inf. An online softmax carries the running max and sum across chunks,
-// rescaling the accumulated output when the max grows; a chunk whose keys are
-// all masked is skipped, so a decode step reads the cache only up to its
-// position. For the weighted sum of V rows, invocation i owns output lanes
-// i % DVLP (+ DVLP, ...) and every PARTS-th key of the chunk; the parts meet in
-// shared memory at the end. lowering/fused.py derives the parameters.
+// Attention over a key/value cache (dynamo_vulkan.attention). One workgroup per
+// (query head, query row, split of the keys). Keys come in chunks of KPP; TPK
+// invocations share one key's dot product with the query (held in shared
+// memory), and masked keys score -inf. An online softmax carries the running
+// max and sum across chunks, rescaling the accumulated output when the max
+// grows; a chunk whose keys are all masked is skipped, so a decode step reads
+// the cache only up to its position. For the weighted sum of V rows, invocation
+// i owns output lanes i % DVLP (+ DVLP, ...) and every PARTS-th key of the
+// chunk; the parts meet in shared memory at the end.
+// SPLITS > 1 (decode: few rows, so the keys are spread over more workgroups):
+// each split writes its max, sum and unnormalised output to a scratch buffer
+// and the COMBINE variant (one workgroup per row) merges them.
+// lowering/attention.py derives every parameter.
 #include "common.glsl"
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const uint HQ = 1;
@@ -29,17 +33,48 @@ layout(constant_id = 16) const uint V_SD = 1;
 layout(constant_id = 17) const uint M_OFF = 0;
 layout(constant_id = 18) const uint M_ST = 0;
 layout(constant_id = 19) const uint M_SC = 1;
+layout(constant_id = 20) const uint SPLIT_KEYS = 1;  // keys per split (SPLITS > 1)
 BUFFER(0, outb)
+#ifndef COMBINE
 BUFFER(1, qb)
 BUFFER(2, kb)
 BUFFER(3, vb)
 BUFFER(4, mb)
+#endif
+#if SPLITS > 1
+BUFFER(SCRATCH_BINDING, part_b)   // per (row, split): max, sum, then DV output values
+#endif
 #include "wg_reduce.glsl"
+#define NEG_INF uintBitsToFloat(0xff800000u)
+
+#ifdef COMBINE
+void main() {
+    uint row = flat_workgroup();
+    if (row >= HQ * T) return;
+    uint base = row * SPLITS * (DV + 2u);
+    float mx = NEG_INF;
+    for (uint s = 0; s < SPLITS; ++s) mx = max(mx, ld_f32(part_b[base + s * (DV + 2u)]));
+    float l = 0.0;
+    for (uint s = 0; s < SPLITS; ++s) {
+        uint p = base + s * (DV + 2u);
+        l += ld_f32(part_b[p + 1u]) * exp(ld_f32(part_b[p]) - mx);
+    }
+    for (uint d = gl_LocalInvocationID.x; d < DV; d += WG) {
+        float a = 0.0;
+        for (uint s = 0; s < SPLITS; ++s) {
+            uint p = base + s * (DV + 2u);
+            float w = exp(ld_f32(part_b[p]) - mx);
+            if (w > 0.0) a += ld_f32(part_b[p + 2u + d]) * w;   // a split with no live key: skip
+        }
+        outb[row * DV + d] = st_f32(a / l);       // l = 0 (all masked): NaN
+    }
+}
+#else
 
 // VW: 4 when q, k and v rows are vec4-aligned and unit-stride along the head dim (one
 // 16-byte load for 4 dims), else 1. D, DV: head dims; DVL = DV / VW lanes of output;
 // DVLP = min(DVL, WG) lanes per part; PARTS = WG / DVLP; DPT = ceil(DVL / DVLP) lanes
-// per invocation. All #defines from the lowering.
+// per invocation; TPK invocations per key, KPP = WG / TPK keys per chunk.
 #if VW == 4
 #define VT vec4
 layout(set = 0, binding = 2) buffer Buf2v { vec4 kv4[]; };
@@ -58,42 +93,53 @@ layout(set = 0, binding = 3) buffer Buf3v { vec4 vv4[]; };
 #define STORE(o, val) outb[o] = st_f32(val)
 #endif
 shared VT qs[D / VW];
-shared float ps[WG];
+shared float ps[KPP];
+shared float sdot[TPK > 1 ? WG : 1];
 shared VT red[WG * DPT];
-#define NEG_INF uintBitsToFloat(0xff800000u)
 
 void main() {
-    uint row = flat_workgroup();
-    if (row >= HQ * T) return;
+    uint wid = flat_workgroup();
+    if (wid >= HQ * T * SPLITS) return;
+    uint row = wid / SPLITS, split = wid % SPLITS;
     uint h = row / T, t = row % T, kvh = h / GROUP;
+    uint k0 = split * SPLIT_KEYS, k1 = SPLITS > 1 ? min(C, k0 + SPLIT_KEYS) : C;
     uint lid = gl_LocalInvocationID.x;
     for (uint i = lid; i < D / VW; i += WG) qs[i] = LDQ(Q_OFF + h * Q_SH + t * Q_ST + i * VW * Q_SD);
     barrier();
     float scale = uintBitsToFloat(SCALE_BITS);
     uint part = lid / DVLP, lane0 = lid % DVLP;
+    uint kslot = lid / TPK, sub = lid % TPK;
     bool owner = part < PARTS;
     float m = NEG_INF, l = 0.0;
     VT acc[DPT];
     for (uint j = 0; j < DPT; ++j) acc[j] = VT(0.0);
-    for (uint c0 = 0; c0 < C; c0 += WG) {
-        uint c = c0 + lid;
-        bool live = c < C && ld_b(mb[M_OFF + t * M_ST + c * M_SC]);
+    for (uint c0 = k0; c0 < k1; c0 += KPP) {
+        uint c = c0 + kslot;
+        bool live = c < k1 && ld_b(mb[M_OFF + t * M_ST + c * M_SC]);
         float s = NEG_INF;
+        float qk = 0.0;
         if (live) {
             uint kbase = K_OFF + kvh * K_SH + c * K_SC;
-            float qk = 0.0;
-            for (uint i = 0; i < D / VW; ++i) qk += DOTV(qs[i], LDK(kbase + i * VW * K_SD));
-            s = qk * scale;
+            for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], LDK(kbase + i * VW * K_SD));
         }
+#if TPK > 1
+        sdot[lid] = qk;
+        barrier();
+        if (sub == 0u) {
+            for (uint j = 1; j < TPK; ++j) qk += sdot[lid + j];
+        }
+        live = live && sub == 0u;                // one invocation speaks for each key
+#endif
+        if (live) s = qk * scale;
         float cm = wg_max(s);
         if (cm == NEG_INF) continue;            // the whole chunk is masked (uniform)
         float nm = max(m, cm);
         float alpha = exp(m - nm);              // 0 on the first live chunk (m = -inf)
         float p = live ? exp(s - nm) : 0.0;
-        ps[lid] = p;
+        if (sub == 0u) ps[kslot] = p;
         l = l * alpha + wg_sum(p);              // its barriers also publish ps
         m = nm;
-        uint keys = min(uint(WG), C - c0);
+        uint keys = min(uint(KPP), k1 - c0);
         if (owner) {
             for (uint j = 0; j < DPT; ++j) {
                 uint lane = lane0 + j * DVLP;
@@ -105,18 +151,33 @@ void main() {
                 acc[j] = a;
             }
         }
-        barrier();                              // ps is rewritten by the next chunk
+        barrier();                              // ps and sdot are rewritten next chunk
     }
     for (uint j = 0; j < DPT; ++j) red[lid * DPT + j] = acc[j];
     barrier();
+#if SPLITS > 1
+    uint pbase = wid * (DV + 2u);
+    if (lid == 0u) { part_b[pbase] = st_f32(m); part_b[pbase + 1u] = st_f32(l); }
+#endif
     if (part == 0u) {
         for (uint j = 0; j < DPT; ++j) {
             uint lane = lane0 + j * DVLP;
             if (lane >= DVL) break;
             VT a = VT(0.0);
             for (uint q = 0; q < PARTS; ++q) a += red[(q * DVLP + lane0) * DPT + j];
+#if SPLITS > 1
+            uint o = pbase + 2u + lane * VW;
+#if VW == 4
+            part_b[o] = st_f32(a.x); part_b[o + 1u] = st_f32(a.y);
+            part_b[o + 2u] = st_f32(a.z); part_b[o + 3u] = st_f32(a.w);
+#else
+            part_b[o] = st_f32(a);
+#endif
+#else
             a /= l;                              // l = 0 (all masked): NaN
             STORE((h * T + t) * DV + lane * VW, a);
+#endif
         }
     }
 }
+#endif

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dynamo_vulkan.fused import attention, rms_norm
+from dynamo_vulkan.lowering import attention as att_lowering
 from dynamo_vulkan.models.decoder import apply_rope, pair_tables
 from vk import check, noncontig
 
@@ -61,7 +62,8 @@ def _causal(t, c, start):
 # (query heads, kv heads, query rows, keys, head dim, value dim): GQA, one row (decode),
 # several chunks of 256 keys, odd sizes, value dims past one chunk of invocations
 CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256),
-         (2, 1, 1, 1, 3, 5), (6, 3, 4, 530, 80, 80), (2, 2, 2, 9, 16, 300)]
+         (2, 1, 1, 1, 3, 5), (6, 3, 4, 530, 80, 80), (2, 2, 2, 9, 16, 300),
+         (4, 1, 1, 3000, 256, 256), (16, 4, 8, 100, 12, 12), (66, 66, 1, 64, 8, 8)]
 
 
 @pytest.mark.parametrize("hq,hkv,t,c,d,dv", CASES, ids=str)
@@ -72,7 +74,9 @@ def test_attention(plans, hq, hkv, t, c, d, dv):
     torch.testing.assert_close(attention(q, k, v, mask, scale),
                                _reference_attention(q, k, v, mask, scale), rtol=1e-5, atol=1e-5)
     check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
-    assert _names(plans) == ["attention"]
+    # few query rows over many keys (decode): the keys are split, then merged
+    split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.WG // att_lowering.SPLIT_TPK
+    assert _names(plans) == (["attention", "attention:combine"] if split else ["attention"])
 
 
 def test_attention_strided_inputs_and_sliding_window():
@@ -83,9 +87,11 @@ def test_attention_strided_inputs_and_sliding_window():
     check(lambda q, k, v, m: attention(q, k, v, m, 0.3), q, k, v, mask)
 
 
-def test_attention_row_with_nothing_to_attend_is_nan():
-    q, k, v = torch.randn(2, 2, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 8)
-    mask = torch.tensor([[True, False, True, False, False], [False] * 5])
+@pytest.mark.parametrize("c", [5, 100], ids=["one chunk", "split keys"])
+def test_attention_row_with_nothing_to_attend_is_nan(c):
+    q, k, v = torch.randn(2, 2, 8), torch.randn(1, c, 8), torch.randn(1, c, 8)
+    mask = torch.zeros(2, c, dtype=torch.bool)
+    mask[0, [0, 2, c - 1]] = True
     got = check(lambda q, k, v, m: attention(q, k, v, m, 1.0), q, k, v, mask)
     assert torch.isnan(got[:, 1]).all() and not torch.isnan(got[:, 0]).any()
 
