@@ -304,48 +304,50 @@ def run_op(op, max_samples: int | None, start: int = 0, on_sample=None) -> list[
 
 # --- isolation: samples run in a worker process that a crash or hang cannot take down ----
 def worker(job: dict) -> None:
-    """Run job["ops"] from op job["op"], sample job["sample"], printing JSON lines:
-    {"start": [op, k]} before a sample, {"outcome": [op, {...}]} after it,
-    {"done": op} after an op."""
-    by_name = {op_name(op): op for op in select_ops(job["ops"])[0]}
+    """Run job["units"] ([op, first sample, end sample or None], ...) from unit job["op"],
+    sample job["sample"], printing JSON lines: {"start": [op, k]} before a sample,
+    {"outcome": [op, {...}]} after it, {"done": unit index} after a unit."""
+    by_name = {op_name(op): op for op in select_ops(sorted({u[0] for u in job["units"]}))[0]}
 
     def emit(obj):
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()
-    for i, name in enumerate(job["ops"]):
+    for i, (name, first, end) in enumerate(job["units"]):
         if i < job["op"]:
             continue
-        start = job["sample"] if i == job["op"] else 0
-        for o in run_op(by_name[name], job["max_samples"], start,
+        start = job["sample"] if i == job["op"] else first
+        for o in run_op(by_name[name], end, start,
                         on_sample=lambda k, name=name: emit({"start": [name, k]})):
             emit({"outcome": [name, o.__dict__]})
-        emit({"done": name})
+        emit({"done": i})
 
 
-def run_isolated(names: list[str], max_samples: int | None, progress: bool = True,
+def run_isolated(units: list, max_samples: int | None = None, progress: bool = True,
                  label: str = "opinfo", worker_cmd: list[str] | None = None,
                  on_op_done=None) -> dict:
-    """Run ops in a worker process; a sample that crashes the process (a driver fault)
-    or runs past SAMPLE_TIMEOUT_S is recorded as an error and the worker restarts
-    after it. worker_cmd: the worker's command line before its JSON job;
-    on_op_done(results): called after each op (to save partial results)."""
+    """Run units (op names, or [op, first sample, end sample or None]) in a worker
+    process; a sample that crashes the process (a driver fault) or runs past
+    SAMPLE_TIMEOUT_S is recorded as an error and the worker restarts after it.
+    worker_cmd: the worker's command line before its JSON job; on_op_done(results):
+    called after each unit (to save partial results)."""
     import queue
     import subprocess
     import threading
     from tqdm import tqdm
-    results: dict[str, list] = {n: [] for n in names}
-    bar = tqdm(total=len(names), desc=label, unit="op", disable=not progress)
+    units = [[u, 0, max_samples] if isinstance(u, str) else list(u) for u in units]
+    results: dict[str, list] = {u[0]: [] for u in units}
+    bar = tqdm(total=len(units), desc=label, unit="op", disable=not progress)
     counts = collections.Counter()
-    pos = (0, 0)                                  # (op index, sample) to start from
-    while pos[0] < len(names):
-        job = {"ops": names, "op": pos[0], "sample": pos[1], "max_samples": max_samples}
+    pos = (0, units[0][1] if units else 0)        # (unit index, sample) to start from
+    while pos[0] < len(units):
+        job = {"units": units, "op": pos[0], "sample": pos[1]}
         cmd = worker_cmd or [sys.executable, "-m", "dynamo_vulkan.coverage", "--worker"]
         proc = subprocess.Popen(cmd + [json.dumps(job)], stdout=subprocess.PIPE, text=True)
         signal.signal(signal.SIGTERM, lambda *_, p=proc: (p.kill(), sys.exit(143)))
         lines: queue.Queue = queue.Queue()
         threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
                          daemon=True).start()
-        current, progressed = None, False
+        current, progressed, unit = None, False, pos[0]
         while True:
             try:
                 line = lines.get(timeout=SAMPLE_TIMEOUT_S)
@@ -368,29 +370,65 @@ def run_isolated(names: list[str], max_samples: int | None, progress: bool = Tru
             elif "done" in msg:
                 bar.update(1)
                 bar.set_postfix(dict(counts), refresh=True)
-                pos = (names.index(msg["done"]) + 1, 0)
+                unit = msg["done"] + 1
+                pos = (unit, units[unit][1] if unit < len(units) else 0)
                 if on_op_done:
                     on_op_done(results)
         proc.wait()
         if current is None:
-            if pos[0] < len(names) and not progressed:
+            if pos[0] < len(units) and not progressed:
                 raise RuntimeError(f"the coverage worker {why} before running a sample")
             continue
         name, k = current
         results[name].append({"status": "error", "reason": why, "desc": "", "index": k})
         counts["error"] += 1
-        pos = (names.index(name), k + 1)
+        pos = (unit, k + 1)
     bar.close()
     return results
 
 
+UNIT_SAMPLES = 200   # a shard's unit of work: at most this many samples of one op
+
+
+def shard_units(ops, max_samples: int | None, n: int) -> list[list]:
+    """The ops' samples cut into units of at most UNIT_SAMPLES and dealt to n shards,
+    largest first to the least loaded (an op of 1440 samples does not hold one shard
+    up while the others idle). [shard][unit] = [op, first sample, end sample]."""
+    loads, shards = [0] * n, [[] for _ in range(n)]
+    units = []
+    for op in ops:
+        torch.manual_seed(0)
+        try:
+            count = len(list(op.sample_inputs("cpu", torch.float32, requires_grad=False)))
+        except Exception:                                     # noqa: BLE001 - run_op logs it
+            count = 1
+        count = min(count, max_samples) if max_samples else count
+        for first in range(0, max(count, 1), UNIT_SAMPLES):
+            units.append([op_name(op), first, min(count, first + UNIT_SAMPLES)])
+    for u in sorted(units, key=lambda u: u[1] - u[2]):       # largest first
+        k = loads.index(min(loads))
+        shards[k].append(u)
+        loads[k] += u[2] - u[1]
+    return shards
+
+
 def run(ops, max_samples: int | None = None, shard: tuple[int, int] = (0, 1),
         progress: bool = True, on_op_done=None) -> dict:
-    """{op name: [Outcome-as-dict, ...]} for this shard's ops (every N-th op)."""
+    """{op name: [Outcome-as-dict, ...]} for this shard's share of the samples."""
     i, n = shard
-    names = [op_name(op) for k, op in enumerate(ops) if k % n == i]
-    return run_isolated(names, max_samples, progress, label=f"opinfo {i}/{n}",
-                        on_op_done=on_op_done)
+    units = [[op_name(op), 0, max_samples] for op in ops] if n == 1 else \
+        shard_units(ops, max_samples, n)[i]
+    return run_isolated(units, None, progress, label=f"opinfo {i}/{n}", on_op_done=on_op_done)
+
+
+def merge_results(into: dict, more: dict) -> dict:
+    """Add one result set's samples to another: an op's samples from several shards
+    are joined, and a sample run again replaces the earlier run of it."""
+    for name, outs in more.items():
+        by_index = {o["index"]: o for o in into.get(name, [])}
+        by_index.update({o["index"]: o for o in outs})
+        into[name] = [by_index[k] for k in sorted(by_index)]
+    return into
 
 
 # --- report ---------------------------------------------------------------------------------
@@ -514,7 +552,8 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", nargs="*", help="OpInfo names or globs (default: all counted)")
     p.add_argument("--max-samples", type=int, default=None, help="samples per op (default: all)")
-    p.add_argument("--shard", default="0/1", help="I/N: run every N-th op starting at I")
+    p.add_argument("--shard", default="0/1",
+                   help="I/N: run the I-th of N shares of the samples (balanced by sample count)")
     p.add_argument("--json", type=Path, default=None, help="write this shard's raw results here")
     p.add_argument("--out", type=Path, default=None,
                    help="markdown report (default docs/ops.md for a full single run)")
@@ -539,7 +578,7 @@ def main(argv=None) -> int:
             files = sorted(path.glob("*.json")) if path.is_dir() else [path]
             merged = {}
             for f in files:
-                merged.update(json.loads(f.read_text())["results"])
+                merge_results(merged, json.loads(f.read_text())["results"])
             sets.append(merged)
         both, differ = compare(*sets)
         print(f"{both} samples in both; {both - len(differ)} agree, {len(differ)} differ")
@@ -550,7 +589,7 @@ def main(argv=None) -> int:
         results, excluded, meta = {}, {}, {}
         for f in a.merge:
             data = json.loads(f.read_text())
-            results.update(data["results"])          # a later file's ops replace earlier ones
+            merge_results(results, data["results"])   # a sample run again: the later file's
             excluded.update(data["excluded"])
             if not data["meta"].get("partial"):
                 commits = {meta.get("commit"), data["meta"].get("commit")} - {None}

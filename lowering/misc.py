@@ -1,6 +1,7 @@
 """Ops the coverage report showed users hit, built from the families:
 take / put (flat gathers and scatters), addmv / addbmm (matmul), median
-(rank selection), nonzero_static (a scan of the mask, then scatters)."""
+(rank selection), nonzero_static (a scan of the mask, then scatters), and
+native_dropout where it draws nothing (eval, p = 0 or p = 1)."""
 from __future__ import annotations
 
 import torch
@@ -161,3 +162,21 @@ def nanmedian(ctx, x, dim=None, keepdim=False):
     if dim is None:
         return vals
     return vals, idx.with_layout(shape, contiguous_strides(shape), 0)
+
+
+def _dropout_check(node) -> str | None:
+    p, train = node.args[1], node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+    if train is False or train is None or p in (0, 0.0, 1, 1.0):
+        return None
+    return (f"dropout with p={p} in training draws a random mask (the CPU's generator, "
+            "which the GPU cannot reproduce)")
+
+
+@lowering(aten.native_dropout.default, check=_dropout_check)
+def native_dropout(ctx, x, p, train):
+    """No randomness left to draw: kept all (eval or p = 0) or dropped all (p = 1)."""
+    x = ctx.ref(x)
+    keep = not train or p == 0
+    out = ew(ctx, "$0" if keep else "0.0", [x], x.kind, compute=x.kind)
+    mask = ew(ctx, "true" if keep else "false", [x], "b", compute=x.kind)
+    return out, mask

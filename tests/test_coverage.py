@@ -37,16 +37,16 @@ def test_samples_pass_and_fallbacks_are_classified(monkeypatch):
 FAKE_WORKER = textwrap.dedent("""
     import json, os, sys
     job = json.loads(sys.argv[1])
-    for i, name in enumerate(job["ops"]):
+    for i, (name, first, end) in enumerate(job["units"]):
         if i < job["op"]:
             continue
-        for k in range(job["sample"] if i == job["op"] else 0, 3):
+        for k in range(job["sample"] if i == job["op"] else first, end or 3):
             print(json.dumps({"start": [name, k]}), flush=True)
             if name == "b" and k == 1:
                 os.abort()                      # a driver fault in sample b#1
             print(json.dumps({"outcome": [name, {"status": "pass", "reason": "", "desc": "",
                                                  "index": k}]}), flush=True)
-        print(json.dumps({"done": name}), flush=True)
+        print(json.dumps({"done": i}), flush=True)
 """)
 
 
@@ -60,6 +60,27 @@ def test_a_crashing_sample_is_an_error_and_the_run_goes_on(tmp_path):
                                                                  (2, "pass")]
     assert "died" in results["b"][1]["reason"]
     assert len(results["c"]) == 3
+
+
+def test_an_op_split_across_units_and_shards_merges_back(tmp_path):
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    first = coverage.run_isolated([["a", 0, 2], ["c", 1, 3]], progress=False,
+                                  worker_cmd=[sys.executable, str(script)])
+    second = coverage.run_isolated([["a", 2, 3], ["c", 0, 1]], progress=False,
+                                   worker_cmd=[sys.executable, str(script)])
+    merged = coverage.merge_results(coverage.merge_results({}, first), second)
+    assert [o["index"] for o in merged["a"]] == [0, 1, 2]
+    assert [o["index"] for o in merged["c"]] == [0, 1, 2]
+
+
+def test_shards_share_the_samples_evenly():
+    ops, _ = coverage.select_ops(["nn.functional.max_pool2d", "add", "mul", "sub"])
+    shards = coverage.shard_units(ops, None, 3)
+    sizes = [sum(e - f for _, f, e in units) for units in shards]
+    covered = sorted((n, k) for units in shards for n, f, e in units for k in range(f, e))
+    assert len(covered) == len(set(covered)) == sum(sizes)        # each sample exactly once
+    assert max(sizes) - min(sizes) <= coverage.UNIT_SAMPLES
 
 
 def test_markdown_has_totals_reasons_and_exclusions():
