@@ -94,8 +94,15 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     strides = [_expand(t, shape) for t in tensors] + [_expand(out, shape)]
     dims, strides = _coalesce(shape, strides)
     nd = len(dims)
+    # vec4: a flat kernel over contiguous (or broadcast scalar) operands moves 4
+    # elements per invocation with 16-byte loads and stores
+    vec = nd == 1 and numel % 4 == 0 and not (scatter or gather or accumulate) and \
+        "$i" not in expr and strides[-1][0] == 1 and out.offset % 4 == 0 and \
+        all(st[0] == 0 or (st[0] == 1 and t.offset % 4 == 0)
+            for st, t in zip(strides, tensors))
+    unit = [st[0] == 1 for st in strides[:-1]] if vec else []
 
-    spec = [WG, numel]
+    spec = [WG, numel // 4 if vec else numel]
     decls, loads, names = [], [], []
     cid = 2
     for d in dims:
@@ -117,17 +124,24 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     index = ["uint r = i;"]
     ti = 0
     binding = {}
+    vec_loads, vec_bufs = [], {0}
     for j, o in enumerate(ops):
         ck = compute or (o.kind if isinstance(o, TRef) else None)
         if isinstance(o, TRef):
             operand_decl(str(j), strides[ti], o.offset)
-            ti += 1
             b = next((k for k, x in enumerate(buffers) if x.buf == o.buf), None)
             if b is None:              # one binding per buffer: fused kernels read many
                 buffers.append(o)      # views of few buffers (descriptor limits: 32 on lavapipe)
                 b = len(buffers) - 1
             binding[j] = b
             raw = f"ld_{o.kind}(b{b}[o{j}])"
+            if vec and unit[ti]:
+                vec_loads.append(f"uvec4 w{j} = b{b}v[(O{j} >> 2u) + i];")
+                vec_bufs.add(b)
+                raw = f"ld_{o.kind}(w{j}[e_])"
+            elif vec:
+                raw = f"ld_{o.kind}(b{b}[O{j}])"
+            ti += 1
             ck = ck or o.kind
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({raw});")
         else:
@@ -188,15 +202,24 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         store = _atomic_store(out_kind, "add" if accumulate is True else accumulate, value)
 
     defines = {
-        "VARIANT": f"{len(tensors)}in{nd}d",
+        "VARIANT": f"{len(tensors)}in{nd}d" + ("v4" if vec else ""),
         "SPEC_DECLS": " ".join(decls) + (" " + " ".join(preamble.split()) if preamble else ""),
         "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
         "INDEX_CODE": " ".join(index + loads),
         "OUT_STORE": f"{GLSL_TYPE[rk]} res_ = {GLSL_TYPE[rk]}({body}); " +
                      store.replace(f"({body})", "res_", 1),
     }
-    ctx.dispatch("elementwise", defines, buffers, [0], spec, groups_for(numel, WG),
-                 note=f"{shape} <- {expr}")
+    if vec:     # the same expression per component of 16-byte words
+        defines["BUFFER_DECLS"] += " " + " ".join(
+            f"layout(set = 0, binding = {k}) buffer Buf{k}v {{ uvec4 b{k}v[]; }};"
+            for k in sorted(vec_bufs))
+        defines["INDEX_CODE"] = " ".join(vec_loads + ["uvec4 r4_; for (uint e_ = 0u; e_ < 4u; ++e_) {"]
+                                         + loads)
+        defines["OUT_STORE"] = (f"{GLSL_TYPE[rk]} res_ = {GLSL_TYPE[rk]}({body}); " +
+                                store.replace(f"({body})", "res_", 1).replace("b0[oo] =", "r4_[e_] =") +
+                                " } b0v[(Oo >> 2u) + i] = r4_;")
+    ctx.dispatch("elementwise", defines, buffers, [0], spec,
+                 groups_for(numel // 4 if vec else numel, WG), note=f"{shape} <- {expr}")
     return out
 
 

@@ -74,3 +74,22 @@ def test_int64_result_roundtrip_and_cast():
 def test_large_numel_uses_2d_grid():
     x = torch.randn(65535 * 256 + 17)
     check(lambda t: t * 2 + 1, x)
+
+
+@pytest.mark.parametrize("case", ["same shape", "scalar", "aligned slice", "odd offset",
+                                  "odd count", "int and bool"])
+def test_flat_kernels_move_four_elements_per_invocation(plans, case):
+    """Contiguous operands whose offsets and count are multiples of 4 take the vec4
+    form of the kernel (16-byte loads and stores); the rest the scalar form."""
+    a, b = torch.randn(96, 8), torch.randn(96, 8)
+    fn, args, vec = {
+        "same shape": (lambda a, b: torch.tanh(a * 2 + b), (a, b), True),
+        "scalar": (lambda a: a * 3 - 1, (a,), True),
+        "aligned slice": (lambda a: a.reshape(-1)[8:] * 3, (a,), True),
+        "odd offset": (lambda a: a.reshape(-1)[1:-3] * 3, (a,), False),
+        "odd count": (lambda a: a.reshape(-1)[:-1] * 3, (a,), False),
+        "int and bool": (lambda a, b: torch.where(a > b, a.int(), 7) + (a < 0), (a, b), True),
+    }[case]
+    check(fn, *args)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names and all(n.endswith("v4") == vec for n in names), names
