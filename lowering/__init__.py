@@ -27,7 +27,7 @@ the `@lowering` decorator; this file is the index of families:
 | search      | search.comp        | searchsorted, bucketize                                          |
 |             | cdist.comp         | cdist, pdist                                                     |
 | histogram   | histogram(dd).comp | histc, histogram, histogramdd                                    |
-| misc        | (the families)     | take, put, addmv, addbmm, median, nonzero_static                 |
+| misc        | (the families)     | take, put, addmv, addbmm, median, nonzero_static, native_dropout |
 """
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
