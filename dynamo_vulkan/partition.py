@@ -100,11 +100,11 @@ def why_not_vulkan(node: fx.Node) -> str | None:
     for v in _tensor_vals(node):
         if str(v.dtype) not in KIND_OF_DTYPE:
             return f"dtype {v.dtype} is not supported on Vulkan"
+        if v.device.type not in ("cpu", "meta"):       # e.g. a *_like(..., device="cuda")
+            return f"a tensor on device {v.device} (Vulkan results are CPU tensors)"
     if _float64_at_boundary(node):
         return ("a float64 graph input or output (Vulkan computes float64 in float32, so only "
                 "inside a graph, where decompositions upcast)")
-        if v.device.type != "cpu" and v.device.type != "meta":
-            return f"tensor on device {v.device}"
     if rule is not None and rule.check is not None:
         return rule.check(node)
     return None

@@ -237,3 +237,23 @@ def test_no_driver_falls_back_to_cpu_with_a_warning(tmp_path):
 def test_device_index_out_of_range_falls_back(tmp_path):
     out = _run(CACHE_PROG, DYNAMO_VULKAN_DEVICE="7", DYNAMO_VULKAN_CACHE_DIR=str(tmp_path))
     assert out["ok"] and "DYNAMO_VULKAN_DEVICE=7" in out["warnings"][0]
+
+
+def test_a_node_on_another_device_runs_eagerly():
+    """ones_like(x, device="cuda") (an OpInfo sample where CUDA exists): the result must be
+    a tensor on that device, which a Vulkan program does not give, so the node stays on
+    the CPU partition (eager), with the reason."""
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from dynamo_vulkan.partition import why_not_vulkan
+    with FakeTensorMode():
+        on_cuda = torch.empty(5, device="cuda")
+    g = fx.Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(5, device="meta")
+    node = g.call_function(torch.ops.aten.ones_like.default, (x,), {"device": torch.device("cuda")})
+    node.meta["val"] = on_cuda
+    assert "device cuda" in why_not_vulkan(node)
+    node.meta["val"] = torch.empty(5, device="meta")
+    assert why_not_vulkan(node) is None
