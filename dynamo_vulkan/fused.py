@@ -15,7 +15,8 @@ calls these ops instead (our GGUF decoder does) gets one kernel for each:
     mask is NaN, as the softmax of nothing but -inf is in eager PyTorch.
 
 The CPU implementations are the reference (eager PyTorch math); the fake ones give
-Dynamo shapes; lowering/rowwise.py and lowering/attention.py have the Vulkan kernels. Registering is idempotent.
+Dynamo shapes; lowering/rowwise.py and lowering/attention.py have the Vulkan kernels.
+Registering is idempotent.
 """
 from __future__ import annotations
 
@@ -26,15 +27,18 @@ from .gguf.op import NAMESPACE, _op_defined
 __all__ = ["rms_norm", "attention"]
 
 
-def _rms_norm_cpu(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def _check_rms_norm(x, weight) -> None:
     torch._check(weight.dim() == 1 and weight.shape[0] == x.shape[-1],
                  lambda: f"rms_norm: weight of shape {list(weight.shape)} for rows of {x.shape[-1]}")
+
+
+def _rms_norm_cpu(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    _check_rms_norm(x, weight)
     return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight).contiguous()
 
 
 def _rms_norm_fake(x, weight, eps):
-    torch._check(weight.dim() == 1 and weight.shape[0] == x.shape[-1],
-                 lambda: f"rms_norm: weight of shape {list(weight.shape)} for rows of {x.shape[-1]}")
+    _check_rms_norm(x, weight)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 

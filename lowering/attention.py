@@ -16,6 +16,10 @@ SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
 def _check(node) -> str | None:
     q, v = node.args[0].meta.get("val"), node.args[2].meta.get("val")
     if q is not None and v is not None and max(q.shape[-1], v.shape[-1]) > MAX_DIM:
@@ -45,9 +49,9 @@ def attention(ctx, q, k, v, mask, scale):
         # invocations per key) and merge the splits in a second kernel
         tpk = min(SPLIT_TPK, 1 << ((d // vw).bit_length() - 1))
         kpp = WG // tpk
-        splits = min(MAX_SPLITS, -(-c // kpp))
-        split_keys = -(-(-(-c // splits)) // kpp) * kpp
-        splits = -(-c // split_keys)
+        splits = min(MAX_SPLITS, _ceil_div(c, kpp))
+        split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp     # whole chunks per split
+        splits = _ceil_div(c, split_keys)
     defines = {"WG": WG, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
                "PARTS": WG // dvlp, "DPT": -(-(dv // vw) // dvlp), "TPK": tpk, "KPP": WG // tpk,
                "SPLITS": splits}

@@ -197,7 +197,8 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     if rk != out_kind:
         value = {"b": f"({value} != {GLSL_TYPE[rk]}(0))"}.get(out_kind,
                                                               f"{GLSL_TYPE[out_kind]}({value})")
-    store = f"b0[oo] = st_{out_kind}({value});"
+    # vec4: one component of the 4-word result per pass of the loop INDEX_CODE opened
+    store = f"{'r4_[e_]' if vec else 'b0[oo]'} = st_{out_kind}({value});"
     if accumulate:
         store = _atomic_store(out_kind, "add" if accumulate is True else accumulate, value)
 
@@ -215,9 +216,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             for k in sorted(vec_bufs))
         defines["INDEX_CODE"] = " ".join(vec_loads + ["uvec4 r4_; for (uint e_ = 0u; e_ < 4u; ++e_) {"]
                                          + loads)
-        defines["OUT_STORE"] = (f"{GLSL_TYPE[rk]} res_ = {GLSL_TYPE[rk]}({body}); " +
-                                store.replace(f"({body})", "res_", 1).replace("b0[oo] =", "r4_[e_] =") +
-                                " } b0v[(Oo >> 2u) + i] = r4_;")
+        defines["OUT_STORE"] += " } b0v[(Oo >> 2u) + i] = r4_;"
     ctx.dispatch("elementwise", defines, buffers, [0], spec,
                  groups_for(numel // 4 if vec else numel, WG), note=f"{shape} <- {expr}")
     return out

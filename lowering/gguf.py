@@ -41,7 +41,7 @@ MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across t
 MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
-MAX_SUBGROUPS = 32   # gguf_matvec.comp's MAXSG
+MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
 TILE = 64
 

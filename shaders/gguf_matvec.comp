@@ -53,10 +53,11 @@ layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
 #ifndef TPR
 #define TPR 128
 #endif
-#define MAXSG 32
 #define MAXWG 256
-shared float partial[MAXSG][MROWS];        // NORM: sums of squares per subgroup
 shared float red[MAXWG][NR * MROWS];       // partial sums, when not one subgroup per row
+#ifdef NORM
+#include "wg_reduce.glsl"
+#endif
 
 void store(uint n0, uint i, float s) {
     uint r = i / MROWS, m = i % MROWS;
@@ -92,17 +93,8 @@ void main() {
                 ss[m] += dot(v, v);
             }
         }
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-            float t = subgroupAdd(ss[m]);
-            if (subgroupElect()) partial[gl_SubgroupID][m] = t;
-        }
-        barrier();
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-            float t = 0.0;
-            for (uint g = 0; g < gl_NumSubgroups; ++g) t += partial[g][m];
-            rs[m] = inversesqrt(t / float(K) + uintBitsToFloat(EPS_BITS));
-        }
-        barrier();
+        [[unroll]] for (uint m = 0; m < MROWS; ++m)
+            rs[m] = inversesqrt(wg_sum(ss[m]) / float(K) + uintBitsToFloat(EPS_BITS));
     }
 #endif
     float acc[NR * MROWS];
