@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,10 +175,26 @@ def compile_decoder(model, backend: str = "vulkan"):
     return torch.compile(model, backend=backend, dynamic=False, options=options)
 
 
+DEFAULT_STEPS_PER_CALL = 8
+_step_graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> {backend: module}
+
+
+def greedy_steps(model, backend: str | None):
+    """GreedySteps over this decoder, compiled once per backend (one graph per k)."""
+    from .models.greedy import GreedySteps
+
+    graphs = _step_graphs.setdefault(model, {})
+    if backend not in graphs:
+        mod = GreedySteps(model)
+        graphs[backend] = mod if backend is None else compile_decoder(mod, backend)
+    return graphs[backend]
+
+
 def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, backend: str | None = "vulkan", max_ctx: int | None = None,
-             stream=None, warmup: bool = True, stop_at_eos: bool = True, compiled=None) -> GenerationResult:
+             stream=None, warmup: bool = True, stop_at_eos: bool = True, compiled=None,
+             steps_per_call: int | None = None) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
     ``model`` is a Decoder (then pass ``tokenizer``) or a GGUF path / model name.
@@ -185,8 +202,16 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     None to run the module uncompiled. ``stream``: a text file (e.g. sys.stdout) or a
     callable that receives each new piece of text. ``warmup`` runs the prefill and decode
     graphs once before timing, so compile time is reported apart from tokens/s.
-    ``compiled``: reuse an already compiled module (from an earlier call)."""
+    ``compiled``: reuse an already compiled module (from an earlier call).
+
+    ``steps_per_call``: greedy decoding runs this many decode steps per call of one
+    compiled graph (:class:`~dynamo_vulkan.models.greedy.GreedySteps`: the argmax stays
+    on the GPU and feeds the next step), so the submit round trip is paid once per that
+    many tokens; tokens past a stop token are computed and dropped. Default: %d for a
+    compiled greedy run, else 1 (sampling is one step per call). The last steps, fewer
+    than that before ``max_new_tokens`` or the end of the KV cache, run one per call.""" % DEFAULT_STEPS_PER_CALL
     from .gguf.tokenizer import StreamDecoder
+    from .models.greedy import GreedySteps
 
     if tokenizer is None:
         if not isinstance(model, (str, os.PathLike)):
@@ -207,6 +232,13 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
 
     if compiled is None:
         compiled = model if backend is None else compile_decoder(model, backend)
+    if steps_per_call is None:
+        steps_per_call = DEFAULT_STEPS_PER_CALL if temperature <= 0 and backend is not None else 1
+    if steps_per_call < 1:
+        raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
+    if steps_per_call > 1 and temperature > 0:
+        raise ValueError("steps_per_call > 1 needs greedy decoding (temperature 0): sampling draws on the host")
+    multi = greedy_steps(model, backend) if steps_per_call > 1 else None
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     if seed is not None:
         torch.manual_seed(seed)
@@ -218,8 +250,14 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         if warmup:
             t0 = time.perf_counter()
             compiled(prompt_t, torch.tensor(0, dtype=torch.int64))
-            if max_new_tokens > 1 and room > 0:  # also compile the decode graph (writes a slot the real step rewrites)
-                compiled(torch.tensor([[ids[-1]]], dtype=torch.int64), torch.tensor(len(ids), dtype=torch.int64))
+            # also compile the decode graph (writes slots the real steps rewrite)
+            last = torch.tensor([[ids[-1]]], dtype=torch.int64)
+            steps = min(max_new_tokens - 1, room)
+            chunked = multi is not None and steps >= steps_per_call
+            if chunked:
+                multi(last, GreedySteps.positions(len(ids), steps_per_call))
+            if steps > 0 and (not chunked or steps % steps_per_call):
+                compiled(last, torch.tensor(len(ids), dtype=torch.int64))
             res.warmup_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -229,8 +267,9 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         dec = StreamDecoder(tokenizer)
         pos = len(ids)
         t_dec = 0.0
-        for i in range(max_new_tokens):
-            nxt = _sample(logits, temperature, top_k, top_p, gen)
+        pending = [_sample(logits, temperature, top_k, top_p, gen)]  # tokens not yet emitted
+        while True:
+            nxt = pending.pop(0)
             if stop_at_eos and nxt in tokenizer.stop_ids:
                 res.stop_reason = "stop_token"
                 break
@@ -240,22 +279,32 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                 emit(piece)
                 if hasattr(stream, "flush"):
                     stream.flush()
-            if i == max_new_tokens - 1:
+            if len(res.tokens) == max_new_tokens:
                 break
+            if pending:
+                res.decode_steps += 1
+                continue
             if pos >= model.max_ctx:
                 res.stop_reason = "context"
                 break
             t1 = time.perf_counter()
-            logits = compiled(torch.tensor([[nxt]], dtype=torch.int64), torch.tensor(pos, dtype=torch.int64))
+            last = torch.tensor([[nxt]], dtype=torch.int64)
+            if multi is not None and max_new_tokens - len(res.tokens) >= steps_per_call \
+                    and pos + steps_per_call <= model.max_ctx:
+                pending = multi(last, GreedySteps.positions(pos, steps_per_call)).tolist()
+            else:
+                logits = compiled(last, torch.tensor(pos, dtype=torch.int64))
+                pending = [_sample(logits, temperature, top_k, top_p, gen)]
             t_dec += time.perf_counter() - t1
+            pos += len(pending)
             res.decode_steps += 1
-            pos += 1
         tail = dec.flush()
         if emit and tail:
             emit(tail)
         res.decode_s = t_dec
     res.text = tokenizer.decode(res.tokens)
     res.extra["compiled"] = compiled
+    res.extra["steps_per_call"] = steps_per_call
     return res
 
 
@@ -274,6 +323,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="vulkan", help="torch.compile backend: vulkan (default), eager, ...; 'none' = no compile")
     p.add_argument("--ctx", type=int, default=None, help="KV cache size (default: min(file's context, 2048))")
     p.add_argument("--no-warmup", action="store_true", help="time the first (compiling) runs too")
+    p.add_argument("--steps-per-call", type=int, default=None,
+                   help=f"greedy decode steps per GPU submit (default {DEFAULT_STEPS_PER_CALL} when greedy and compiled)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
@@ -289,8 +340,9 @@ def main(argv=None) -> int:
         model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
         res = generate(model, args.prompt, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                        top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, system=args.system,
-                       backend=backend, stream=sys.stdout, warmup=not args.no_warmup)
-    except (GGUFError, ModelNotInstalledError, ContextOverflowError) as e:
+                       backend=backend, stream=sys.stdout, warmup=not args.no_warmup,
+                       steps_per_call=args.steps_per_call)
+    except (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError) as e:
         log.error("%s", e)
         return 2
     sys.stdout.write("\n")

@@ -178,32 +178,59 @@ def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
 
 
 # --- arg reductions: (value, index) pairs --------------------------------------------------
+ARG_SPLIT_ROW = 8192      # rows at least this long, of few outputs, reduce in two passes
+ARG_CHUNK = 2048
+
+
 def arg_reduce(ctx: Context, x: TRef, dims, largest: bool, out_shape, want_values: bool):
     """Index (int32, flat over the reduced dims) of the first max/min, NaN counting as the
-    largest; and optionally the value itself."""
+    largest; and optionally the value itself. A long row of few outputs (an LM head's
+    logits) is split over many workgroups, then their (value, index) pairs are reduced."""
     kept = [d for d in range(x.ndim) if d not in dims]
     nout, r = _numel(x, kept), _numel(x, dims)
     idx = ctx.empty(out_shape, "i32")
     vals = ctx.empty(out_shape, x.kind) if want_values else None
-    if nout:
-        spec = [ARG_WG, nout, r, x.offset]
-        decls, outer, inner = _index_code(x, kept, dims, spec)
-        glsl = "float" if x.kind == "f32" else "int"
-        load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
-        store = {"f32": "st_f32(v)", "i32": "st_i32(v)", "b": "st_b(v != 0)"}[x.kind]
-        defines = {"VARIANT": f"{'max' if largest else 'min'}_{x.kind}", "VAL_T": glsl,
-                   "LOAD(w)": load, "STORE(v)": store, "SPEC_DECLS": " ".join(decls),
-                   "OUTER_INDEX": " ".join(outer), "INNER_INDEX": " ".join(inner)}
-        defines["LARGEST" if largest else "SMALLEST"] = 1
-        if x.kind == "f32":
-            defines["IS_FLOAT"] = 1
-        bindings = [idx, x]
-        if want_values:
-            defines["WANT_VALUES"] = 1
-            bindings.append(vals)
-        ctx.dispatch("argreduce", defines, bindings, [0, 2] if want_values else [0], spec,
-                     (min(nout, 65535), -(-nout // 65535), 1), note=f"arg {x.shape} dims={dims}")
+    if not nout:
+        return idx, vals
+    splits = -(-r // ARG_CHUNK) if r >= ARG_SPLIT_ROW and nout <= 64 else 1
+    if splits == 1:
+        _arg_pass(ctx, x, kept, dims, largest, nout, r, idx, vals)
+        return idx, vals
+    pidx, pval = ctx.empty((nout, splits), "i32"), ctx.empty((nout, splits), x.kind)
+    _arg_pass(ctx, x, kept, dims, largest, nout, r, pidx, pval, split=(splits, ARG_CHUNK))
+    _arg_pass(ctx, pval, [0], [1], largest, nout, splits, idx, vals, pairs=pidx)
     return idx, vals
+
+
+def _arg_pass(ctx, x: TRef, kept, dims, largest, nout, r, idx, vals, split=None, pairs=None):
+    """One argreduce dispatch; split (workgroups per output, elements each) writes a pair
+    per workgroup; pairs: x holds candidate values whose indices are in that buffer."""
+    spec = [ARG_WG, nout, r, x.offset]
+    decls, outer, inner = _index_code(x, kept, dims, spec)
+    glsl = "float" if x.kind == "f32" else "int"
+    load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
+    store = {"f32": "st_f32(v)", "i32": "st_i32(v)", "b": "st_b(v != 0)"}[x.kind]
+    defines = {"VARIANT": f"{'max' if largest else 'min'}_{x.kind}", "VAL_T": glsl,
+               "LOAD(w)": load, "STORE(v)": store, "SPEC_DECLS": " ".join(decls),
+               "OUTER_INDEX": " ".join(outer), "INNER_INDEX": " ".join(inner)}
+    defines["LARGEST" if largest else "SMALLEST"] = 1
+    if x.kind == "f32":
+        defines["IS_FLOAT"] = 1
+    bindings, writes = [idx, x], [0]
+    if vals is not None:
+        defines["WANT_VALUES"] = 1
+        bindings.append(vals)
+        writes.append(2)
+    groups, note = nout, f"arg {x.shape} dims={dims}"
+    if split:
+        defines.update(SPLITS=f"{split[0]}u", CHUNK=f"{split[1]}u")
+        groups, note = nout * split[0], note + f" in {split[0]} splits"
+    if pairs is not None:
+        defines["PAIRS"] = 1
+        bindings.append(pairs)
+        note = f"arg of {r} pairs x {nout}"
+    ctx.dispatch("argreduce", defines, bindings, writes, spec,
+                 (min(groups, 65535), -(-groups // 65535), 1), note=note)
 
 
 @lowering(aten.argmax.default, aten.argmin.default)

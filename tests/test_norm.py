@@ -84,6 +84,19 @@ def test_arg_reductions_nan_and_ties():
     check(lambda x: torch.argmax(x), torch.tensor(3.0))
 
 
+@pytest.mark.parametrize("n", [8192, 8193, 49152 + 7])
+def test_arg_reductions_of_long_rows_split_in_two_passes(n):
+    """An LM head's argmax: rows this long run over many workgroups, then their
+    pairs; ties across chunks go to the first index, NaN wins, ints and views too."""
+    x = torch.randn(2, n)
+    x[0, 100] = x[0, n - 3] = x[0].max() + 1          # tie: chunks 0 and last
+    x[1, 5000] = float("nan")
+    check(lambda x: (torch.argmax(x, -1), torch.argmin(x, 1, keepdim=True), torch.max(x, 1)), x)
+    check(lambda x: torch.argmax(x), noncontig(torch.randn(1, n)))
+    check(lambda x: torch.min(x, -1), torch.randint(-3, 3, (3, n)))
+    check(lambda x: torch.argmax(x, 0), torch.randn(n, 2).t().contiguous().t())
+
+
 def test_prod_and_full_min_max():
     check(lambda x: (torch.prod(x, 1), torch.prod(x)), torch.rand(3, 9) + 0.5)
     check(lambda x: torch.prod(x, 0), torch.randint(-3, 4, (5, 2)))

@@ -137,23 +137,35 @@ def deferrable(gm: fx.GraphModule) -> set:
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:
-    """index_put nodes that may write straight into their input's buffer: those
-    whose result only goes back into that same graph input by copy_ (how a
-    KV-cache update reads after functionalization), when every other reader of
-    the input comes earlier. The update then costs a scatter, not a copy."""
+    """index_put nodes that may write straight into their input's buffer: a chain
+    index_put(index_put(P, ...), ...) whose last result only goes back into the same
+    graph input P by copy_ (how KV-cache updates read after functionalization, one per
+    decode step of a multi-step graph), each link taken while every other reader of
+    its input comes earlier. The update then costs a scatter, not a copy."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = set()
     for node in gm.graph.nodes:
         if node.target is not torch.ops.aten.copy_.default:
             continue
         dst, src = node.args[0], node.args[1]
-        if not (isinstance(src, fx.Node) and src.target is torch.ops.aten.index_put.default
-                and src.args[0] is dst and dst.op == "placeholder"):
+        if dst.op != "placeholder" or not _is_index_put(src) or \
+                any(u is not node for u in src.users if order[u] > order[node]):
             continue
-        others = [u for u in dst.users if u is not src and u is not node]
-        if all(order[u] < order[src] for u in others):
-            found.add(src)
+        chain = [src]
+        while _is_index_put(chain[-1].args[0]):
+            chain.append(chain[-1].args[0])
+        if chain[-1].args[0] is not dst:
+            continue
+        for link in reversed(chain):         # from the first update on
+            others = [u for u in link.args[0].users if u is not link and u is not node]
+            if not all(order[u] < order[link] for u in others):
+                break
+            found.add(link)
     return found
+
+
+def _is_index_put(n) -> bool:
+    return isinstance(n, fx.Node) and n.target is torch.ops.aten.index_put.default
 
 
 def is_foldable_target(node: fx.Node) -> bool:

@@ -1,0 +1,90 @@
+"""Several greedy decode steps per submit (models/greedy.py, generate's steps_per_call):
+the same tokens as one step per call of the eager model, one submit per k tokens, KV-cache
+updates of every step written in place, stop tokens and the context end honoured."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+import dynamo_vulkan  # noqa: E402
+from dynamo_vulkan.generate import generate  # noqa: E402
+from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
+from dynamo_vulkan.models import load_model  # noqa: E402
+from dynamo_vulkan.models.greedy import GreedySteps  # noqa: E402
+from dynamo_vulkan.lowering import decompositions  # noqa: E402
+from dynamo_vulkan.runtime import planner  # noqa: E402
+
+from gguf_fixtures import write_tiny_model  # noqa: E402
+
+PROMPT = "hello the world"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = write_tiny_model(tmp_path_factory.mktemp("greedy") / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=30, backend=None, stop_at_eos=False)
+    return model, tok, want
+
+
+def _submits(fn):
+    before = dynamo_vulkan.runtime_stats()["submits"]
+    out = fn()
+    return out, dynamo_vulkan.runtime_stats()["submits"] - before
+
+
+@pytest.mark.parametrize("k", [3, 4, 3])       # 3 again: k is guarded, never a stale graph
+def test_same_tokens_as_one_step_per_call(tiny, k):
+    model, tok, want = tiny
+    assert want.stop_reason == "context" and len(want.tokens) == 19   # 6 prompt + 18 steps
+    got, submits = _submits(lambda: generate(model, PROMPT, tok, max_new_tokens=30, backend="vulkan",
+                                             stop_at_eos=False, steps_per_call=k, warmup=False))
+    assert got.tokens == want.tokens
+    assert got.stop_reason == "context" and got.decode_steps == 18
+    chunks, singles = divmod(18, k)
+    assert submits == 1 + chunks + singles        # prefill, k-step calls, the tail
+
+
+def test_stop_token_inside_a_chunk(tiny):
+    model, tok, want = tiny
+    stop = want.tokens[5]
+    first = want.tokens.index(stop)
+    saved = tok.stop_ids
+    tok.stop_ids = set(saved) | {stop}
+    try:
+        got = generate(model, PROMPT, tok, max_new_tokens=30, backend="vulkan", steps_per_call=4)
+    finally:
+        tok.stop_ids = saved
+    assert got.tokens == want.tokens[:first] and got.stop_reason == "stop_token"
+
+
+def test_every_steps_cache_update_is_in_place(tiny):
+    """k decode steps update each cache k times; each update is a scatter into the
+    cache's buffer (planner.in_place_updates), not a copy of the whole cache."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    model, _, _ = tiny
+    graphs = []
+    backend = aot_autograd(fw_compiler=lambda gm, example: graphs.append(gm) or gm,
+                           decompositions=decompositions(), keep_inference_input_mutations=True)
+    k = 3
+    with torch.no_grad():
+        torch.compile(GreedySteps(model), backend=backend, dynamic=False)(
+            torch.tensor([[5]]), GreedySteps.positions(4, k))
+    (gm,) = graphs
+    updates = [n for n in gm.graph.nodes if n.target is torch.ops.aten.index_put.default]
+    assert len(updates) == 2 * len(model.layers) * k
+    assert planner.in_place_updates(gm) == set(updates)
+
+
+def test_bad_settings(tiny):
+    model, tok, _ = tiny
+    with pytest.raises(ValueError, match="greedy"):
+        generate(model, PROMPT, tok, max_new_tokens=4, temperature=0.8, steps_per_call=4, backend="vulkan")
+    with pytest.raises(ValueError, match=">= 1"):
+        generate(model, PROMPT, tok, max_new_tokens=4, steps_per_call=0, backend="vulkan")
+    with pytest.raises(ValueError, match=">= 1"):
+        GreedySteps.positions(3, 0)
