@@ -13,12 +13,13 @@ broadcast straight to S', which is what broadcasting S then S' would give.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 import torch
 
-from .core import GLSL_TYPE, TRef, kind_of
+from .core import GLSL_TYPE, TRef, f32_bits, kind_of
 
 # ATen ops whose lowering is exactly one ew() call of their inputs: the nodes the
 # planner may defer (filled in by elementwise.py as it registers them).
@@ -32,9 +33,12 @@ FOLDS: set = set()
 # TAKES_DEFERRED: the ops whose lowerings accept Deferred (and Lazy) arguments and
 #   materialize what they cannot fold;
 # EPILOGUES: ops whose lowering may add a residual into its output (ctx.residual).
+# LOADS_LAZY[target](consumer, producer): whether an elementwise producer may be left
+#   as a Lazy for that consumer, whose kernel computes it as it loads (row_loader).
 PROLOGUES: dict = {}
 TAKES_DEFERRED: set = set()
 EPILOGUES: set = set()
+LOADS_LAZY: dict = {}
 
 
 class Deferred:
@@ -117,6 +121,64 @@ def fold(expr: str, operands, out_kind: str, compute, result, shape):
                   if isinstance(o, (TRef, Lazy)) or (isinstance(o, torch.Tensor) and o.dim())]
         shape = tuple(torch.broadcast_shapes(*shapes)) if shapes else ()
     return text, leaves, None, rk, shape
+
+
+@dataclass
+class RowLoader:
+    """A Lazy [.., k] seen as m rows of k, computed where a kernel loads it: ``decls``
+    declares its buffers (bindings from ``base``) and ``float xlazy(uint m, uint k)``;
+    ``buffers`` are bound in that order."""
+    decls: str
+    buffers: list
+
+
+def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int) -> RowLoader | None:
+    """The RowLoader of lazy as [m, k] (None when it is not that shape or reads an
+    operand the loader cannot index: those get materialized instead). Each leaf keeps
+    its own strides: row offsets are constants (m is a handful), k moves by the leaf's
+    stride along the last dim."""
+    from .elementwise import _expand
+    text, leaves, _, rk, shape = fold(lazy.expr, lazy.operands, lazy.out_kind, lazy.compute,
+                                      lazy.result, lazy.shape)
+    if not shape or shape[-1] != k or math.prod(shape) != m * k:
+        return None
+    buffers, subst, decls = [], {}, []
+    for j, o in enumerate(leaves):
+        if isinstance(o, torch.Tensor) and o.dim() == 0:
+            o = o.item()
+        if isinstance(o, (bool, int, float)):
+            kind = own_kind(o)
+            if kind == "f32":
+                bits = f32_bits(o)
+                # a zero the compiler cannot see (x * 0.0 must stay NaN for NaN x)
+                subst[j] = (f"uintBitsToFloat({bits}u ^ (gl_NumWorkGroups.z - 1u))"
+                            if bits in (0, 0x80000000) else f"uintBitsToFloat({bits}u)")
+            else:
+                subst[j] = f"{GLSL_TYPE[kind]}({int(o)})"
+            continue
+        o = ctx.ref(o)
+        if not isinstance(o, TRef):
+            return None
+        strides = _expand(o, tuple(shape))
+        rows = []
+        for i in range(m):           # offset of row i: unravel i over the leading dims
+            off, q = o.offset, i
+            for size, st in zip(reversed(shape[:-1]), reversed(strides[:-1])):
+                off += (q % size) * st
+                q //= size
+            rows.append(off)
+        b = next((i for i, t in enumerate(buffers) if t.buf == o.buf), None)
+        if b is None:
+            buffers.append(o)
+            b = len(buffers) - 1
+            decls.append(f"layout(set = 0, binding = {base + b}) readonly buffer XL{b} "
+                         f"{{ uint xl{b}[]; }};")
+        decls.append(f"const uint XR{j}[{m}] = uint[]({', '.join(f'{r}u' for r in rows)});")
+        subst[j] = f"ld_{o.kind}(xl{b}[XR{j}[m] + k * {strides[-1]}u])"
+    body = re.sub(r"\$(\d+)", lambda mt: subst[int(mt.group(1))], text)
+    value = convert(body, rk, "f32")
+    decls.append(f"float xlazy(uint m, uint k) {{ return {value}; }}")
+    return RowLoader(" ".join(decls), buffers)
 
 
 def residual_adds(gm) -> dict:

@@ -26,7 +26,7 @@ from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 
 from .core import Context, LoweringError, TRef, f32_bits, groups_for, lowering, meta_view
 from .elementwise import contiguous, ew
-from .fusion import EPILOGUES, PROLOGUES, TAKES_DEFERRED, materialize
+from .fusion import EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Lazy, materialize, row_loader
 from .rowwise import NormedRows
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
@@ -189,14 +189,16 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
 
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
-                residual: TRef | None = None) -> None:
+                residual: TRef | None = None, lazy: Lazy | None = None) -> bool:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
     k-stride must be 1), the tiled one above. Split from the rule so benchmarks
     can emit it directly. Mat-vec only: norm (weight TRef, eps) RMS-normalises the
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
-    added to the output."""
+    added to the output; lazy, an elementwise expression of x2's shape, is computed
+    as x is loaded (x2 is then only its shape). Returns whether lazy was folded in
+    (False: materialize x2 and call again)."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -205,7 +207,10 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
     if m <= MATVEC_M:
-        if x2.strides[1] != 1:
+        loader = row_loader(ctx, lazy, m, k, 0) if lazy is not None else None
+        if lazy is not None and loader is None:
+            return False
+        if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
         wg = min(MV_WG, MAX_SUBGROUPS * sg)
@@ -214,9 +219,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 else wg
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
         defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL, "TPR": tpr}
-        if x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
+        if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
-        bindings = [out, x2, w]
+        bindings = [out, loader.buffers[0] if loader else x2, w]
         spec += [f32_bits(norm[1]) if norm else 0, residual.offset if residual else 0,
                  residual.strides[0] if residual else 0]
         if norm is not None:
@@ -227,6 +232,11 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             defines |= {"RESIDUAL": 1, "RES_BINDING": len(bindings)}
             bindings.append(residual)
             note += " + residual"
+        if loader is not None:
+            loader = row_loader(ctx, lazy, m, k, len(bindings))   # its bindings come last
+            defines["X_LAZY"] = loader.decls
+            bindings += loader.buffers
+            note = "elementwise + " + note
         ctx.dispatch("gguf_matvec", defines, bindings, [0], spec,
                      groups_for(n, MV_NR * (wg // tpr)), note=note)
     else:
@@ -238,6 +248,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
                                 "workgroups along one axis")
         spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb, row0, out_rows]
         ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
+    return True
 
 
 def _norm_feeds_matvecs(node) -> bool:
@@ -252,7 +263,16 @@ def _norm_feeds_matvecs(node) -> bool:
                                  u.args[3] <= NORM_MAX_ROWS for u in node.users)
 
 
+def _lazy_feeds_matvec(user, node) -> bool:
+    """An elementwise result (silu(gate) * up) read only as x by a mat-vec: the mat-vec
+    computes it as it loads x; not for LM-head-sized weights (see _norm_feeds_matvecs)."""
+    val = node.meta.get("val")
+    return user.args[0] is node and val is not None and val.dim() >= 1 and \
+        val.numel() // max(1, val.shape[-1]) <= MATVEC_M and user.args[3] <= NORM_MAX_ROWS
+
+
 PROLOGUES[torch.ops.dynamo_vulkan.rms_norm.default] = _norm_feeds_matvecs
+LOADS_LAZY[GGUF_LINEAR] = _lazy_feeds_matvec
 TAKES_DEFERRED.add(GGUF_LINEAR)
 EPILOGUES.add(GGUF_LINEAR)
 
@@ -277,18 +297,23 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
         nw = x.weight
         if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
             norm, x = (nw, x.eps), x.x
+    residual = None
+    if ctx.residual is not None and m <= MATVEC_M and out.numel:
+        residual = _residual_rows(ctx.residual, m, rows)
+    ctx.residual_added = residual is not None
+    if isinstance(x, Lazy) and m <= MATVEC_M and out.numel and norm is None:
+        shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")      # the loader reads x
+        if all(emit_linear(ctx, out, shape_only, part, qtype, r1 - r0, cols, r0, rows,
+                           residual=residual, lazy=x) for part, r0, r1 in w):
+            return out
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
         x = ew(ctx, "$0", [x], "f32", compute="f32")
     if out.numel == 0:
         return out
-    residual = None
-    if ctx.residual is not None and m <= MATVEC_M:
-        residual = _residual_rows(ctx.residual, m, rows)
     x2 = _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M)
     for part, r0, r1 in w:
         emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows, norm, residual)
-    ctx.residual_added = residual is not None
     return out
 
 

@@ -8,7 +8,7 @@ import torch
 
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
-from .fusion import FOLDS, Lazy
+from .fusion import FOLDS, Lazy, materialize
 
 aten = torch.ops.aten
 WG = 256
@@ -62,6 +62,7 @@ def index_select(ctx, x, dim, index):
 
 
 FOLDS.add(aten.cat.default)
+FOLDS.add(aten.index_put.default)
 
 
 @lowering(aten.cat.default)
@@ -131,9 +132,11 @@ def index_put_into(ctx, out: TRef, indices, values, accumulate=False) -> TRef:
     shape, view, idx = advanced_index(out, refs)
     if math.prod(shape) == 0:
         return out
-    ops = [values] + [r for r, _, _ in idx]
-    scatter = [(j + 1, stride, size) for j, (_, stride, size) in enumerate(idx)]
-    ew(ctx, "$0", ops, out.kind, compute=out.kind, out=view, shape=shape,
+    # the indices first: a Lazy `values` folds into operands after them, and the
+    # scatter names its index operands by position
+    ops = [r for r, _, _ in idx] + [values]
+    scatter = [(j, stride, size) for j, (_, stride, size) in enumerate(idx)]
+    ew(ctx, f"${len(idx)}", ops, out.kind, compute=out.kind, out=view, shape=shape,
        scatter=scatter, accumulate=accumulate)
     return out
 
@@ -141,7 +144,9 @@ def index_put_into(ctx, out: TRef, indices, values, accumulate=False) -> TRef:
 @lowering(aten.index_put.default)
 def index_put(ctx, x, indices, values, accumulate=False):
     """Functional index_put; in place on x's own buffer when the planner found
-    that it only feeds copy_ back into the input x (a KV-cache update)."""
-    x = ctx.ref(x)
+    that it only feeds copy_ back into the input x (a KV-cache update). An elementwise
+    producer of the values (RoPE of the step's keys) is computed by the scatter."""
+    x = ctx.ref(materialize(ctx, x))
+    indices = [None if i is None else materialize(ctx, i) for i in indices]
     out = x if ctx.node in ctx.in_place else ew(ctx, "$0", [x], x.kind, compute=x.kind)
     return index_put_into(ctx, out, indices, values, accumulate)

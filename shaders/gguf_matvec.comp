@@ -12,7 +12,8 @@
 // Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly
 // (x * rsqrt(mean(x^2) + eps) * nw, every workgroup computing the row's sum of
 // squares itself, which costs one extra read of x); RESIDUAL, a tensor is added
-// to the output (out = res + x W^T).
+// to the output (out = res + x W^T); X_LAZY, x is an elementwise expression
+// (an activation, gate * up) computed as it is loaded, by fusion.row_loader.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -39,6 +40,9 @@ BUFFER(RES_BINDING, resb)
 #ifdef X_VEC4
 // the same binding seen as vec4s: one 16-byte load (X_OFF, X_SM multiples of 4)
 layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
+#endif
+#ifdef X_LAZY
+X_LAZY
 #endif
 #include "gguf_blocks.glsl"
 #ifndef MROWS
@@ -68,11 +72,17 @@ void store(uint n0, uint i, float s) {
     outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
 }
 
-vec4 x4(uint o) {
-#ifdef X_VEC4
+// x[m, k .. k + 3]
+vec4 x4(uint m, uint k) {
+#if defined(X_LAZY)
+    return vec4(xlazy(m, k), xlazy(m, k + 1u), xlazy(m, k + 2u), xlazy(m, k + 3u));
+#else
+    uint o = X_OFF + m * X_SM + k;
+#if defined(X_VEC4)
     return xv[o >> 2];
 #else
     return uintBitsToFloat(uvec4(xb[o], xb[o + 1u], xb[o + 2u], xb[o + 3u]));
+#endif
 #endif
 }
 
@@ -89,7 +99,7 @@ void main() {
         [[unroll]] for (uint m = 0; m < MROWS; ++m) ss[m] = 0.0;
         for (uint k = 4u * lid; k < K; k += 4u * gl_WorkGroupSize.x) {
             [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-                vec4 v = x4(X_OFF + m * X_SM + k);
+                vec4 v = x4(m, k);
                 ss[m] += dot(v, v);
             }
         }
@@ -109,9 +119,8 @@ void main() {
                 uint boff = (ch / CPB) * QB, c = ch % CPB;
                 vec4 xl[MROWS], xh[MROWS];
                 [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-                    uint o = X_OFF + m * X_SM + 8u * ch;
-                    xl[m] = x4(o);
-                    xh[m] = x4(o + 4u);
+                    xl[m] = x4(m, 8u * ch);
+                    xh[m] = x4(m, 8u * ch + 4u);
 #ifdef NORM
                     xl[m] = xl[m] * rs[m] * nwv[2u * ch];
                     xh[m] = xh[m] * rs[m] * nwv[2u * ch + 1u];

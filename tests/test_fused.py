@@ -61,7 +61,7 @@ def _causal(t, c, start):
 
 # (query heads, kv heads, query rows, keys, head dim, value dim): GQA, one row (decode),
 # several chunks of 256 keys, odd sizes, value dims past one chunk of invocations
-CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256),
+CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256), (9, 3, 1, 1100, 64, 64),
          (2, 1, 1, 1, 3, 5), (6, 3, 4, 530, 80, 80), (2, 2, 2, 9, 16, 300),
          (4, 1, 1, 3000, 256, 256), (16, 4, 8, 100, 12, 12), (66, 66, 1, 64, 8, 8)]
 
@@ -75,7 +75,7 @@ def test_attention(plans, hq, hkv, t, c, d, dv):
                                _reference_attention(q, k, v, mask, scale), rtol=1e-5, atol=1e-5)
     check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
     # few query rows over many keys (decode): the keys are split, then merged
-    split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.WG // att_lowering.SPLIT_TPK
+    split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.SPLIT_KEYS
     assert _names(plans) == (["attention", "attention:combine"] if split else ["attention"])
 
 
@@ -87,7 +87,7 @@ def test_attention_strided_inputs_and_sliding_window():
     check(lambda q, k, v, m: attention(q, k, v, m, 0.3), q, k, v, mask)
 
 
-@pytest.mark.parametrize("c", [5, 100], ids=["one chunk", "split keys"])
+@pytest.mark.parametrize("c", [5, 1500], ids=["one chunk", "split keys"])
 def test_attention_row_with_nothing_to_attend_is_nan(c):
     q, k, v = torch.randn(2, 2, 8), torch.randn(1, c, 8), torch.randn(1, c, 8)
     mask = torch.zeros(2, c, dtype=torch.bool)
@@ -128,3 +128,33 @@ def test_rope(plans, neox, rot, d, t):
     check(lambda x, c, s: apply_rope(x, c, s, rot, neox, 0.5), x, c, s)
     if rot == d:                       # the rotation and the scale: one kernel
         assert len(_names(plans)) == 1, _names(plans)
+
+
+class RopeIntoCache(torch.nn.Module):
+    """A decode step's keys: rotated, then written into a cache at their positions."""
+
+    def __init__(self, heads, c, d):
+        super().__init__()
+        self.register_buffer("cache", torch.randn(heads, c, 2, d // 2))   # the pair layout
+
+    def forward(self, k, cos, sin, pos):
+        self.cache.index_copy_(1, pos, apply_rope(k, cos, sin, k.shape[-1], True, flat=False))
+        return self.cache.flatten(2) * 1.0
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_rope_into_the_cache_is_one_kernel(plans, t):
+    """The rotation is computed by the scatter that writes the cache (in place)."""
+    heads, c, d = 3, 11, 16
+    eager, compiled_mod = RopeIntoCache(heads, c, d), RopeIntoCache(heads, c, d)
+    compiled_mod.cache.copy_(eager.cache)
+    k = torch.randn(t, heads, d).transpose(0, 1)
+    cs, sn = pair_tables(torch.randn(t, d // 2), torch.randn(t, d // 2), True)
+    pos = torch.arange(4, 4 + t)
+    with torch.no_grad():
+        want = eager(k, cs, sn, pos)
+        got = torch.compile(compiled_mod, backend="vulkan", dynamic=False)(k, cs, sn, pos)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(compiled_mod.cache, eager.cache)
+    names = _names(plans)
+    assert len(names) == 2, names          # the rotating scatter, then the graph's cache * 1

@@ -363,3 +363,55 @@ def test_norm_with_another_reader_is_computed_once(plans):
         check(model, x, **tolerances(64, model(x)))
     names = [d.name for p in plans for d in p.dispatches]
     assert names.count("rowwise:rms_norm") == 1, names
+
+
+class GatedDown(torch.nn.Module):
+    """A feed-forward's tail: act(gate) * up (halves of one linear's output, or a
+    separate tensor) into a down projection; `extra` adds a broadcast scale, a constant
+    and a bool mask to the expression."""
+
+    def __init__(self, name: str, k: int, act: str, extra: bool = False):
+        super().__init__()
+        qt = quant_info(name).ggml_type
+        self.down = GGUFLinear(blocks_of(name, 40, k, 7), qt, 40, k)
+        self.register_buffer("scale", torch.randn(k))
+        self.act, self.extra = act, extra
+
+    def forward(self, gu):
+        g, u = gu.chunk(2, dim=-1)
+        a = torch.nn.functional.silu(g) if self.act == "silu" else \
+            torch.nn.functional.gelu(g, approximate="tanh")
+        h = torch.where(u > 0, a * u * self.scale, g * 0.5) if self.extra else a * u
+        return self.down(h)
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
+@pytest.mark.parametrize("m,act,extra", [(1, "silu", False), (3, "gelu", False), (8, "silu", True),
+                                         (1, "gelu", True), (9, "silu", False)])
+def test_elementwise_producer_folds_into_the_matvec(plans, name, m, act, extra):
+    """silu(gate) * up is computed by the down projection's mat-vec as it loads x: one
+    kernel, reading two strided views of gate|up (and a broadcast vector, a constant and
+    a mask with `extra`). Above mat-vec sizes it is its own kernel, same numbers."""
+    torch.manual_seed(3)
+    k = cols_of(name)
+    model = GatedDown(name, k, act, extra)
+    gu = torch.randn(m, 2 * k)
+    with torch.no_grad():
+        check(model, gu, **tolerances(k, [model(gu)]))
+    names = [d.name for p in plans for d in p.dispatches]
+    if m <= gguf_lowering.MATVEC_M:
+        assert names == [f"gguf_matvec:{name}"], names
+        assert plans[-1].dispatches[0].note.startswith("elementwise + ")
+    else:
+        assert any(n.startswith("elementwise") for n in names)
+
+
+def test_elementwise_producer_of_a_3d_noncontiguous_view(plans):
+    """x [2, 1, k] from a permuted tensor: each leaf keeps its own row offsets."""
+    torch.manual_seed(4)
+    k = 64
+    lin = GGUFLinear(blocks_of("Q8_0", 16, k, 8), quant_info("Q8_0").ggml_type, 16, k)
+    t = torch.randn(k, 1, 2).permute(2, 1, 0)           # [2, 1, k], k-stride 2
+    with torch.no_grad():
+        check(lambda t: lin(torch.relu(t) * 3.0), t, **tolerances(k, [lin(torch.relu(t) * 3.0)]))
+    assert [d.name for p in plans for d in p.dispatches] == ["gguf_matvec:Q8_0"]

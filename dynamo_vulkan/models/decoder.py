@@ -5,7 +5,8 @@ the token embedding is a :class:`~dynamo_vulkan.gguf.op.GGUFEmbedding` (only loo
 rows are dequantized) and, when tied, the LM head reuses its blocks.
 
 KV cache: every attention layer owns two buffers, ``k_cache`` [n_kv_heads, max_ctx,
-head_dim] and ``v_cache``, written in place with ``index_copy_`` at the step's positions.
+head_dim] (kept as [.., 2, head_dim/2] or [.., head_dim/2, 2], RoPE's pair layout, when
+RoPE rotates every dim) and ``v_cache``, written in place with ``index_copy_`` at the step's positions.
 Attention always reads the whole cache under a mask built from tensors (positions
 ``start_pos + arange(T)`` against ``arange(max_ctx)``), so a decode step (T = 1) has one
 shape whatever its position, and ``forward`` has no data-dependent Python control flow
@@ -68,7 +69,7 @@ def pair_tables(cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> tuple[torch
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: int, neox: bool,
-               scale: float = 1.0) -> torch.Tensor:
+               scale: float = 1.0, flat: bool = True) -> torch.Tensor:
     """Rotate the first ``rot`` dims of x [..., T, d] by the angles of ``pair_tables``
     rows for its T positions, then multiply by ``scale``.
 
@@ -76,12 +77,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: int, 
     pairs (2i, 2i + 1) (llama.cpp ROPE_TYPE_NORM). Written as ``x*cos + swap(x)*sin``
     over a [.., 2, half] (or [.., half, 2]) view, where swap flips the pair axis and sin
     carries the signs: only elementwise ops on views, so a compiled graph computes the
-    rotation (and the scale) in one kernel, with no slices and no cat."""
+    rotation (and the scale) in one kernel, with no slices and no cat.
+
+    ``flat=False`` (rot == d only) returns the [..., 2, half] (or [..., half, 2]) pair
+    layout unflattened: a consumer that takes it as is (the key cache's scatter) then
+    computes the rotation itself, where a flattening view would stop that fusion."""
     d = x.shape[-1]
     xr = x[..., :rot] if rot < d else x
     half = rot // 2
     xp = xr.unflatten(-1, (2, half) if neox else (half, 2))
     out = (xp * cos + xp.flip(-2 if neox else -1) * sin) * scale
+    if not flat and rot == d:
+        return out
     out = out.flatten(-2)
     if rot < d:
         out = torch.cat([out, x[..., rot:] * scale], dim=-1)
@@ -108,7 +115,14 @@ class Attention(nn.Module):
         self.q_norm = q_norm
         self.k_norm = k_norm
         self.split = [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.v_head_dim]
-        self.register_buffer("k_cache", torch.zeros(self.n_kv, max_ctx, self.head_dim), persistent=False)
+        # keys are cached in RoPE's pair layout (apply_rope flat=False) when every dim
+        # rotates: the step's rotation is then computed by the scatter into the cache
+        self.k_pairs = None
+        if self.rot == self.head_dim:
+            half = self.rot // 2
+            self.k_pairs = (2, half) if self.neox else (half, 2)
+        k_shape = (self.n_kv, max_ctx) + (self.k_pairs or (self.head_dim,))
+        self.register_buffer("k_cache", torch.zeros(k_shape), persistent=False)
         self.register_buffer("v_cache", torch.zeros(self.n_kv, max_ctx, self.v_head_dim), persistent=False)
         # Compiled for Vulkan, the caches live on the GPU between steps (no copy back per
         # token); read_cache() brings them to the host.
@@ -129,10 +143,11 @@ class Attention(nn.Module):
             q = self.q_norm(q)
             k = self.k_norm(k)
         q = apply_rope(q, cos, sin, self.rot, self.neox, self.scale)
-        k = apply_rope(k, cos, sin, self.rot, self.neox)
+        k = apply_rope(k, cos, sin, self.rot, self.neox, flat=self.k_pairs is None)
         self.k_cache.index_copy_(1, pos, k)
         self.v_cache.index_copy_(1, pos, v)
-        out = attention(q, self.k_cache, self.v_cache, mask, 1.0)  # [nh, T, vd]; q is scaled
+        keys = self.k_cache.flatten(2) if self.k_pairs else self.k_cache
+        out = attention(q, keys, self.v_cache, mask, 1.0)  # [nh, T, vd]; q is scaled
         out = out.transpose(0, 1).reshape(1, T, self.n_heads * self.v_head_dim)
         return self.o(out)
 

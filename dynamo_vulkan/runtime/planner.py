@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, PROLOGUES, TAKES_DEFERRED, Deferred,
+from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred,
                                            Lazy, materialize, residual_adds)
 from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
@@ -127,13 +127,17 @@ def deferrable(gm: fx.GraphModule) -> set:
     """Elementwise nodes whose one consumer is elementwise too: they are folded
     into it (lowering/fusion.py) instead of getting a kernel and a buffer; and the
     nodes whose family's PROLOGUES rule lets their consumers compute them."""
+    def folds_into_user(n) -> bool:
+        if n.target not in FUSIBLE or len(n.users) != 1:
+            return False
+        u = next(iter(n.users))
+        return u.op == "call_function" and (
+            u.target in FUSIBLE or u.target in FOLDS or
+            (u.target in LOADS_LAZY and LOADS_LAZY[u.target](u, n)))
+
     return {n for n in gm.graph.nodes
             if n.op == "call_function" and (
-                (n.target in FUSIBLE and len(n.users) == 1
-                 and next(iter(n.users)).op == "call_function"
-                 and (next(iter(n.users)).target in FUSIBLE
-                      or next(iter(n.users)).target in FOLDS))
-                or (n.target in PROLOGUES and PROLOGUES[n.target](n)))}
+                folds_into_user(n) or (n.target in PROLOGUES and PROLOGUES[n.target](n)))}
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:
