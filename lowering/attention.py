@@ -12,7 +12,6 @@ from .core import LoweringError, f32_bits, groups_for, lowering
 WG = 256         # invocations per workgroup (and keys per chunk, one invocation each)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
-SPLIT_KEYS = 1024  # ... when there are more keys than this (else the merge kernel costs more)
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
 
@@ -45,7 +44,7 @@ def attention(ctx, q, k, v, mask, scale):
     dvlp = min(dv // vw, WG)
     rows = hq * t
     tpk, splits, split_keys = 1, 1, c
-    if rows < SPLIT_ROWS and c > SPLIT_KEYS:
+    if rows < SPLIT_ROWS and c > WG // SPLIT_TPK:
         # decode: few rows, so spread the keys over more workgroups (SPLIT_TPK
         # invocations per key) and merge the splits in a second kernel
         tpk = min(SPLIT_TPK, 1 << ((d // vw).bit_length() - 1))

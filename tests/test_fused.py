@@ -75,7 +75,7 @@ def test_attention(plans, hq, hkv, t, c, d, dv):
                                _reference_attention(q, k, v, mask, scale), rtol=1e-5, atol=1e-5)
     check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
     # few query rows over many keys (decode): the keys are split, then merged
-    split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.SPLIT_KEYS
+    split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.WG // att_lowering.SPLIT_TPK
     assert _names(plans) == (["attention", "attention:combine"] if split else ["attention"])
 
 

@@ -1,7 +1,8 @@
 """SmolLM2-135M (Q4_1) and Gemma 3 270M (Q4_K_M): prefill and decode tokens/s.
 
 Ours is dynamo_vulkan.generate.generate with backend="vulkan" (compiled once,
-then timed over repetitions); eager CPU is the same call uncompiled; the peer
+then timed over repetitions; greedy decode runs its default steps_per_call steps per
+GPU submit, the argmax on the GPU); eager CPU is the same call uncompiled; the peer
 is llama.cpp's Vulkan backend fed the same token ids (the prompt, then the
 tokens our run generated, one per step). Prompts are exactly N token ids.
 Errors against eager: the prefill's logits (prefill rows), the logits of one
@@ -179,7 +180,8 @@ def one_model(bench, label: str, path: Path, what: str) -> None:
     e_pre.speedup = e_dec.speedup = 1.0
     v_pre, v_dec = rows_for("vulkan", [r.prefill_s * 1e3 for r in runs],
                             [r.decode_s / r.decode_steps * 1e3 for r in runs], ((err, scale), (step_err, step_scale)), True,
-                            f"{steps} decode steps x {reps} runs; compile+warm-up {first.warmup_s:.1f}s; "
+                            f"{steps} decode steps x {reps} runs, {first.extra['steps_per_call']} per submit; "
+                            f"compile+warm-up {first.warmup_s:.1f}s; "
                             f"greedy tokens equal to eager {agree}/{min(len(tokens), len(eager.tokens))}")
     for r in (v_pre, v_dec):
         r.speedup = (e_pre if r is v_pre else e_dec).ms.median / r.ms.median
