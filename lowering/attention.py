@@ -1,8 +1,10 @@
 """dynamo_vulkan.attention (dynamo_vulkan/fused.py) on shaders/attention.comp: one
 workgroup per (query head, query row), online softmax over chunks of WG keys; for few
-rows (decode) the keys are split across workgroups and a second kernel merges them."""
+rows (decode) the keys are split across workgroups and the last of a row's splits to
+finish merges them (FUSED_COMBINE; or a second kernel)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
@@ -14,6 +16,7 @@ MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
+FUSED_COMBINE = True  # the last split of a row merges them (else a second kernel does)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -64,6 +67,13 @@ def attention(ctx, q, k, v, mask, scale):
                      note=note)
         return out
     scratch = ctx.empty((rows * splits * (dv + 2),), "f32")
+    if FUSED_COMBINE:
+        # a counter per row, zero at upload and reset by the row's last split
+        counter = ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32))
+        ctx.dispatch("attention", defines | {"SCRATCH_BINDING": 5, "COUNTER_BINDING": 6},
+                     [out, q, k, v, mask, scratch, counter], [0, 5, 6], spec,
+                     groups_for(rows * splits), note=f"{note}, {splits} splits merged by the last")
+        return out
     ctx.dispatch("attention", defines | {"SCRATCH_BINDING": 5}, [out, q, k, v, mask, scratch],
                  [5], spec, groups_for(rows * splits), note=f"{note}, {splits} splits")
     ctx.dispatch("attention", {"WG": WG, "DV": dv, "SPLITS": splits, "COMBINE": 1,

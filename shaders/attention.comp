@@ -8,8 +8,11 @@
 // i owns output lanes i % DVLP (+ DVLP, ...) and every PARTS-th key of the
 // chunk; the parts meet in shared memory at the end.
 // SPLITS > 1 (decode: few rows, so the keys are spread over more workgroups):
-// each split writes its max, sum and unnormalised output to a scratch buffer
-// and the COMBINE variant (one workgroup per row) merges them.
+// each split writes its max, sum and unnormalised output to a scratch buffer,
+// then counts itself in on the row's counter (an atomic); the row's last split
+// to arrive merges them all and resets the counter to 0 for the next call, so a
+// decode step's attention is one kernel and one barrier level. The COMBINE
+// variant (one workgroup per row) merges them in a second kernel instead.
 // lowering/attention.py derives every parameter.
 #include "common.glsl"
 layout(local_size_x = WG) in;
@@ -42,15 +45,18 @@ BUFFER(3, vb)
 BUFFER(4, mb)
 #endif
 #if SPLITS > 1
-BUFFER(SCRATCH_BINDING, part_b)   // per (row, split): max, sum, then DV output values
+// per (row, split): max, sum, then DV output values; coherent: read by another workgroup
+layout(set = 0, binding = SCRATCH_BINDING) coherent buffer PartB { uint part_b[]; };
+#endif
+#ifdef COUNTER_BINDING
+layout(set = 0, binding = COUNTER_BINDING) coherent buffer Count { uint counter[]; };
 #endif
 #include "wg_reduce.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
-#ifdef COMBINE
-void main() {
-    uint row = flat_workgroup();
-    if (row >= HQ * T) return;
+#if SPLITS > 1
+// out[row] = the splits' outputs merged by their softmax weights
+void combine(uint row) {
     uint base = row * SPLITS * (DV + 2u);
     float mx = NEG_INF;
     for (uint s = 0; s < SPLITS; ++s) mx = max(mx, ld_f32(part_b[base + s * (DV + 2u)]));
@@ -68,6 +74,14 @@ void main() {
         }
         outb[row * DV + d] = st_f32(a / l);       // l = 0 (all masked): NaN
     }
+}
+#endif
+
+#ifdef COMBINE
+void main() {
+    uint row = flat_workgroup();
+    if (row >= HQ * T) return;
+    combine(row);
 }
 #else
 
@@ -96,6 +110,7 @@ shared VT qs[D / VW];
 shared float ps[KPP];
 shared float sdot[TPK > 1 ? WG : 1];
 shared VT red[WG * DPT];
+shared bool last_split;
 
 void main() {
     uint wid = flat_workgroup();
@@ -179,5 +194,17 @@ void main() {
 #endif
         }
     }
+#ifdef COUNTER_BINDING
+    memoryBarrierBuffer();                       // this split's partials, then its count
+    barrier();
+    if (lid == 0u) {
+        last_split = atomicAdd(counter[row], 1u) == SPLITS - 1u;
+        if (last_split) counter[row] = 0u;       // every split has counted: reset for next call
+    }
+    barrier();
+    if (!last_split) return;                     // uniform across the workgroup
+    memoryBarrierBuffer();
+    combine(row);
+#endif
 }
 #endif

@@ -74,9 +74,27 @@ def test_attention(plans, hq, hkv, t, c, d, dv):
     torch.testing.assert_close(attention(q, k, v, mask, scale),
                                _reference_attention(q, k, v, mask, scale), rtol=1e-5, atol=1e-5)
     check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
-    # few query rows over many keys (decode): the keys are split, then merged
+    # few query rows over many keys (decode): the keys are split, and the last split of
+    # each row merges them in the same kernel
     split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.WG // att_lowering.SPLIT_TPK
-    assert _names(plans) == (["attention", "attention:combine"] if split else ["attention"])
+    assert _names(plans) == ["attention"]
+    assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
+
+
+def test_split_attention_called_again_and_with_a_merge_kernel(plans, monkeypatch):
+    """The row counters are reset by the kernel, so a second call (new q, same program)
+    merges right; the two-kernel merge gives the same numbers."""
+    hq, hkv, c, d = 9, 3, 300, 64
+    k, v = torch.randn(hkv, c, d), torch.randn(hkv, c, d)
+    mask = _causal(1, c, 250)
+    fn = torch.compile(lambda q, k, v, m: attention(q, k, v, m, 0.125), backend="vulkan", dynamic=False)
+    for _ in range(3):
+        q = torch.randn(hq, 1, d)
+        torch.testing.assert_close(fn(q, k, v, mask), attention(q, k, v, mask, 0.125), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(att_lowering, "FUSED_COMBINE", False)
+    k, v, mask = k[:, 1:], v[:, 1:], mask[:, 1:]       # a new graph, not a cached plan
+    check(lambda q, k, v, m: attention(q, k, v, m, 0.125), q, k, v, mask)
+    assert _names(plans)[-2:] == ["attention", "attention:combine"]
 
 
 def test_attention_strided_inputs_and_sliding_window():
