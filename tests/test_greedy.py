@@ -88,3 +88,23 @@ def test_bad_settings(tiny):
         generate(model, PROMPT, tok, max_new_tokens=4, steps_per_call=0, backend="vulkan")
     with pytest.raises(ValueError, match=">= 1"):
         GreedySteps.positions(3, 0)
+
+
+def test_repeated_dispatches_share_one_algorithm(tiny, monkeypatch):
+    """Dispatches of the same kernel, constants and buffers (the position prologue of
+    every step reads the same inputs) record one kp algorithm, whose pipeline and
+    descriptor set cost GPU memory, and the tokens stay right."""
+    from dynamo_vulkan.runtime import program
+
+    model, tok, want = tiny
+    built = []
+    init = program.Program.__init__
+    monkeypatch.setattr(program.Program, "__init__",
+                        lambda self, *a, **k: (init(self, *a, **k), built.append(self))[0])
+    torch._dynamo.reset()
+    got = generate(model, PROMPT, tok, max_new_tokens=7, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=6, warmup=False)
+    assert got.tokens == want.tokens[:7]
+    multi = max(built, key=lambda p: len(p.plan.dispatches))
+    keys = {(d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups)) for d in multi.plan.dispatches}
+    assert len(multi.algorithms) == len(keys) < len(multi.plan.dispatches)

@@ -248,6 +248,7 @@ class Program:
                                       STAGE_TRANSFER | STAGE_COMPUTE, STAGE_COMPUTE))
         self._labels.append(None)
         self.algorithms = []
+        shared: dict = {}
         dirty: set[int] = set()      # buffers written since the last barrier
         touched: set[int] = set()    # buffers read since the last barrier
         empty = np.zeros(0, np.uint32)
@@ -261,10 +262,16 @@ class Program:
                 self._labels.append(None)
                 dirty.clear()
                 touched.clear()
-            algo = mgr.algorithm([self.tensors[b] for b in d.bindings],
-                                 shaders.compile_source(plan.sources[d.spirv_key], d.name),
-                                 list(d.groups), np.array(d.spec, np.uint32), empty)
-            self.algorithms.append(algo)
+            # one kp algorithm (a pipeline and descriptor set, ~64 KiB of GPU memory on
+            # the H100) serves every dispatch of the same kernel, constants and buffers
+            same = (d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups))
+            algo = shared.get(same)
+            if algo is None:
+                algo = shared[same] = mgr.algorithm(
+                    [self.tensors[b] for b in d.bindings],
+                    shaders.compile_source(plan.sources[d.spirv_key], d.name),
+                    list(d.groups), np.array(d.spec, np.uint32), empty)
+                self.algorithms.append(algo)
             seq.record(kp.OpDispatchBare(algo))
             self._labels.append(f"{d.name} {d.note}")
             dirty |= writes
