@@ -44,6 +44,9 @@ NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded i
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
 TILE = 64
+SPLIT_K_WGS = 256   # tiled workgroups below which K is split across more of them
+SPLIT_K_MIN = 128   # ... keeping at least this much K per split
+MAX_K_SPLITS = 8
 
 
 class RowChunks(NamedTuple):
@@ -247,8 +250,31 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
                                 "workgroups along one axis")
         spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb, row0, out_rows]
-        ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
+        splits, ks = _k_splits(ctx.caps, groups[0] * groups[1], k, m * n)
+        if splits == 1:
+            ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
+            return True
+        part = ctx.empty((splits, m, n), "f32")
+        spec[7:9] = [0, n]
+        ctx.dispatch("gguf_matmul", defines, [part, x2, w], [0], spec + [ks],
+                     (groups[0], groups[1], splits), note=f"{note}, K in {splits} splits")
+        cols = out.with_layout((m, n), (out_rows, 1), out.offset + row0)
+        slices = [part.with_layout((m, n), (n, 1), z * m * n) for z in range(splits)]
+        ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32", out=cols)
     return True
+
+
+def _k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int]:
+    """(splits, K per split) for the tiled kernel: enough workgroups to fill a GPU
+    (SPLIT_K_WGS), each keeping at least SPLIT_K_MIN of K, and partial outputs that fit
+    one buffer; one split on CPU devices (lavapipe), whose few threads are busy with
+    any grid."""
+    if "cpu" in str(caps.get("device_type", "")).lower() or tiles >= SPLIT_K_WGS:
+        return 1, k
+    fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * max(1, outputs))
+    splits = max(1, min(-(-SPLIT_K_WGS // tiles), k // SPLIT_K_MIN, MAX_K_SPLITS, fit))
+    ks = -(-k // (splits * 16)) * 16            # whole K steps of the kernel
+    return -(-k // ks), ks
 
 
 def _norm_feeds_matvecs(node) -> bool:

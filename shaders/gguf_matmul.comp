@@ -5,6 +5,10 @@
 // through its strides; no dequantized copy of W is ever stored in a buffer.
 // W may be one chunk of a split weight: its N rows are then columns
 // OUT_OFF.. of an output whose rows hold OUT_N values.
+// Split K: workgroup z sums only K range [z * KS, (z + 1) * KS) and writes its
+// partial tile to slice z of the output (M * OUT_N values each); a second kernel
+// adds the slices. Few tiles (a prompt of a small model) then still fill the GPU:
+// each workgroup's time is its K loop, a round of load latency per step.
 #include "common.glsl"
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const uint M = 1;
@@ -16,6 +20,7 @@ layout(constant_id = 5) const uint X_SK = 1;
 layout(constant_id = 6) const uint ROW_BYTES = 0;
 layout(constant_id = 7) const uint OUT_OFF = 0;
 layout(constant_id = 8) const uint OUT_N = 1;
+layout(constant_id = 9) const uint KS = 0xffffffffu;   // K per split (all of K: one)
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
@@ -27,21 +32,22 @@ shared float Ws[TK][TN + 1];
 
 void main() {
     uint m0 = gl_WorkGroupID.y * TM, n0 = gl_WorkGroupID.x * TN;
+    uint kbeg = gl_WorkGroupID.z * KS, kend = min(K, kbeg + KS);
     uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y;
     uint tid = ty * 16u + tx;
     float acc[4][4];
     for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) acc[i][j] = 0.0;
-    for (uint k0 = 0; k0 < K; k0 += TK) {
+    for (uint k0 = kbeg; k0 < kend; k0 += TK) {
         for (uint e = tid; e < TM * TK; e += 256u) {
             uint mm = e / TK, kk = e % TK;
             uint gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < M && gk < K) ? ld_f32(xb[X_OFF + gm * X_SM + gk * X_SK]) : 0.0;
+            As[kk][mm] = (gm < M && gk < kend) ? ld_f32(xb[X_OFF + gm * X_SM + gk * X_SK]) : 0.0;
         }
         if (tid < TN * 2u) {
             uint nn = tid >> 1, half_ = tid & 1u;
             uint gn = n0 + nn, gk = k0 + 8u * half_;
             vec4 lo = vec4(0.0), hi = vec4(0.0);
-            if (gn < N && gk < K) {
+            if (gn < N && gk < kend) {
                 uint ch = gk / 8u;
                 deq8(gn * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
             }
@@ -65,7 +71,7 @@ void main() {
         if (gm >= M) continue;
         for (int j = 0; j < 4; ++j) {
             uint gn = n0 + tx + 16u * j;
-            if (gn < N) outb[gm * OUT_N + OUT_OFF + gn] = st_f32(acc[i][j]);
+            if (gn < N) outb[gl_WorkGroupID.z * M * OUT_N + gm * OUT_N + OUT_OFF + gn] = st_f32(acc[i][j]);
         }
     }
 }

@@ -415,3 +415,50 @@ def test_elementwise_producer_of_a_3d_noncontiguous_view(plans):
     with torch.no_grad():
         check(lambda t: lin(torch.relu(t) * 3.0), t, **tolerances(k, [lin(torch.relu(t) * 3.0)]))
     assert [d.name for p in plans for d in p.dispatches] == ["gguf_matvec:Q8_0"]
+
+
+@pytest.fixture
+def gpu_k_splits(monkeypatch):
+    """The tiled kernel's K splits as a GPU gets them (lavapipe, a CPU device, gets none)."""
+    from dynamo_vulkan import device
+    info = device.device_info()
+    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
+    monkeypatch.setitem(info, "name", f"{info['name']} (as a GPU)")   # plans cached apart
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q5_1", "Q4_K", "Q6_K", "F16"])
+@pytest.mark.parametrize("m", [9, 70])
+def test_tiled_matmul_with_k_split(gpu_k_splits, plans, name, m):
+    """Few tiles (a small model's prompt): K is split over more workgroups and the
+    slices added by a second kernel; odd M and N, K not a multiple of the split."""
+    torch.manual_seed(6)
+    k = cols_of(name)
+    lin = GGUFLinear(blocks_of(name, 67, k, 11), quant_info(name).ggml_type, 67, k)
+    x = torch.randn(m, k)
+    with torch.no_grad():
+        check(lin, x, **tolerances(k, [lin(x)]))
+    notes = [d.note for p in plans for d in p.dispatches]
+    assert any("splits" in n for n in notes) and len(notes) == 2, notes
+
+
+def test_k_split_of_a_weight_split_across_buffers(gpu_k_splits, small_limit, plans):
+    """Each chunk of a split weight adds its slices into its own columns; the partial
+    outputs stay within one buffer (fewer splits where they would not)."""
+    small_limit(SPLIT_LIMIT)
+    lin = GGUFLinear(blocks_of("Q8_0", 101, 256, 12), quant_info("Q8_0").ggml_type, 101, 256)
+    x = torch.randn(9, 256)                  # (x itself must fit the small limit)
+    with torch.no_grad():
+        check(lin, x, **tolerances(256, [lin(x)]))
+    notes = [d.note for p in plans for d in p.dispatches]
+    assert any("K in 2 splits" in n for n in notes), notes
+
+
+def test_k_splits_rule():
+    ks = gguf_lowering._k_splits
+    assert ks({"device_type": "PHYSICAL_DEVICE_TYPE_CPU"}, 4, 4096) == (1, 4096)
+    assert ks({}, 300, 4096) == (1, 4096)                  # enough tiles already
+    assert ks({"max_storage_buffer_range": 4 * 1000}, 2, 4096, 500) == (2, 2048)  # scratch fits
+    for tiles, k in ((18, 576), (96, 576), (2, 1536), (4, 100), (1, 130)):
+        splits, per = ks({}, tiles, k)
+        assert per % 16 == 0 and (splits - 1) * per < k <= splits * per
+        assert splits == 1 or per >= gguf_lowering.SPLIT_K_MIN - 15
