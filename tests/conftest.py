@@ -32,3 +32,14 @@ def plans(monkeypatch):
         init(self, plan, *a, **k)
     monkeypatch.setattr(program.Program, "__init__", spy)
     return seen
+
+
+@pytest.fixture
+def as_gpu(monkeypatch):
+    """Plan as for a discrete GPU (lavapipe is a CPU device, for which some fusions and
+    splits are off): the device's type says GPU, and its name keeps those plans cached
+    apart from lavapipe's."""
+    from dynamo_vulkan import device
+    info = device.device_info()
+    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
+    monkeypatch.setitem(info, "name", f"{info['name']} (as a GPU)")

@@ -335,7 +335,7 @@ class NormLinearsResidual(torch.nn.Module):
 
 @pytest.mark.parametrize("name", ["Q4_1", "Q6_K", "F16"])
 @pytest.mark.parametrize("m", [1, 3, 8, 9])
-def test_norm_and_residual_fold_into_the_matvec(plans, name, m):
+def test_norm_and_residual_fold_into_the_matvec(as_gpu, plans, name, m):
     """At mat-vec sizes the norm is computed by each linear as it loads x and the
     residual added by the linear's kernel: two kernels in all. The tiled size keeps
     separate kernels and gives the same numbers."""
@@ -355,7 +355,7 @@ def test_norm_and_residual_fold_into_the_matvec(plans, name, m):
         assert "rowwise:rms_norm" in names and any(n.startswith("elementwise") for n in names)
 
 
-def test_norm_with_another_reader_is_computed_once(plans):
+def test_norm_with_another_reader_is_computed_once(as_gpu, plans):
     torch.manual_seed(2)
     model = NormLinearsResidual("Q8_0", 64, also_plain=True)
     x = torch.randn(1, 64)
@@ -388,7 +388,7 @@ class GatedDown(torch.nn.Module):
 @pytest.mark.parametrize("name", ["Q4_0", "Q8_0", "Q4_K", "Q6_K"])
 @pytest.mark.parametrize("m,act,extra", [(1, "silu", False), (3, "gelu", False), (8, "silu", True),
                                          (1, "gelu", True), (9, "silu", False)])
-def test_elementwise_producer_folds_into_the_matvec(plans, name, m, act, extra):
+def test_elementwise_producer_folds_into_the_matvec(as_gpu, plans, name, m, act, extra):
     """silu(gate) * up is computed by the down projection's mat-vec as it loads x: one
     kernel, reading two strided views of gate|up (and a broadcast vector, a constant and
     a mask with `extra`). Above mat-vec sizes it is its own kernel, same numbers."""
@@ -406,7 +406,7 @@ def test_elementwise_producer_folds_into_the_matvec(plans, name, m, act, extra):
         assert any(n.startswith("elementwise") for n in names)
 
 
-def test_elementwise_producer_of_a_3d_noncontiguous_view(plans):
+def test_elementwise_producer_of_a_3d_noncontiguous_view(as_gpu, plans):
     """x [2, 1, k] from a permuted tensor: each leaf keeps its own row offsets."""
     torch.manual_seed(4)
     k = 64
@@ -417,18 +417,9 @@ def test_elementwise_producer_of_a_3d_noncontiguous_view(plans):
     assert [d.name for p in plans for d in p.dispatches] == ["gguf_matvec:Q8_0"]
 
 
-@pytest.fixture
-def gpu_k_splits(monkeypatch):
-    """The tiled kernel's K splits as a GPU gets them (lavapipe, a CPU device, gets none)."""
-    from dynamo_vulkan import device
-    info = device.device_info()
-    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
-    monkeypatch.setitem(info, "name", f"{info['name']} (as a GPU)")   # plans cached apart
-
-
 @pytest.mark.parametrize("name", ["Q4_0", "Q5_1", "Q4_K", "Q6_K", "F16"])
 @pytest.mark.parametrize("m", [9, 70])
-def test_tiled_matmul_with_k_split(gpu_k_splits, plans, name, m):
+def test_tiled_matmul_with_k_split(as_gpu, plans, name, m):
     """Few tiles (a small model's prompt): K is split over more workgroups and the
     slices added by a second kernel; odd M and N, K not a multiple of the split."""
     torch.manual_seed(6)
@@ -441,7 +432,7 @@ def test_tiled_matmul_with_k_split(gpu_k_splits, plans, name, m):
     assert any("splits" in n for n in notes) and len(notes) == 2, notes
 
 
-def test_k_split_of_a_weight_split_across_buffers(gpu_k_splits, small_limit, plans):
+def test_k_split_of_a_weight_split_across_buffers(as_gpu, small_limit, plans):
     """Each chunk of a split weight adds its slices into its own columns; the partial
     outputs stay within one buffer (fewer splits where they would not)."""
     small_limit(SPLIT_LIMIT)
@@ -462,3 +453,22 @@ def test_k_splits_rule():
         splits, per = ks({}, tiles, k)
         assert per % 16 == 0 and (splits - 1) * per < k <= splits * per
         assert splits == 1 or per >= gguf_lowering.SPLIT_K_MIN - 15
+
+
+def test_a_cpu_device_keeps_prologues_as_their_own_kernels(plans):
+    """On lavapipe (a CPU device) recomputing the norm or silu * up in every row group
+    costs more than a kernel: the norm, the activation and the mat-vecs stay apart,
+    same numbers."""
+    from dynamo_vulkan import device
+    assert "cpu" in str(device.device_info().get("device_type", "")).lower()
+    torch.manual_seed(7)
+    model = NormLinearsResidual("Q8_0", 64)
+    gated = GatedDown("Q8_0", 64, "silu")
+    x, gu = torch.randn(1, 64), torch.randn(1, 128)
+    with torch.no_grad():
+        check(model, x, **tolerances(64, model(x)))
+        check(gated, gu, **tolerances(64, [gated(gu)]))
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names.count("rowwise:rms_norm") == 1 and names.count("gguf_matvec:Q8_0") == 3, names
+    assert not any(d.note.startswith(("rms_norm + ", "elementwise + "))
+                   for p in plans for d in p.dispatches)

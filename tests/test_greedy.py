@@ -108,3 +108,17 @@ def test_repeated_dispatches_share_one_algorithm(tiny, monkeypatch):
     multi = max(built, key=lambda p: len(p.plan.dispatches))
     keys = {(d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups)) for d in multi.plan.dispatches}
     assert len(multi.algorithms) == len(keys) < len(multi.plan.dispatches)
+
+
+def test_default_steps_per_call(monkeypatch):
+    """k steps per submit where a GPU's submit round trip is paid: greedy, Vulkan, a GPU."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.generate import DEFAULT_STEPS_PER_CALL, default_steps_per_call
+
+    info = device.device_info()
+    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_CPU")
+    assert default_steps_per_call("vulkan", 0.0) == 1
+    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU")
+    assert default_steps_per_call("vulkan", 0.0) == DEFAULT_STEPS_PER_CALL > 1
+    assert default_steps_per_call("vulkan", 0.7) == 1
+    assert default_steps_per_call("eager", 0.0) == default_steps_per_call(None, 0.0) == 1
