@@ -170,6 +170,14 @@ def device_info(index: int | None = None) -> dict:
     return info
 
 
+def is_cpu(info: dict | None = None) -> bool:
+    """Whether the device (info from device_info(); the default device's without it) is
+    a CPU implementation such as lavapipe: compute there is the bottleneck, not the
+    barriers and submits that several GPU-side choices trade against."""
+    info = device_info() if info is None else info
+    return "cpu" in str(info.get("device_type", "")).lower()
+
+
 def _probe_subgroup_size(mgr) -> int:
     import numpy as np
     from .runtime.shaders import compile_source

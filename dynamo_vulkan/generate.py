@@ -188,8 +188,7 @@ def default_steps_per_call(backend, temperature: float) -> int:
         return 1
     from . import device
 
-    kind = str(device.device_info().get("device_type", "")).lower()
-    return 1 if "cpu" in kind else DEFAULT_STEPS_PER_CALL
+    return 1 if device.is_cpu() else DEFAULT_STEPS_PER_CALL
 
 
 def greedy_steps(model, backend: str | None):

@@ -130,6 +130,7 @@ class RowLoader:
     ``buffers`` are bound in that order."""
     decls: str
     buffers: list
+    base: int
 
 
 def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int) -> RowLoader | None:
@@ -178,7 +179,7 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int) -> RowLoader | None:
     body = re.sub(r"\$(\d+)", lambda mt: subst[int(mt.group(1))], text)
     value = convert(body, rk, "f32")
     decls.append(f"float xlazy(uint m, uint k) {{ return {value}; }}")
-    return RowLoader(" ".join(decls), buffers)
+    return RowLoader(" ".join(decls), buffers, base)
 
 
 def residual_adds(gm) -> dict:

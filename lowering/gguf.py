@@ -21,12 +21,14 @@ from typing import NamedTuple
 
 import torch
 
+from dynamo_vulkan import device
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 
 from .core import Context, LoweringError, TRef, f32_bits, groups_for, lowering, meta_view
 from .elementwise import contiguous, ew
-from .fusion import EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Lazy, materialize, row_loader
+from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Lazy, RowLoader,
+                     materialize, row_loader)
 from .rowwise import NormedRows
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
@@ -192,16 +194,15 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
 
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
-                residual: TRef | None = None, lazy: Lazy | None = None) -> bool:
+                residual: TRef | None = None, loader: RowLoader | None = None) -> None:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
     k-stride must be 1), the tiled one above. Split from the rule so benchmarks
     can emit it directly. Mat-vec only: norm (weight TRef, eps) RMS-normalises the
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
-    added to the output; lazy, an elementwise expression of x2's shape, is computed
-    as x is loaded (x2 is then only its shape). Returns whether lazy was folded in
-    (False: materialize x2 and call again)."""
+    added to the output; loader (fusion.row_loader, its bindings after the residual's)
+    computes x as it is loaded (x2 is then only its shape)."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -210,9 +211,6 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
     if m <= MATVEC_M:
-        loader = row_loader(ctx, lazy, m, k, 0) if lazy is not None else None
-        if lazy is not None and loader is None:
-            return False
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
@@ -236,7 +234,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             bindings.append(residual)
             note += " + residual"
         if loader is not None:
-            loader = row_loader(ctx, lazy, m, k, len(bindings))   # its bindings come last
+            if loader.base != len(bindings):
+                raise LoweringError(f"row loader declared from binding {loader.base}, "
+                                    f"bound at {len(bindings)}")
             defines["X_LAZY"] = loader.decls
             bindings += loader.buffers
             note = "elementwise + " + note
@@ -253,7 +253,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         splits, ks = _k_splits(ctx.caps, groups[0] * groups[1], k, m * n)
         if splits == 1:
             ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
-            return True
+            return
         part = ctx.empty((splits, m, n), "f32")
         spec[7:9] = [0, n]
         ctx.dispatch("gguf_matmul", defines, [part, x2, w], [0], spec + [ks],
@@ -261,7 +261,6 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         cols = out.with_layout((m, n), (out_rows, 1), out.offset + row0)
         slices = [part.with_layout((m, n), (n, 1), z * m * n) for z in range(splits)]
         ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32", out=cols)
-    return True
 
 
 def _k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int]:
@@ -269,7 +268,7 @@ def _k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, in
     (SPLIT_K_WGS), each keeping at least SPLIT_K_MIN of K, and partial outputs that fit
     one buffer; one split on CPU devices (lavapipe), whose few threads are busy with
     any grid."""
-    if "cpu" in str(caps.get("device_type", "")).lower() or tiles >= SPLIT_K_WGS:
+    if device.is_cpu(caps) or tiles >= SPLIT_K_WGS:
         return 1, k
     fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * max(1, outputs))
     splits = max(1, min(-(-SPLIT_K_WGS // tiles), k // SPLIT_K_MIN, MAX_K_SPLITS, fit))
@@ -283,8 +282,7 @@ def _recompute_costs() -> bool:
     Vulkan device (lavapipe) compute is the bottleneck, not the barrier between kernels.
     Measured on lavapipe, SmolLM2's down projection with silu * up folded in took
     6.8 ms against about 2 ms for the two kernels."""
-    from dynamo_vulkan import device
-    return "cpu" in str(device.device_info().get("device_type", "")).lower()
+    return device.is_cpu()
 
 
 def _norm_feeds_matvecs(node) -> bool:
@@ -339,9 +337,13 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
         residual = _residual_rows(ctx.residual, m, rows)
     ctx.residual_added = residual is not None
     if isinstance(x, Lazy) and m <= MATVEC_M and out.numel and norm is None:
-        shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")      # the loader reads x
-        if all(emit_linear(ctx, out, shape_only, part, qtype, r1 - r0, cols, r0, rows,
-                           residual=residual, lazy=x) for part, r0, r1 in w):
+        # the mat-vec's bindings: out, x (unread), W, the residual, then the loader's
+        loader = row_loader(ctx, x, m, cols, 4 if residual is not None else 3)
+        if loader is not None:
+            shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")
+            for part, r0, r1 in w:
+                emit_linear(ctx, out, shape_only, part, qtype, r1 - r0, cols, r0, rows,
+                            residual=residual, loader=loader)
             return out
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
