@@ -40,7 +40,7 @@ SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
 MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
 MV_WG = 128      # mat-vec threads per workgroup
 MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
-MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
+MV_UNROLL = 8    # groups of 4 per mat-vec thread and loop step (loads in flight together)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
@@ -137,11 +137,16 @@ def _check(node) -> str | None:
     return None
 
 
-def _type_defines(qtype) -> dict:
+def _type_defines(qtype, caps: dict | None = None) -> dict:
+    """The block decoder's defines for qtype (gguf_blocks.glsl), and GB_MAGIC on devices
+    whose int-to-float conversion is slow (caps: the device's info)."""
     name = SHADER_TYPES.get(qtype) if isinstance(qtype, int) else None
     if name is None:
         raise LoweringError(f"GGUF type {_name(qtype)} has no Vulkan kernel")
-    return {"VARIANT": name, f"QTYPE_{name}": 1}
+    defines = {"VARIANT": name, f"QTYPE_{name}": 1}
+    if caps is not None and device.slow_int_to_float(caps):
+        defines["GB_MAGIC"] = 1
+    return defines
 
 
 def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
@@ -203,7 +208,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
     added to the output; loader (fusion.row_loader, its bindings after the residual's)
     computes x as it is loaded (x2 is then only its shape)."""
-    defines = _type_defines(qtype)
+    defines = _type_defines(qtype, ctx.caps)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
     rb = row_nbytes(qtype, cols)
@@ -358,7 +363,7 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
 
 @lowering(GGUF_EMBEDDING, check=_check)
 def gguf_embedding(ctx: Context, ids, blocks, qtype, rows, cols):
-    defines = _type_defines(qtype)
+    defines = _type_defines(qtype, ctx.caps)
     w = _blocks(ctx, blocks, rows, cols, qtype)
     ids = ctx.ref(ids)
     if ids.kind != "i32":

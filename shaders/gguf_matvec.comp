@@ -1,19 +1,23 @@
 // Fused dequantize + mat-vec for few rows of x (decode, M <= 8):
 // out[m, n] = sum_k x[m, k] * W[n, k], W kept as GGUF blocks (never
 // dequantized to memory). TPR threads (a subgroup, or the whole workgroup for
-// long rows) own NR consecutive rows of W; they stride over the rows' chunks of
-// 8 elements (UNROLL chunks per step, so their loads are in flight together),
-// decode each chunk once and use it for all MROWS rows of x; partial sums meet
-// through subgroupAdd (and shared memory when TPR spans several subgroups).
+// long rows) own NR consecutive rows of W; they stride over the rows' groups of
+// 4 elements (UNROLL groups per step, so their loads are in flight together),
+// neighbouring lanes on neighbouring groups, so each load of x is one coalesced
+// 16-byte read per lane; each group is decoded once (deq4: 4 raw values and
+// their scale) and used for all MROWS rows of x; partial sums meet through
+// subgroupAdd (and shared memory when TPR spans several subgroups).
 // MROWS, NR, UNROLL and TPR are #defines so every array index is a compile-time
 // constant (registers, never local memory). x is contiguous along k.
 // W may be one chunk of a weight split across buffers: its N rows are then
 // columns OUT_OFF.. of an output whose rows hold OUT_N values.
-// Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly
-// (x * rsqrt(mean(x^2) + eps) * nw, every workgroup computing the row's sum of
-// squares itself, which costs one extra read of x); RESIDUAL, a tensor is added
-// to the output (out = res + x W^T); X_LAZY, x is an elementwise expression
-// (an activation, gate * up) computed as it is loaded, by fusion.row_loader.
+// Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly: the dot
+// product runs on x * nw while the same lanes sum x^2 (each row group covers all
+// of k), and the reduced dot is scaled by rsqrt(mean(x^2) + eps), so the norm
+// costs no extra pass over x and no barrier; RESIDUAL, a tensor is added to the
+// output (out = res + x W^T, read before the loop so its latency overlaps);
+// X_LAZY, x is an elementwise expression (an activation, gate * up) computed as it
+// is loaded, by fusion.row_loader.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -58,17 +62,16 @@ X_LAZY
 #define TPR 128
 #endif
 #define MAXWG 256
-shared float red[MAXWG][NR * MROWS];       // partial sums, when not one subgroup per row
 #ifdef NORM
-#include "wg_reduce.glsl"
+#define NSUM (NR * MROWS + MROWS)   // partial sums: the dots, then x^2 per row of x
+#else
+#define NSUM (NR * MROWS)
 #endif
+shared float red[MAXWG][NSUM];       // partial sums, when not one subgroup per row
 
 void store(uint n0, uint i, float s) {
     uint r = i / MROWS, m = i % MROWS;
     if (n0 + r >= N) return;
-#ifdef RESIDUAL
-    s = ld_f32(resb[RES_OFF + m * RES_SM + OUT_OFF + n0 + r]) + s;
-#endif
     outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
 }
 
@@ -92,60 +95,71 @@ void main() {
     uint lid = gl_LocalInvocationID.x, lane = lid % TPR, slot = lid / TPR;
     uint n0 = (flat_workgroup() * (gl_WorkGroupSize.x / TPR) + slot) * NR;
     if (flat_workgroup() * (gl_WorkGroupSize.x / TPR) * NR >= N) return;    // uniform
-#ifdef NORM
-    float rs[MROWS];
-    {
-        float ss[MROWS];
-        [[unroll]] for (uint m = 0; m < MROWS; ++m) ss[m] = 0.0;
-        for (uint k = 4u * lid; k < K; k += 4u * gl_WorkGroupSize.x) {
-            [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-                vec4 v = x4(m, k);
-                ss[m] += dot(v, v);
-            }
-        }
-        [[unroll]] for (uint m = 0; m < MROWS; ++m)
-            rs[m] = inversesqrt(wg_sum(ss[m]) / float(K) + uintBitsToFloat(EPS_BITS));
+#ifdef RESIDUAL
+    float res[NR * MROWS];
+    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
+        uint r = min(n0 + i / MROWS, N - 1u), m = i % MROWS;
+        res[i] = ld_f32(resb[RES_OFF + m * RES_SM + OUT_OFF + r]);
     }
 #endif
-    float acc[NR * MROWS];
-    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) acc[i] = 0.0;
-    const uint chunks = K / 8u;
+    float acc[NSUM];
+    [[unroll]] for (uint i = 0; i < NSUM; ++i) acc[i] = 0.0;
+    const uint groups = K / 4u;
     uint rbase[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) rbase[r] = min(n0 + r, N - 1u) * ROW_BYTES;
-    for (uint ch0 = lane; ch0 < chunks; ch0 += TPR * UNROLL) {
+    for (uint g0 = lane; g0 < groups; g0 += TPR * UNROLL) {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-            uint ch = ch0 + u * TPR;
-            if (UNROLL == 1 || ch < chunks) {
-                uint boff = (ch / CPB) * QB, c = ch % CPB;
-                vec4 xl[MROWS], xh[MROWS];
+            uint g = g0 + u * TPR;
+            if (UNROLL == 1 || g < groups) {
+                uint boff = (g / GPB) * QB, q = g % GPB;
+                vec4 xg[MROWS];
+#ifdef DEQ4_MIN
+                float xs[MROWS];
+#endif
                 [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-                    xl[m] = x4(m, 8u * ch);
-                    xh[m] = x4(m, 8u * ch + 4u);
+                    xg[m] = x4(m, 4u * g);
 #ifdef NORM
-                    xl[m] = xl[m] * rs[m] * nwv[2u * ch];
-                    xh[m] = xh[m] * rs[m] * nwv[2u * ch + 1u];
+                    acc[NR * MROWS + m] += dot(xg[m], xg[m]);
+                    xg[m] *= nwv[g];
+#endif
+#ifdef DEQ4_MIN
+                    xs[m] = (xg[m].x + xg[m].y) + (xg[m].z + xg[m].w);
 #endif
                 }
                 [[unroll]] for (uint r = 0; r < NR; ++r) {
-                    vec4 lo, hi;
-                    deq8(rbase[r] + boff, c, lo, hi);   // rows past N: row N-1 again, unused
-                    [[unroll]] for (uint m = 0; m < MROWS; ++m)
-                        acc[r * MROWS + m] += dot(lo, xl[m]) + dot(hi, xh[m]);
+                    vec2 dm;
+                    vec4 w = deq4(rbase[r] + boff, q, dm);   // rows past N: row N-1 again, unused
+                    [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+#ifdef DEQ4_MIN
+                        acc[r * MROWS + m] += dm.x * dot(w, xg[m]) + dm.y * xs[m];
+#else
+                        acc[r * MROWS + m] += dm.x * dot(w, xg[m]);
+#endif
+                    }
                 }
             }
         }
     }
     if (TPR < gl_WorkGroupSize.x && gl_SubgroupSize == TPR) {   // one subgroup per row group
-        [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) acc[i] = subgroupAdd(acc[i]);
+        [[unroll]] for (uint i = 0; i < NSUM; ++i) acc[i] = subgroupAdd(acc[i]);
         if (lane == 0u) {
-            [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) store(n0, i, acc[i]);
+            [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
+                float s = acc[i];
+#ifdef NORM
+                s *= inversesqrt(acc[NR * MROWS + i % MROWS] / float(K) + uintBitsToFloat(EPS_BITS));
+#endif
+#ifdef RESIDUAL
+                s += res[i];
+#endif
+                store(n0, i, s);
+            }
         }
         return;
     }
     // the whole workgroup per row group, or a device whose subgroups are not TPR wide
     // for this pipeline: partial sums through shared memory
     uint per = TPR % gl_SubgroupSize == 0u ? TPR / gl_SubgroupSize : TPR;   // values per group
-    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
+    [[unroll]] for (uint i = 0; i < NSUM; ++i) {
         if (per < TPR) {         // subgroups lie inside row groups: one value each
             float t = subgroupAdd(acc[i]);
             if (subgroupElect()) red[gl_SubgroupID][i] = t;
@@ -154,9 +168,19 @@ void main() {
         }
     }
     barrier();
-    if (lane < NR * MROWS) {
-        float s = 0.0;
-        for (uint j = 0; j < per; ++j) s += red[slot * per + j][lane];
-        store(n0, lane, s);
+    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
+        if (lane == i) {
+            float s = 0.0;
+            for (uint j = 0; j < per; ++j) s += red[slot * per + j][i];
+#ifdef NORM
+            float ss = 0.0;
+            for (uint j = 0; j < per; ++j) ss += red[slot * per + j][NR * MROWS + i % MROWS];
+            s *= inversesqrt(ss / float(K) + uintBitsToFloat(EPS_BITS));
+#endif
+#ifdef RESIDUAL
+            s += res[i];
+#endif
+            store(n0, i, s);
+        }
     }
 }

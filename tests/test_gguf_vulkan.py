@@ -102,6 +102,33 @@ def test_every_type_matches_cpu(name):
         check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
 
 
+@pytest.fixture
+def nvidia_decode(monkeypatch):
+    """Plan as for an NVIDIA device, whose block decoders convert integers to floats
+    through the mantissa (GB_MAGIC) instead of the conversion instruction."""
+    from dynamo_vulkan import device
+    info = device.device_info()
+    monkeypatch.setitem(info, "vendor_id", device.NVIDIA_VENDOR_ID)
+    monkeypatch.setitem(info, "name", f"{info['name']} (as NVIDIA)")
+    assert device.slow_int_to_float()
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_every_type_matches_cpu_with_mantissa_conversion(nvidia_decode, name):
+    torch.manual_seed(1)
+    model = Layers(name)
+    k = cols_of(name)
+    xs = [torch.randn(1, k), torch.randn(5, k), torch.randn(9, k), noncontig(torch.randn(2, k))]
+    ids2d = torch.tensor([[3, 0, 32], [5, 1, 31]])
+    ids_nc = torch.tensor([7, -1, 7, 0])[::2]
+    with torch.no_grad():
+        expected = model(xs, ids2d, ids_nc)
+        check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
+    w = model.a.blocks
+    plan = _lower(lambda x, b: gguf_linear(x, b, model.a.qtype, 7, k), [xs[0], w], [False, True])
+    assert "#define GB_MAGIC 1" in plan.sources[plan.dispatches[0].spirv_key]
+
+
 def _lower(fn, args, resident):
     """The plan the planner lowers for fn(*args)."""
     from torch.fx.experimental.proxy_tensor import make_fx
