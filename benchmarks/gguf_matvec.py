@@ -123,10 +123,11 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
     """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
-    saved = lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL
+    saved = lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL
     try:
-        for nr, wg, unroll in variants:
+        for nr, wg, unroll, *cpl in variants:
             lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll
+            lowering.MV_CPL = cpl[0] if cpl else saved[3]
             for name in types:
                 for rows, cols in shapes:
                     for chained in modes:
@@ -135,14 +136,14 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                             return rows_out
                         r = measure(name, rows, cols, m=m, chained=chained, calls=calls,
                                     target_bytes=target_bytes, warmup_s=warmup_s)
-                        r["variant"] = f"NR={nr} WG={wg} U={unroll}"
+                        r["variant"] = f"NR={nr} WG={wg} U={unroll} CPL={lowering.MV_CPL}"
                         rows_out.append(r)
                         log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
                             f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s "
                             f"(best {r['best_GB_per_s']:7.1f})"
                             f"  err {r['max_rel_err']:.1e}")
     finally:
-        lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = saved
+        lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved
     return rows_out
 
 
@@ -151,7 +152,8 @@ def main(argv=None):
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
     p.add_argument("--variants", default="1x128x4",
-                   help="NRxWGxU: W rows per workgroup x threads x chunks per thread and step")
+                   help="NRxWGxU[xCPL]: W rows per workgroup x threads x chunks per thread and "
+                        "step [x neighbouring chunks per thread]")
     p.add_argument("--modes", default="chained,overlapped")
     p.add_argument("--m", type=int, default=1, help="rows of x (<= 8)")
     p.add_argument("--target-mb", type=float, default=TARGET_BYTES / 2**20,

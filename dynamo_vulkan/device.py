@@ -131,7 +131,6 @@ def _vulkaninfo(index: int) -> dict:
         "driver_info": grab("driverInfo", str),
         "api_version": grab("apiVersion", str),
         "device_type": grab("deviceType", str),
-        "vendor_id": grab("vendorID", lambda s: int(s, 0)),
         "max_storage_buffer_range": grab("maxStorageBufferRange", lambda s: int(s, 0)),
         "max_compute_shared_memory_size": grab("maxComputeSharedMemorySize", lambda s: int(s, 0)),
         "max_push_constants_size": grab("maxPushConstantsSize", lambda s: int(s, 0)),
@@ -169,16 +168,6 @@ def device_info(index: int | None = None) -> dict:
     info["subgroup_size"] = _probe_subgroup_size(mgr)
     _info[index] = info
     return info
-
-
-NVIDIA_VENDOR_ID = 0x10DE
-
-
-def slow_int_to_float(info: dict | None = None) -> bool:
-    """Whether int-to-float conversion runs well below the FMA rate on the device (NVIDIA:
-    a quarter), so decoders set small integers into a float's mantissa instead."""
-    info = device_info() if info is None else info
-    return info.get("vendor_id") == NVIDIA_VENDOR_ID
 
 
 def is_cpu(info: dict | None = None) -> bool:

@@ -40,7 +40,8 @@ SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
 MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
 MV_WG = 128      # mat-vec threads per workgroup
 MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
-MV_UNROLL = 8    # groups of 4 per mat-vec thread and loop step (loads in flight together)
+MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
+MV_CPL = 1       # neighbouring chunks per mat-vec thread (MV_UNROLL a multiple of it)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
@@ -137,16 +138,11 @@ def _check(node) -> str | None:
     return None
 
 
-def _type_defines(qtype, caps: dict | None = None) -> dict:
-    """The block decoder's defines for qtype (gguf_blocks.glsl), and GB_MAGIC on devices
-    whose int-to-float conversion is slow (caps: the device's info)."""
+def _type_defines(qtype) -> dict:
     name = SHADER_TYPES.get(qtype) if isinstance(qtype, int) else None
     if name is None:
         raise LoweringError(f"GGUF type {_name(qtype)} has no Vulkan kernel")
-    defines = {"VARIANT": name, f"QTYPE_{name}": 1}
-    if caps is not None and device.slow_int_to_float(caps):
-        defines["GB_MAGIC"] = 1
-    return defines
+    return {"VARIANT": name, f"QTYPE_{name}": 1}
 
 
 def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
@@ -208,7 +204,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
     added to the output; loader (fusion.row_loader, its bindings after the residual's)
     computes x as it is loaded (x2 is then only its shape)."""
-    defines = _type_defines(qtype, ctx.caps)
+    defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
     rb = row_nbytes(qtype, cols)
@@ -224,7 +220,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         # workgroup) unless there are too few rows to fill the GPU that way
         tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 else wg
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
-        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL, "TPR": tpr}
+        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL, "TPR": tpr, "CPL": MV_CPL}
         if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
         bindings = [out, loader.buffers[0] if loader else x2, w]
@@ -363,7 +359,7 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
 
 @lowering(GGUF_EMBEDDING, check=_check)
 def gguf_embedding(ctx: Context, ids, blocks, qtype, rows, cols):
-    defines = _type_defines(qtype, ctx.caps)
+    defines = _type_defines(qtype)
     w = _blocks(ctx, blocks, rows, cols, qtype)
     ids = ctx.ref(ids)
     if ids.kind != "i32":

@@ -4,19 +4,11 @@
 //
 // Every type is decoded in chunks of 8 consecutive elements:
 //   QK  elements per block, QB bytes per block (F32/F16/BF16: a "block" of 8),
-//   deq8(bo, c, lo, hi): elements 8c..8c+7 of the block at byte offset bo;
-// and in groups of 4, for the mat-vec, whose neighbouring lanes then read
-// neighbouring x (GPB groups per block):
-//   deq4(bo, q, dm): elements 4q..4q+3 of the block are dm.x * result + dm.y,
-//   so a dot product with x scales once per group (dm.y is 0 unless the type
-//   defines DEQ4_MIN).
+//   deq8(bo, c, lo, hi): elements 8c..8c+7 of the block at byte offset bo.
 // Layouts follow dynamo_vulkan/gguf/quants.py (GGML's block formats). Blocks
 // are 18..210 bytes, so a block starts at any even byte offset: all fp16
 // fields and every 4-byte read below sit at even offsets, which is what
 // gb_u32 assumes. Only Vulkan 1.1 core is used (no 8/16-bit storage).
-// GB_MAGIC (devices whose int-to-float conversion is slow, such as NVIDIA's at a
-// quarter of the FMA rate): small integers become floats by setting them as the
-// mantissa of 2^23 and subtracting 2^23, two full-rate instructions.
 
 uint gb_byte(uint o) { return (wq[o >> 2] >> ((o & 3u) << 3)) & 0xFFu; }
 float gb_half(uint o) { return unpackHalf2x16(wq[o >> 2] >> ((o & 2u) << 3)).x; }
@@ -28,36 +20,13 @@ uint gb_u32(uint o) {
     uint a = wq[i], b = wq[min(i + 1u, uint(wq.length()) - 1u)];
     return (o & 2u) == 0u ? a : (a >> 16) | (b << 16);
 }
-// Integers below 2^23 as floats.
-vec4 gb_f4(uvec4 v) {
-#ifdef GB_MAGIC
-    return uintBitsToFloat(v | 0x4B000000u) - 8388608.0;
-#else
-    return vec4(v);
-#endif
+// The 4 bytes of w, each shifted right by sh and masked.
+vec4 gb_field4(uint w, uint sh, uint mask) {
+    return vec4((uvec4(w) >> (uvec4(0u, 8u, 16u, 24u) + sh)) & mask);
 }
-// The 4 bytes of w, each shifted right by sh and masked, minus off.
-vec4 gb_field4o(uint w, uint sh, uint mask, float off) {
-    uvec4 v = (uvec4(w) >> (uvec4(0u, 8u, 16u, 24u) + sh)) & mask;
-#ifdef GB_MAGIC
-    return uintBitsToFloat(v | 0x4B000000u) - (8388608.0 + off);
-#else
-    return vec4(v) - off;
-#endif
-}
-vec4 gb_field4(uint w, uint sh, uint mask) { return gb_field4o(w, sh, mask, 0.0); }
-// The 4 bytes of w as int8.
-vec4 gb_i8x4(uint w) {
-#ifdef GB_MAGIC
-    return gb_field4o(w ^ 0x80808080u, 0u, 0xFFu, 128.0);
-#else
-    return vec4(ivec4(uvec4(w) << uvec4(24u, 16u, 8u, 0u)) >> 24);
-#endif
-}
+vec4 gb_i8x4(uint w) { return vec4(ivec4(uvec4(w) << uvec4(24u, 16u, 8u, 0u)) >> 24); }
 // Bits b..b+3 of w as 0.0 / 1.0.
-vec4 gb_bits4(uint w, uint b) { return gb_f4((uvec4(w) >> (uvec4(0u, 1u, 2u, 3u) + b)) & 1u); }
-// Bits b..b+3 of w moved to bit 4 of bytes 0..3 (the fifth bit of 4 packed nibbles).
-uint gb_bits_to_bytes4(uint w, uint b) { return (((w >> b) & 0xFu) * 0x00204081u & 0x01010101u) << 4; }
+vec4 gb_bits4(uint w, uint b) { return vec4((uvec4(w) >> (uvec4(0u, 1u, 2u, 3u) + b)) & 1u); }
 
 #if defined(QTYPE_F32)
 const uint QK = 8, QB = 32;
@@ -66,22 +35,12 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     lo = uintBitsToFloat(uvec4(wq[i], wq[i + 1u], wq[i + 2u], wq[i + 3u]));
     hi = uintBitsToFloat(uvec4(wq[i + 4u], wq[i + 5u], wq[i + 6u], wq[i + 7u]));
 }
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    uint i = (bo >> 2) + 4u * q;
-    dm = vec2(1.0, 0.0);
-    return uintBitsToFloat(uvec4(wq[i], wq[i + 1u], wq[i + 2u], wq[i + 3u]));
-}
 #elif defined(QTYPE_F16)
 const uint QK = 8, QB = 16;
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     uint i = bo >> 2;
     lo = vec4(unpackHalf2x16(wq[i]), unpackHalf2x16(wq[i + 1u]));
     hi = vec4(unpackHalf2x16(wq[i + 2u]), unpackHalf2x16(wq[i + 3u]));
-}
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    uint i = (bo >> 2) + 2u * q;
-    dm = vec2(1.0, 0.0);
-    return vec4(unpackHalf2x16(wq[i]), unpackHalf2x16(wq[i + 1u]));
 }
 #elif defined(QTYPE_BF16)
 const uint QK = 8, QB = 16;
@@ -91,23 +50,14 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     lo = vec4(gb_bf2(wq[i]), gb_bf2(wq[i + 1u]));
     hi = vec4(gb_bf2(wq[i + 2u]), gb_bf2(wq[i + 3u]));
 }
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    uint i = (bo >> 2) + 2u * q;
-    dm = vec2(1.0, 0.0);
-    return vec4(gb_bf2(wq[i]), gb_bf2(wq[i + 1u]));
-}
 #elif defined(QTYPE_Q4_0)
 // d, qs[16]: byte j holds element j (low nibble) and j + 16 (high nibble).
 const uint QK = 32, QB = 18;
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     float d = gb_half(bo);
     uint o = bo + 2u + (c & 1u) * 8u, sh = (c >> 1) * 4u;
-    lo = d * gb_field4o(gb_u32(o), sh, 0xFu, 8.0);
-    hi = d * gb_field4o(gb_u32(o + 4u), sh, 0xFu, 8.0);
-}
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    dm = vec2(gb_half(bo), 0.0);
-    return gb_field4o(gb_u32(bo + 2u + 4u * (q & 3u)), 4u * (q >> 2), 0xFu, 8.0);
+    lo = d * (gb_field4(gb_u32(o), sh, 0xFu) - 8.0);
+    hi = d * (gb_field4(gb_u32(o + 4u), sh, 0xFu) - 8.0);
 }
 #elif defined(QTYPE_Q4_1)
 const uint QK = 32, QB = 20;
@@ -116,11 +66,6 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     uint o = bo + 4u + (c & 1u) * 8u, sh = (c >> 1) * 4u;
     lo = dm.x * gb_field4(gb_u32(o), sh, 0xFu) + dm.y;
     hi = dm.x * gb_field4(gb_u32(o + 4u), sh, 0xFu) + dm.y;
-}
-#define DEQ4_MIN
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    dm = unpackHalf2x16(gb_u32(bo));
-    return gb_field4(gb_u32(bo + 4u + 4u * (q & 3u)), 4u * (q >> 2), 0xFu);
 }
 #elif defined(QTYPE_Q5_0)
 // d, qh (bit e: fifth bit of element e), qs[16] as Q4_0.
@@ -132,12 +77,6 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     lo = d * (gb_field4(gb_u32(o), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c) - 16.0);
     hi = d * (gb_field4(gb_u32(o + 4u), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c + 4u) - 16.0);
 }
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    dm = vec2(gb_half(bo), 0.0);
-    uint w = ((gb_u32(bo + 6u + 4u * (q & 3u)) >> (4u * (q >> 2))) & 0x0F0F0F0Fu) |
-             gb_bits_to_bytes4(gb_u32(bo + 2u), 4u * q);
-    return gb_field4o(w, 0u, 0xFFu, 16.0);
-}
 #elif defined(QTYPE_Q5_1)
 const uint QK = 32, QB = 24;
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
@@ -147,13 +86,6 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     lo = dm.x * (gb_field4(gb_u32(o), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c)) + dm.y;
     hi = dm.x * (gb_field4(gb_u32(o + 4u), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c + 4u)) + dm.y;
 }
-#define DEQ4_MIN
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    dm = unpackHalf2x16(gb_u32(bo));
-    uint w = ((gb_u32(bo + 8u + 4u * (q & 3u)) >> (4u * (q >> 2))) & 0x0F0F0F0Fu) |
-             gb_bits_to_bytes4(gb_u32(bo + 4u), 4u * q);
-    return gb_field4(w, 0u, 0xFFu);
-}
 #elif defined(QTYPE_Q8_0)
 const uint QK = 32, QB = 34;
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
@@ -161,10 +93,6 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     uint o = bo + 2u + 8u * c;
     lo = d * gb_i8x4(gb_u32(o));
     hi = d * gb_i8x4(gb_u32(o + 4u));
-}
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    dm = vec2(gb_half(bo), 0.0);
-    return gb_i8x4(gb_u32(bo + 2u + 4u * q));
 }
 #elif defined(QTYPE_Q2_K)
 // scales[16] (low nibble: scale, high: min, per 16 elements), qs[64], d, dmin.
@@ -204,10 +132,9 @@ const uint QB = 144, QS = 16;
 #else
 const uint QB = 176, QS = 48;
 #endif
-// d * scale and dmin * min of sub-block j (6-bit scales and mins packed in 12 bytes)
-vec2 k_scale_min(uint bo, uint j) {
+void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     vec2 dm = unpackHalf2x16(gb_u32(bo));
-    uint sc, mn;
+    uint j = c >> 2, sc, mn;
     if (j < 4u) {
         sc = gb_byte(bo + 4u + j) & 63u;
         mn = gb_byte(bo + 8u + j) & 63u;
@@ -216,12 +143,7 @@ vec2 k_scale_min(uint bo, uint j) {
         sc = (b & 0xFu) | ((gb_byte(bo + j) >> 2) & 0x30u);
         mn = (b >> 4) | ((gb_byte(bo + 4u + j) >> 2) & 0x30u);
     }
-    return dm * vec2(sc, mn);
-}
-void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
-    uint j = c >> 2;
-    vec2 sm = k_scale_min(bo, j);
-    float dd = sm.x, dmn = sm.y;
+    float dd = dm.x * float(sc), dmn = dm.y * float(mn);
     uint l0 = 8u * (c & 3u), sh = 4u * (j & 1u);
     uint o = bo + QS + 32u * (c >> 3) + l0;
     vec4 q0 = gb_field4(gb_u32(o), sh, 0xFu), q1 = gb_field4(gb_u32(o + 4u), sh, 0xFu);
@@ -232,52 +154,21 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     lo = dd * q0 - dmn;
     hi = dd * q1 - dmn;
 }
-#define DEQ4_MIN
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    uint j = q >> 3, l0 = 4u * (q & 7u);
-    dm = k_scale_min(bo, j) * vec2(1.0, -1.0);
-    uint w = (gb_u32(bo + QS + 32u * (j >> 1) + l0) >> (4u * (j & 1u))) & 0x0F0F0F0Fu;
-#if defined(QTYPE_Q5_K)
-    w |= ((gb_u32(bo + 16u + l0) >> j) & 0x01010101u) << 4;
-#endif
-    return gb_field4(w, 0u, 0xFFu);
-}
 #elif defined(QTYPE_Q6_K)
 // ql[128], qh[64], scales[16] (int8, per 16 elements), d. Element 128g + e
 // (e < 128): low 4 bits are nibble e/64 of ql[64g + e%64], high 2 bits are
 // bits 2(e/32).. of qh[32g + e%32]; value d * scale * (q - 32).
 const uint QK = 256, QB = 210;
-// 4 six-bit values: low nibbles from the 4 bytes at ol (shifted by shl), high 2 bits
-// from those at oh (shifted by shh), one per byte
-uint q6_bytes(uint ol, uint shl, uint oh, uint shh) {
-    return ((gb_u32(ol) >> shl) & 0x0F0F0F0Fu) | (((gb_u32(oh) >> shh) & 0x03030303u) << 4);
-}
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     float d = gb_half(bo + 208u);
     float dd = d * float(int(gb_byte(bo + 192u + (c >> 1)) << 24) >> 24);
     uint g = c >> 4, e = 8u * (c & 15u);
     uint ol = bo + 64u * g + (e & 63u), shl = 4u * (e >> 6);
     uint oh = bo + 128u + 32u * g + (e & 31u), shh = 2u * (e >> 5);
-    lo = dd * gb_field4o(q6_bytes(ol, shl, oh, shh), 0u, 0xFFu, 32.0);
-    hi = dd * gb_field4o(q6_bytes(ol + 4u, shl, oh + 4u, shh), 0u, 0xFFu, 32.0);
-}
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    uint g = q >> 5, e = 4u * (q & 31u);
-    dm = vec2(gb_half(bo + 208u) * float(int(gb_byte(bo + 192u + (q >> 2)) << 24) >> 24), 0.0);
-    return gb_field4o(q6_bytes(bo + 64u * g + (e & 63u), 4u * (e >> 6),
-                               bo + 128u + 32u * g + (e & 31u), 2u * (e >> 5)), 0u, 0xFFu, 32.0);
+    lo = dd * (gb_field4(gb_u32(ol), shl, 0xFu) + 16.0 * gb_field4(gb_u32(oh), shh, 3u) - 32.0);
+    hi = dd * (gb_field4(gb_u32(ol + 4u), shl, 0xFu) + 16.0 * gb_field4(gb_u32(oh + 4u), shh, 3u) - 32.0);
 }
 #else
 #error "gguf_blocks.glsl: define one QTYPE_<name>"
 #endif
-#if defined(QTYPE_Q2_K) || defined(QTYPE_Q3_K)
-// no 4-wide decoder of their own: half of a chunk of 8
-vec4 deq4(uint bo, uint q, out vec2 dm) {
-    vec4 lo, hi;
-    deq8(bo, q >> 1, lo, hi);
-    dm = vec2(1.0, 0.0);
-    return (q & 1u) == 0u ? lo : hi;
-}
-#endif
 const uint CPB = QK / 8u;   // chunks of 8 per block
-const uint GPB = QK / 4u;   // groups of 4 per block

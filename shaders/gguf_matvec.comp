@@ -1,23 +1,21 @@
 // Fused dequantize + mat-vec for few rows of x (decode, M <= 8):
 // out[m, n] = sum_k x[m, k] * W[n, k], W kept as GGUF blocks (never
 // dequantized to memory). TPR threads (a subgroup, or the whole workgroup for
-// long rows) own NR consecutive rows of W; they stride over the rows' groups of
-// 4 elements (UNROLL groups per step, so their loads are in flight together),
-// neighbouring lanes on neighbouring groups, so each load of x is one coalesced
-// 16-byte read per lane; each group is decoded once (deq4: 4 raw values and
-// their scale) and used for all MROWS rows of x; partial sums meet through
-// subgroupAdd (and shared memory when TPR spans several subgroups).
+// long rows) own NR consecutive rows of W; they stride over the rows' chunks of
+// 8 elements (UNROLL chunks per step, so their loads are in flight together),
+// decode each chunk once and use it for all MROWS rows of x; partial sums meet
+// through subgroupAdd (and shared memory when TPR spans several subgroups).
 // MROWS, NR, UNROLL and TPR are #defines so every array index is a compile-time
 // constant (registers, never local memory). x is contiguous along k.
 // W may be one chunk of a weight split across buffers: its N rows are then
 // columns OUT_OFF.. of an output whose rows hold OUT_N values.
-// Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly: the dot
-// product runs on x * nw while the same lanes sum x^2 (each row group covers all
-// of k), and the reduced dot is scaled by rsqrt(mean(x^2) + eps), so the norm
-// costs no extra pass over x and no barrier; RESIDUAL, a tensor is added to the
-// output (out = res + x W^T, read before the loop so its latency overlaps);
-// X_LAZY, x is an elementwise expression (an activation, gate * up) computed as it
-// is loaded, by fusion.row_loader.
+// Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly: the dots run
+// on x * nw while the same lanes sum x^2 (a row group covers all of k), and the
+// reduced dot is scaled by rsqrt(mean(x^2) + eps), so the norm costs no pass of
+// its own over x and no barrier; RESIDUAL, a tensor is added to the output
+// (out = res + x W^T, read before the loop so its latency overlaps the loop's);
+// X_LAZY, x is an elementwise expression (an activation, gate * up) computed as
+// it is loaded, by fusion.row_loader. CPL: neighbouring chunks per lane.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -61,13 +59,37 @@ X_LAZY
 #ifndef TPR
 #define TPR 128
 #endif
+#ifndef CPL
+#define CPL 1
+#endif
+#if UNROLL % CPL != 0
+#error "UNROLL must be a multiple of CPL"
+#endif
 #define MAXWG 256
 #ifdef NORM
-#define NSUM (NR * MROWS + MROWS)   // partial sums: the dots, then x^2 per row of x
+#define NSUM (NR * MROWS + MROWS)   // partial sums: the dots, then sum(x^2) per row of x
+#define NORM_SUM(v) (v)
 #else
 #define NSUM (NR * MROWS)
+#define NORM_SUM(v) 0.0
+#endif
+#ifdef RESIDUAL
+#define RES_OF(i) res[i]
+#else
+#define RES_OF(i) 0.0
 #endif
 shared float red[MAXWG][NSUM];       // partial sums, when not one subgroup per row
+
+// an output from its reduced dot product (and sum of x^2, and residual)
+float finish(float s, float ss, float res) {
+#ifdef NORM
+    s *= inversesqrt(ss / float(K) + uintBitsToFloat(EPS_BITS));
+#endif
+#ifdef RESIDUAL
+    s += res;
+#endif
+    return s;
+}
 
 void store(uint n0, uint i, float s) {
     uint r = i / MROWS, m = i % MROWS;
@@ -96,6 +118,7 @@ void main() {
     uint n0 = (flat_workgroup() * (gl_WorkGroupSize.x / TPR) + slot) * NR;
     if (flat_workgroup() * (gl_WorkGroupSize.x / TPR) * NR >= N) return;    // uniform
 #ifdef RESIDUAL
+    // read now, so its latency overlaps the loop's
     float res[NR * MROWS];
     [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
         uint r = min(n0 + i / MROWS, N - 1u), m = i % MROWS;
@@ -104,38 +127,30 @@ void main() {
 #endif
     float acc[NSUM];
     [[unroll]] for (uint i = 0; i < NSUM; ++i) acc[i] = 0.0;
-    const uint groups = K / 4u;
+    const uint chunks = K / 8u;
     uint rbase[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) rbase[r] = min(n0 + r, N - 1u) * ROW_BYTES;
-    for (uint g0 = lane; g0 < groups; g0 += TPR * UNROLL) {
+    // a lane takes CPL neighbouring chunks, then jumps TPR * CPL chunks
+    for (uint ch0 = lane * CPL; ch0 < chunks; ch0 += TPR * UNROLL) {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-            uint g = g0 + u * TPR;
-            if (UNROLL == 1 || g < groups) {
-                uint boff = (g / GPB) * QB, q = g % GPB;
-                vec4 xg[MROWS];
-#ifdef DEQ4_MIN
-                float xs[MROWS];
-#endif
+            uint ch = ch0 + (u % CPL) + (u / CPL) * TPR * CPL;
+            if (UNROLL == 1 || ch < chunks) {
+                uint boff = (ch / CPB) * QB, c = ch % CPB;
+                vec4 xl[MROWS], xh[MROWS];
                 [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-                    xg[m] = x4(m, 4u * g);
+                    xl[m] = x4(m, 8u * ch);
+                    xh[m] = x4(m, 8u * ch + 4u);
 #ifdef NORM
-                    acc[NR * MROWS + m] += dot(xg[m], xg[m]);
-                    xg[m] *= nwv[g];
-#endif
-#ifdef DEQ4_MIN
-                    xs[m] = (xg[m].x + xg[m].y) + (xg[m].z + xg[m].w);
+                    acc[NR * MROWS + m] += dot(xl[m], xl[m]) + dot(xh[m], xh[m]);
+                    xl[m] *= nwv[2u * ch];
+                    xh[m] *= nwv[2u * ch + 1u];
 #endif
                 }
                 [[unroll]] for (uint r = 0; r < NR; ++r) {
-                    vec2 dm;
-                    vec4 w = deq4(rbase[r] + boff, q, dm);   // rows past N: row N-1 again, unused
-                    [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-#ifdef DEQ4_MIN
-                        acc[r * MROWS + m] += dm.x * dot(w, xg[m]) + dm.y * xs[m];
-#else
-                        acc[r * MROWS + m] += dm.x * dot(w, xg[m]);
-#endif
-                    }
+                    vec4 lo, hi;
+                    deq8(rbase[r] + boff, c, lo, hi);   // rows past N: row N-1 again, unused
+                    [[unroll]] for (uint m = 0; m < MROWS; ++m)
+                        acc[r * MROWS + m] += dot(lo, xl[m]) + dot(hi, xh[m]);
                 }
             }
         }
@@ -143,16 +158,8 @@ void main() {
     if (TPR < gl_WorkGroupSize.x && gl_SubgroupSize == TPR) {   // one subgroup per row group
         [[unroll]] for (uint i = 0; i < NSUM; ++i) acc[i] = subgroupAdd(acc[i]);
         if (lane == 0u) {
-            [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
-                float s = acc[i];
-#ifdef NORM
-                s *= inversesqrt(acc[NR * MROWS + i % MROWS] / float(K) + uintBitsToFloat(EPS_BITS));
-#endif
-#ifdef RESIDUAL
-                s += res[i];
-#endif
-                store(n0, i, s);
-            }
+            [[unroll]] for (uint i = 0; i < NR * MROWS; ++i)
+                store(n0, i, finish(acc[i], NORM_SUM(acc[NR * MROWS + i % MROWS]), RES_OF(i)));
         }
         return;
     }
@@ -170,17 +177,12 @@ void main() {
     barrier();
     [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
         if (lane == i) {
-            float s = 0.0;
+            float s = 0.0, ss = 0.0;
             for (uint j = 0; j < per; ++j) s += red[slot * per + j][i];
 #ifdef NORM
-            float ss = 0.0;
             for (uint j = 0; j < per; ++j) ss += red[slot * per + j][NR * MROWS + i % MROWS];
-            s *= inversesqrt(ss / float(K) + uintBitsToFloat(EPS_BITS));
 #endif
-#ifdef RESIDUAL
-            s += res[i];
-#endif
-            store(n0, i, s);
+            store(n0, i, finish(s, ss, RES_OF(i)));
         }
     }
 }

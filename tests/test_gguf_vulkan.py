@@ -102,33 +102,6 @@ def test_every_type_matches_cpu(name):
         check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
 
 
-@pytest.fixture
-def nvidia_decode(monkeypatch):
-    """Plan as for an NVIDIA device, whose block decoders convert integers to floats
-    through the mantissa (GB_MAGIC) instead of the conversion instruction."""
-    from dynamo_vulkan import device
-    info = device.device_info()
-    monkeypatch.setitem(info, "vendor_id", device.NVIDIA_VENDOR_ID)
-    monkeypatch.setitem(info, "name", f"{info['name']} (as NVIDIA)")
-    assert device.slow_int_to_float()
-
-
-@pytest.mark.parametrize("name", ALL_TYPES)
-def test_every_type_matches_cpu_with_mantissa_conversion(nvidia_decode, name):
-    torch.manual_seed(1)
-    model = Layers(name)
-    k = cols_of(name)
-    xs = [torch.randn(1, k), torch.randn(5, k), torch.randn(9, k), noncontig(torch.randn(2, k))]
-    ids2d = torch.tensor([[3, 0, 32], [5, 1, 31]])
-    ids_nc = torch.tensor([7, -1, 7, 0])[::2]
-    with torch.no_grad():
-        expected = model(xs, ids2d, ids_nc)
-        check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
-    w = model.a.blocks
-    plan = _lower(lambda x, b: gguf_linear(x, b, model.a.qtype, 7, k), [xs[0], w], [False, True])
-    assert "#define GB_MAGIC 1" in plan.sources[plan.dispatches[0].spirv_key]
-
-
 def _lower(fn, args, resident):
     """The plan the planner lowers for fn(*args)."""
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -323,13 +296,16 @@ def test_every_supported_type_has_a_kernel():
     assert set(ALL_TYPES) == {i.name for i in QUANT_TYPES.values()}
 
 
-@pytest.mark.parametrize("nr,unroll,wg", [(3, 1, 64), (2, 3, 32)])
-def test_mat_vec_variants(monkeypatch, nr, unroll, wg):
-    """Other mat-vec tunings (rows per workgroup, unroll, threads) give the same results,
-    including workgroups whose last rows lie past the weight's end."""
+@pytest.mark.parametrize("nr,unroll,wg,cpl", [(3, 1, 64, 1), (2, 3, 32, 1), (1, 4, 64, 2),
+                                             (2, 6, 32, 3)])
+def test_mat_vec_variants(monkeypatch, nr, unroll, wg, cpl):
+    """Other mat-vec tunings (rows per workgroup, unroll, threads, neighbouring chunks per
+    thread) give the same results, including workgroups whose last rows lie past the
+    weight's end and threads whose last chunks lie past the row's end."""
     monkeypatch.setattr(gguf_lowering, "MV_NR", nr)
     monkeypatch.setattr(gguf_lowering, "MV_UNROLL", unroll)
     monkeypatch.setattr(gguf_lowering, "MV_WG", wg)
+    monkeypatch.setattr(gguf_lowering, "MV_CPL", cpl)
     name = "Q5_K"
     qt, k = quant_info(name).ggml_type, 768
     b = blocks_of(name, 7, k, 9)
