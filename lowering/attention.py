@@ -4,12 +4,20 @@ rows (decode) the keys are split across workgroups and the last of a row's split
 finish merges them (FUSED_COMBINE; or a second kernel)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
 
-from .core import LoweringError, f32_bits, groups_for, lowering
+from dynamo_vulkan import device
+
+from .core import LoweringError, TRef, f32_bits, groups_for, lowering
+from .fusion import LOADS_LAZY, TAKES_DEFERRED, Lazy, LazyView, materialize, row_loader
+from .index import RowWrite
+
+ATTENTION = torch.ops.dynamo_vulkan.attention.default
 
 WG = 256         # invocations per workgroup (and keys per chunk, one invocation each)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
@@ -30,10 +38,69 @@ def _check(node) -> str | None:
     return None
 
 
-@lowering(torch.ops.dynamo_vulkan.attention.default, check=_check)
+def _q_computed_on_load(user, node) -> bool:
+    """q's RoPE (an elementwise result read only as attention's q) is computed as the
+    attention loads q: decode (one query row), on GPUs, where it saves a kernel and,
+    with the KV-cache rows computed here too (_new_row), the barrier before attention."""
+    val = node.meta.get("val")
+    return user.args[0] is node and val is not None and val.dim() == 3 and \
+        val.shape[1] == 1 and not device.is_cpu()
+
+
+LOADS_LAZY[ATTENTION] = _q_computed_on_load
+TAKES_DEFERRED.add(ATTENTION)
+
+
+def _new_row(ctx, cache: TRef, heads: int, width: int, name: str, base: int):
+    """For a decode step whose K or V cache row was just written by a one-row scatter
+    (index.RowWrite) still the buffer's last writer: (the write, its row as a
+    RowLoader of `heads` rows of `width`, GLSL defines), so the attention computes that
+    row itself and need not wait for the scatter. None when the layouts do not say so."""
+    w: RowWrite | None = ctx.row_writes.get(cache.buf)
+    if w is None or any(cache.buf in (d.bindings[i] for i in d.writes)
+                        for d in ctx.plan.dispatches[w.dispatch + 1:]):
+        return None
+    tgt = w.target
+    if tgt.buf != cache.buf or tgt.offset != cache.offset or w.dim != 1 or tgt.ndim < 3 or \
+            tgt.shape[0] != heads or cache.shape[:2] != tgt.shape[:2] or \
+            cache.strides[:2] != tgt.strides[:2] or math.prod(tgt.shape[2:]) != width or \
+            not (tgt.is_contiguous() and cache.is_contiguous()):
+        return None
+    vals = w.values
+    if isinstance(vals, torch.Tensor) or not isinstance(vals, (TRef, Lazy)):
+        return None
+    vshape = tuple(vals.shape)
+    if len(vshape) != tgt.ndim or vshape[0] != heads or vshape[1] != 1 or \
+            tuple(vshape[2:]) != tuple(tgt.shape[2:]):
+        return None
+    lazy = vals if isinstance(vals, Lazy) else Lazy("$0", (vals,), vals.kind, None, None, vshape)
+    rw = vshape[-1]
+    loader = row_loader(ctx, lazy, math.prod(vshape[:-1]), rw, base, name=name)
+    if loader is None:
+        return None
+    up = name.upper()
+    return w, loader, {f"{up}_NEW": loader.decls, f"{up}_W": rw, f"{up}_RPH": width // rw}
+
+
+@lowering(ATTENTION, check=_check)
 def attention(ctx, q, k, v, mask, scale):
-    q, k, v, mask = (ctx.ref(t) for t in (q, k, v, mask))
-    if not (q.kind == k.kind == v.kind == "f32") or mask.kind != "b":
+    k, v, mask = (ctx.ref(materialize(ctx, t)) for t in (k, v, mask))
+    q_lazy, q_defines = None, {}
+    if isinstance(q, (Lazy, LazyView)):
+        # q (its RoPE) computed as it is loaded, read in the Lazy's own shape as rows of
+        # its last dim (a reshape of it keeps the elements' order)
+        lazy = q.lazy if isinstance(q, LazyView) else q
+        hq_, t_, d_ = q.shape
+        w_ = lazy.shape[-1] if lazy.shape else 0
+        if t_ == 1 and w_ and d_ % w_ == 0:
+            q_lazy = row_loader(ctx, lazy, math.prod(lazy.shape[:-1]), w_, 5, name="q")
+            q_defines = {"Q_W": w_, "Q_RPH": d_ // w_}
+        if q_lazy is None:
+            q = materialize(ctx, q)
+    if q_lazy is None:
+        q = ctx.ref(materialize(ctx, q))
+    q_kind = lazy.kind if q_lazy is not None else q.kind
+    if not (q_kind == k.kind == v.kind == "f32") or mask.kind != "b":
         raise LoweringError("attention needs float32 q/k/v and a bool mask")
     hq, t, d = q.shape
     hkv, c, dv = v.shape
@@ -59,23 +126,49 @@ def attention(ctx, q, k, v, mask, scale):
                "PARTS": WG // dvlp, "DPT": -(-(dv // vw) // dvlp), "TPK": tpk, "KPP": WG // tpk,
                "SPLITS": splits}
     spec = [hq, t, c, hq // hkv, f32_bits(scale),
-            q.offset, *q.strides, k.offset, *k.strides, v.offset, *v.strides,
+            q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
+            k.offset, *k.strides, v.offset, *v.strides,
             mask.offset, *mask.strides, split_keys]
     note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "")
+    # bindings: out, q, k, v, mask, then what the variant adds
+    bindings = [out, q_lazy.buffers[0] if q_lazy else q, k, v, mask]
+    writes = [0]
+    extra: dict = {}
+    if q_lazy is not None:
+        bindings += q_lazy.buffers
+        extra |= {"Q_LAZY": q_lazy.decls, **q_defines}
+        note = "rope + " + note
+    if splits > 1:
+        extra["SCRATCH_BINDING"] = len(bindings)
+        writes.append(len(bindings))
+        bindings.append(ctx.empty((rows * splits * (dv + 2),), "f32"))
+        if FUSED_COMBINE:
+            # a counter per row, zero at upload and reset by the row's last split
+            extra["COUNTER_BINDING"] = len(bindings)
+            writes.append(len(bindings))
+            bindings.append(ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32)))
+    disjoint = []
+    if t == 1:
+        kn = _new_row(ctx, k, hkv, d, "k", len(bindings) + 1)
+        vn = _new_row(ctx, v, hkv, dv, "v", len(bindings) + 1 + len(kn[1].buffers)) if kn else None
+        if kn and vn and kn[0].index.buf == vn[0].index.buf and kn[0].index.offset == vn[0].index.offset:
+            idx = kn[0].index
+            extra |= {"PENDING": 1, "IDX_BINDING": len(bindings), "IDX_OFF": idx.offset,
+                      **kn[2], **vn[2]}
+            bindings += [idx, *kn[1].buffers, *vn[1].buffers]
+            disjoint = [(k.buf, kn[0].dispatch), (v.buf, vn[0].dispatch)]
+            note += ", the step's k/v rows computed here"
     if splits == 1:
-        ctx.dispatch("attention", defines, [out, q, k, v, mask], [0], spec, groups_for(rows),
-                     note=note)
+        ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows),
+                     note=note, disjoint=disjoint)
         return out
-    scratch = ctx.empty((rows * splits * (dv + 2),), "f32")
     if FUSED_COMBINE:
-        # a counter per row, zero at upload and reset by the row's last split
-        counter = ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32))
-        ctx.dispatch("attention", defines | {"SCRATCH_BINDING": 5, "COUNTER_BINDING": 6},
-                     [out, q, k, v, mask, scratch, counter], [0, 5, 6], spec,
-                     groups_for(rows * splits), note=f"{note}, {splits} splits merged by the last")
+        ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
+                     note=f"{note}, {splits} splits merged by the last", disjoint=disjoint)
         return out
-    ctx.dispatch("attention", defines | {"SCRATCH_BINDING": 5}, [out, q, k, v, mask, scratch],
-                 [5], spec, groups_for(rows * splits), note=f"{note}, {splits} splits")
+    scratch = bindings[extra["SCRATCH_BINDING"]]
+    ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
+                 note=f"{note}, {splits} splits", disjoint=disjoint)
     ctx.dispatch("attention", {"WG": WG, "DV": dv, "SPLITS": splits, "COMBINE": 1,
                                "VARIANT": "combine", "SCRATCH_BINDING": 1},
                  [out, scratch], [0], spec[:5], groups_for(rows),

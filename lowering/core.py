@@ -97,6 +97,7 @@ class Context:
         self.defer_next = False         # the next plain ew() returns a Lazy (fusion.py)
         self.residual = None            # a TRef the next EPILOGUES op may add to its output
         self.residual_added = False     # ... and did
+        self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:
@@ -145,11 +146,12 @@ class Context:
 
     # --- kernels -----------------------------------------------------------
     def dispatch(self, family: str, defines: dict, bindings: list, writes: list[int],
-                 spec: list[int], groups, note: str = "") -> None:
+                 spec: list[int], groups, note: str = "", disjoint=()) -> None:
         """Emit one dispatch of shaders/<family>.comp specialised by `defines`.
 
         bindings: TRefs or buffer ids, bound in order; writes: their positions
-        that the kernel writes; spec: uint32 values by constant_id."""
+        that the kernel writes; spec: uint32 values by constant_id; disjoint: (buffer
+        id, dispatch index) pairs it need not wait for (plan.Dispatch.disjoint)."""
         head = ["#version 450"] + [f"#define {k} {v}" for k, v in defines.items()]
         source = "\n".join(head) + "\n" + shaders.read(f"{family}.comp")
         key = cache.digest(source)
@@ -158,7 +160,8 @@ class Context:
         self.plan.dispatches.append(Dispatch(
             name=f"{family}:{defines.get('VARIANT', '')}".rstrip(":"), spirv_key=key,
             bindings=bufs, writes=list(writes), spec=[int(s) & 0xFFFFFFFF for s in spec],
-            groups=tuple(int(g) for g in groups), note=note))
+            groups=tuple(int(g) for g in groups), note=note,
+            disjoint=[(int(b), int(i)) for b, i in disjoint]))
 
 
 # --- the registry -----------------------------------------------------------

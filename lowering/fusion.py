@@ -35,10 +35,12 @@ FOLDS: set = set()
 # EPILOGUES: ops whose lowering may add a residual into its output (ctx.residual).
 # LOADS_LAZY[target](consumer, producer): whether an elementwise producer may be left
 #   as a Lazy for that consumer, whose kernel computes it as it loads (row_loader).
+# LAZY_VIEWS: reshapes a Lazy may pass through, as a LazyView, to a LOADS_LAZY consumer.
 PROLOGUES: dict = {}
 TAKES_DEFERRED: set = set()
 EPILOGUES: set = set()
 LOADS_LAZY: dict = {}
+LAZY_VIEWS: set = set()
 
 
 class Deferred:
@@ -53,6 +55,25 @@ class Deferred:
         if done is None:
             done = self.__dict__["_done"] = self.compute(ctx)
         return done
+
+    def fold_rms_norm(self, ctx, weight, eps: float, residual):
+        """rms_norm(self, weight, eps) (+ residual) computed by the kernel that computes
+        this result, as its epilogue: the norm's TRef, or None when this result's kernel
+        cannot (the norm then materializes it and runs as its own kernel)."""
+        return None
+
+
+class LazyView(Deferred):
+    """A reshape of a Lazy, not computed: a consumer that computes it as it loads reads
+    the Lazy in its own shape (element i of the reshape is element i of the Lazy, both
+    row-major); any other consumer gets the Lazy computed and viewed."""
+
+    def __init__(self, lazy: "Lazy", shape: tuple):
+        self.lazy, self.shape = lazy, tuple(shape)
+
+    def compute(self, ctx):
+        from .core import meta_view
+        return meta_view(ctx.ref(materialize(ctx, self.lazy)), lambda t: t.reshape(self.shape))
 
 
 @dataclass(frozen=True)
@@ -133,11 +154,12 @@ class RowLoader:
     base: int
 
 
-def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int) -> RowLoader | None:
+def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> RowLoader | None:
     """The RowLoader of lazy as [m, k] (None when it is not that shape or reads an
     operand the loader cannot index: those get materialized instead). Each leaf keeps
     its own strides: row offsets are constants (m is a handful), k moves by the leaf's
-    stride along the last dim."""
+    stride along the last dim. `name` prefixes its GLSL names (``{name}lazy``), so one
+    kernel can hold several loaders."""
     from .elementwise import _expand
     text, leaves, _, rk, shape = fold(lazy.expr, lazy.operands, lazy.out_kind, lazy.compute,
                                       lazy.result, lazy.shape)
@@ -172,13 +194,13 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int) -> RowLoader | None:
         if b is None:
             buffers.append(o)
             b = len(buffers) - 1
-            decls.append(f"layout(set = 0, binding = {base + b}) readonly buffer XL{b} "
-                         f"{{ uint xl{b}[]; }};")
-        decls.append(f"const uint XR{j}[{m}] = uint[]({', '.join(f'{r}u' for r in rows)});")
-        subst[j] = f"ld_{o.kind}(xl{b}[XR{j}[m] + k * {strides[-1]}u])"
+            decls.append(f"layout(set = 0, binding = {base + b}) readonly buffer "
+                         f"{name.upper()}L{b} {{ uint {name}l{b}[]; }};")
+        decls.append(f"const uint {name.upper()}R{j}[{m}] = uint[]({', '.join(f'{r}u' for r in rows)});")
+        subst[j] = f"ld_{o.kind}({name}l{b}[{name.upper()}R{j}[m] + k * {strides[-1]}u])"
     body = re.sub(r"\$(\d+)", lambda mt: subst[int(mt.group(1))], text)
     value = convert(body, rk, "f32")
-    decls.append(f"float xlazy(uint m, uint k) {{ return {value}; }}")
+    decls.append(f"float {name}lazy(uint m, uint k) {{ return {value}; }}")
     return RowLoader(" ".join(decls), buffers, base)
 
 

@@ -17,8 +17,10 @@ ids that fall in it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from dynamo_vulkan import device
@@ -27,9 +29,9 @@ from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 
 from .core import Context, LoweringError, TRef, f32_bits, groups_for, lowering, meta_view
 from .elementwise import contiguous, ew
-from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Lazy, RowLoader,
+from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy, RowLoader,
                      materialize, row_loader)
-from .rowwise import NormedRows
+from .rowwise import RMS_NORM, NormedRows
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
 GGUF_EMBEDDING = torch.ops.dynamo_vulkan.gguf_embedding.default
@@ -195,7 +197,8 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
 
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
-                residual: TRef | None = None, loader: RowLoader | None = None) -> None:
+                residual: TRef | None = None, loader: RowLoader | None = None,
+                post_norm=None, post_res: TRef | None = None) -> None:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
@@ -203,7 +206,10 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     can emit it directly. Mat-vec only: norm (weight TRef, eps) RMS-normalises the
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
     added to the output; loader (fusion.row_loader, its bindings after the residual's)
-    computes x as it is loaded (x2 is then only its shape)."""
+    computes x as it is loaded (x2 is then only its shape); post_norm (weight TRef, eps)
+    RMS-normalises the output rows into `out` (the raw product goes to a scratch buffer),
+    then adds post_res, an [m, rows] view with unit column stride (POST_NORM: W in one
+    buffer, no residual of the product's own)."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -241,10 +247,18 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             defines["X_LAZY"] = loader.decls
             bindings += loader.buffers
             note = "elementwise + " + note
-        ctx.dispatch("gguf_matvec", defines, bindings, [0], spec,
+        writes = [0]
+        if post_norm is not None:
+            if residual is not None or row0 != 0 or out_rows != rows:
+                raise LoweringError("the mat-vec's post-norm needs W in one buffer and no "
+                                    "residual added to the product")
+            writes += _bind_post_norm(ctx, defines, bindings, spec, m, n, post_norm, post_res)
+            note += " + rms_norm" + (" + residual" if post_res is not None else "") + \
+                " (post-norm by the last workgroup)"
+        ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
                      groups_for(n, MV_NR * (wg // tpr)), note=note)
     else:
-        if norm is not None or residual is not None:
+        if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
         groups = (-(-n // TILE), -(-m // TILE), 1)
         if max(groups) > 65535:
@@ -262,6 +276,33 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         cols = out.with_layout((m, n), (out_rows, 1), out.offset + row0)
         slices = [part.with_layout((m, n), (n, 1), z * m * n) for z in range(splits)]
         ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32", out=cols)
+
+
+def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: int, n: int,
+                    post_norm, post_res: TRef | None) -> list[int]:
+    """Declare and bind the POST_NORM epilogue's buffers after the mat-vec's own: the raw
+    product [m, n] (scratch), the count of finished workgroups, the norm's weight and the
+    residual; their constants go on `spec`. Returns the binding positions it writes."""
+    weight, eps = post_norm
+    if weight.kind != "f32" or weight.offset != 0 or weight.strides != (1,) or weight.shape != (n,):
+        raise LoweringError(f"the mat-vec's post-norm needs a contiguous float32 weight of {n} "
+                            f"values at offset 0, got {weight.kind} {weight.shape} "
+                            f"strides {weight.strides} at {weight.offset}")
+    if post_res is not None and (post_res.shape != (m, n) or post_res.strides[1] != 1):
+        raise LoweringError(f"the mat-vec's post-norm residual must be an [{m}, {n}] view with "
+                            f"unit column stride, got {post_res.shape} strides {post_res.strides}")
+    raw = ctx.empty((m, n), "f32")
+    # zero at upload; the last workgroup to count itself in resets it for the next call
+    counter = ctx.buffer(1, "const", "i32", np.zeros(1, np.uint32))
+    base = len(bindings)
+    defines |= {"POST_NORM": 1, "PN_RAW": base, "PN_COUNT": base + 1, "PN_W": base + 2}
+    bindings += [raw, counter, weight]
+    spec += [f32_bits(eps), post_res.offset if post_res is not None else 0,
+             post_res.strides[0] if post_res is not None else 0]
+    if post_res is not None:
+        defines |= {"POST_RES": 1, "PN_RES": base + 3}
+        bindings.append(post_res)
+    return [base, base + 1]
 
 
 def _k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int]:
@@ -307,7 +348,48 @@ def _lazy_feeds_matvec(user, node) -> bool:
         val.numel() // max(1, val.shape[-1]) <= MATVEC_M and user.args[3] <= NORM_MAX_ROWS
 
 
+def _matvec_feeds_norm(node) -> bool:
+    """A mat-vec gguf_linear read only by an rms_norm of its output rows with a graph
+    input as weight (Gemma-3's norms after the attention output and FFN down projections):
+    the mat-vec's last workgroup to finish normalises the output (POST_NORM), and the norm
+    costs no kernel and no barrier level. Only on GPUs, where that barrier is what decode
+    time is made of: a CPU device (lavapipe) keeps its kernels apart, as for the
+    prologues (_recompute_costs). Not when the norm itself folds into mat-vecs that read
+    it (it is their prologue then), for weights over NORM_MAX_ROWS rows (the last
+    workgroup reads every output back) or split across buffers (a dispatch per part),
+    nor when a node between the two writes a buffer in place (the mat-vec reads x when
+    the norm is lowered)."""
+    val, rows = node.meta.get("val"), node.args[3]
+    if _recompute_costs() or val is None or not isinstance(rows, int) or \
+            not 0 < rows <= NORM_MAX_ROWS or val.numel() // rows > MATVEC_M or len(node.users) != 1:
+        return False
+    blocks = node.args[1].meta.get("val") if isinstance(node.args[1], torch.fx.Node) else None
+    if blocks is not None and blocks.numel() > _limit():
+        return False
+    norm = next(iter(node.users))
+    w = norm.args[1] if norm.target is RMS_NORM else None
+    wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
+    return wv is not None and norm.args[0] is node and w.op == "placeholder" and \
+        tuple(wv.shape) == (rows,) and wv.dtype == torch.float32 and \
+        not _norm_feeds_matvecs(norm) and _nothing_written_between(node, norm)
+
+
+def _nothing_written_between(a, b) -> bool:
+    """No node after a and before b (graph order) may write a buffer in place: a copy_
+    into an input, an index_put (the planner may update it in place) or a mutating op."""
+    n = a.next
+    while n is not b and n.op != "output":
+        t = n.target
+        if n.op == "call_function" and (
+                t in (torch.ops.aten.copy_.default, torch.ops.aten.index_put.default) or
+                (isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable)):
+            return False
+        n = n.next
+    return n is b
+
+
 PROLOGUES[torch.ops.dynamo_vulkan.rms_norm.default] = _norm_feeds_matvecs
+PROLOGUES[GGUF_LINEAR] = _matvec_feeds_norm
 LOADS_LAZY[GGUF_LINEAR] = _lazy_feeds_matvec
 TAKES_DEFERRED.add(GGUF_LINEAR)
 EPILOGUES.add(GGUF_LINEAR)
@@ -322,19 +404,64 @@ def _residual_rows(res, m: int, n: int) -> TRef | None:
     return v if v.strides[1] == 1 and v.kind == "f32" else None
 
 
+@dataclass(eq=False)
+class PendingLinear(Deferred):
+    """A mat-vec gguf_linear left to its one user, an rms_norm (PROLOGUES:
+    _matvec_feeds_norm), with all its kernel reads as its lowering found them (x or its
+    row loader, a norm prologue), so that either emission is the linear it would have
+    been: with the norm as the kernel's epilogue (fold_rms_norm), or plain (compute)."""
+    out: TRef
+    x2: TRef
+    w: TRef
+    qtype: int
+    rows: int
+    cols: int
+    norm: tuple | None
+    loader: RowLoader | None
+
+    def compute(self, ctx):
+        if self.__dict__.get("_folded"):
+            raise LoweringError("a gguf_linear whose kernel normalised its output in place "
+                                "was read raw as well")
+        self._emit(ctx)
+        return self.out
+
+    def fold_rms_norm(self, ctx, weight, eps: float, residual):
+        """The mat-vec with rms_norm(product, weight, eps) (+ residual) as its epilogue,
+        writing the norm into the product's buffer; None for a weight that is not one
+        contiguous float32 row of `rows` values or a residual not viewable as [m, rows]."""
+        if "_done" in self.__dict__ or weight.kind != "f32" or weight.offset != 0 or \
+                weight.strides != (1,) or weight.shape != (self.rows,):
+            return None
+        m = self.x2.shape[0]
+        res = None if residual is None else _residual_rows(residual, m, self.rows)
+        if residual is not None and res is None:
+            return None
+        self._emit(ctx, post_norm=(weight, eps), post_res=res)
+        self.__dict__["_folded"] = True
+        return self.out
+
+    def _emit(self, ctx, **post):
+        emit_linear(ctx, self.out, self.x2, self.w, self.qtype, self.rows, self.cols,
+                    norm=self.norm, loader=self.loader, **post)
+
+
 @lowering(GGUF_LINEAR, check=_check)
 def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
     _type_defines(qtype)
     w = _blocks(ctx, blocks, rows, cols, qtype)
     out = ctx.empty(ctx.out_shape(), "f32")
     m = out.numel // rows if rows else 0
+    # PROLOGUES (_matvec_feeds_norm): its rms_norm may fold into the kernel, which is
+    # then emitted when the norm is lowered; it takes no residual of its own
+    defer = ctx.defer_next and m <= MATVEC_M and len(w) == 1 and out.numel > 0
     norm = None
     if isinstance(x, NormedRows):
         nw = x.weight
         if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
             norm, x = (nw, x.eps), x.x
     residual = None
-    if ctx.residual is not None and m <= MATVEC_M and out.numel:
+    if ctx.residual is not None and m <= MATVEC_M and out.numel and not defer:
         residual = _residual_rows(ctx.residual, m, rows)
     ctx.residual_added = residual is not None
     if isinstance(x, Lazy) and m <= MATVEC_M and out.numel and norm is None:
@@ -342,18 +469,24 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
         loader = row_loader(ctx, x, m, cols, 4 if residual is not None else 3)
         if loader is not None:
             shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")
-            for part, r0, r1 in w:
-                emit_linear(ctx, out, shape_only, part, qtype, r1 - r0, cols, r0, rows,
-                            residual=residual, loader=loader)
-            return out
+            return _linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
+                           residual=residual, loader=loader)
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
         x = ew(ctx, "$0", [x], "f32", compute="f32")
     if out.numel == 0:
         return out
     x2 = _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M)
+    return _linear(ctx, defer, out, x2, w, qtype, rows, cols, norm, residual)
+
+
+def _linear(ctx: Context, defer: bool, out: TRef, x2: TRef, w: list, qtype: int, rows: int,
+            cols: int, norm=None, residual: TRef | None = None, loader: RowLoader | None = None):
+    """out = x W^T over every part of w; with defer, a PendingLinear of it (W in one part)."""
+    if defer:
+        return PendingLinear(out, x2, w[0][0], qtype, rows, cols, norm, loader)
     for part, r0, r1 in w:
-        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows, norm, residual)
+        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows, norm, residual, loader)
     return out
 
 

@@ -6,6 +6,8 @@ import math
 
 import torch
 
+from dataclasses import dataclass
+
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
 from .fusion import FOLDS, Lazy, materialize
@@ -149,4 +151,24 @@ def index_put(ctx, x, indices, values, accumulate=False):
     x = ctx.ref(materialize(ctx, x))
     indices = [None if i is None else materialize(ctx, i) for i in indices]
     out = x if ctx.node in ctx.in_place else ew(ctx, "$0", [x], x.kind, compute=x.kind)
-    return index_put_into(ctx, out, indices, values, accumulate)
+    before = len(ctx.plan.dispatches)
+    index_put_into(ctx, out, indices, values, accumulate)
+    dims = [d for d, i in enumerate(indices) if i is not None]
+    if ctx.node in ctx.in_place and not accumulate and len(dims) == 1 and \
+            len(ctx.plan.dispatches) == before + 1:
+        idx = ctx.ref(indices[dims[0]])
+        if idx.numel == 1 and idx.kind == "i32":
+            ctx.row_writes[out.buf] = RowWrite(out, dims[0], idx, values, before)
+    return out
+
+
+@dataclass
+class RowWrite:
+    """A one-row scatter into a buffer in place (a decode step's KV-cache update),
+    kept so that a later reader of the buffer (attention) may compute that row itself
+    and run beside the scatter instead of after it."""
+    target: TRef        # the whole updated tensor
+    dim: int            # the indexed dim
+    index: TRef         # the row's index (one int32)
+    values: object      # what was written: a TRef, or a Lazy the scatter computed
+    dispatch: int       # the scatter's position in plan.dispatches

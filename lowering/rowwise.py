@@ -10,7 +10,7 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 
 from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering
 from .elementwise import _coalesce, contiguous
-from .fusion import EPILOGUES, Deferred
+from .fusion import EPILOGUES, TAKES_DEFERRED, Deferred, materialize
 
 aten = torch.ops.aten
 RMS_NORM = torch.ops.dynamo_vulkan.rms_norm.default
@@ -115,20 +115,27 @@ class NormedRows(Deferred):
 
 @lowering(RMS_NORM)
 def rms_norm(ctx, x, weight, eps):
-    x, w = ctx.ref(x), ctx.ref(weight)
+    w = ctx.ref(materialize(ctx, weight))
+    res = ctx.residual      # EPILOGUES: out = res + norm(x), res laid out as out is
+    if res is not None and not (res.is_contiguous() and res.shape == ctx.out_shape()):
+        res = None
+    if isinstance(x, Deferred) and not ctx.defer_next and w.kind == "f32":
+        out = x.fold_rms_norm(ctx, w, float(eps), res)   # its producer's epilogue (a mat-vec)
+        if out is not None:
+            ctx.residual_added = res is not None
+            return out
+    x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32" or w.kind != "f32":
         raise LoweringError("rms_norm needs float32 x and weight")
     if ctx.defer_next:
         ctx.defer_next = False
         return NormedRows(x, w, float(eps))
-    res = ctx.residual      # EPILOGUES: out = res + norm(x), res laid out as out is
-    if res is not None and not (res.is_contiguous() and res.shape == x.shape):
-        res = None
     ctx.residual_added = res is not None
     return _rms_norm(ctx, x, w, eps, res)
 
 
 EPILOGUES.add(RMS_NORM)
+TAKES_DEFERRED.add(RMS_NORM)     # a deferred producer may fold the norm (fold_rms_norm)
 
 
 def _rms_norm(ctx, x: TRef, w: TRef, eps: float, res: TRef | None = None) -> TRef:

@@ -7,6 +7,7 @@ import torch
 
 from .core import TRef, lowering, meta_view
 from .elementwise import contiguous
+from .fusion import LAZY_VIEWS, TAKES_DEFERRED, Lazy, LazyView, materialize
 
 aten = torch.ops.aten
 VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
@@ -17,9 +18,17 @@ VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
             aten.narrow.default)
 
 
+RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+LAZY_VIEWS.update(RESHAPES)
+TAKES_DEFERRED.update(RESHAPES)
+
+
 @lowering(*VIEW_OPS)
 def view(ctx, x, *args, **kwargs):
     op = ctx.node.target
+    if ctx.defer_next and isinstance(x, Lazy):          # a reshape the consumer indexes
+        return LazyView(x, torch.empty(x.shape, device="meta").reshape(*args).shape)
+    x = materialize(ctx, x)
     if not isinstance(x, TRef):            # a folded constant
         return op(x, *args, **kwargs)
     if op in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):

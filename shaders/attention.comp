@@ -13,6 +13,10 @@
 // to arrive merges them all and resets the counter to 0 for the next call, so a
 // decode step's attention is one kernel and one barrier level. The COMBINE
 // variant (one workgroup per row) merges them in a second kernel instead.
+// Decode fusions: Q_LAZY, q is an elementwise expression (its RoPE) computed as it
+// is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
+// beside this kernel (same barrier level), are computed here for key P (read from
+// the scatter's index) and the caches are never read at P.
 // lowering/attention.py derives every parameter.
 #include "common.glsl"
 layout(local_size_x = WG) in;
@@ -50,6 +54,20 @@ layout(set = 0, binding = SCRATCH_BINDING) coherent buffer PartB { uint part_b[]
 #endif
 #ifdef COUNTER_BINDING
 layout(set = 0, binding = COUNTER_BINDING) coherent buffer Count { uint counter[]; };
+#endif
+#ifdef Q_LAZY
+Q_LAZY
+// element e of q's row r, the Lazy being rows of Q_W (Q_RPH of them per q row)
+float qget(uint r, uint e) { return qlazy(r * Q_RPH + e / Q_W, e % Q_W); }
+#endif
+#ifdef PENDING
+// The step's K and V rows (a decode step's cache update, written by a scatter beside
+// this kernel): key P comes from them, computed here, never from the cache.
+BUFFER(IDX_BINDING, idxb)
+K_NEW
+V_NEW
+float knew(uint kvh, uint e) { return klazy(kvh * K_RPH + e / K_W, e % K_W); }
+float vnew(uint kvh, uint e) { return vlazy(kvh * V_RPH + e / V_W, e % V_W); }
 #endif
 #include "wg_reduce.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
@@ -98,6 +116,9 @@ layout(set = 0, binding = 3) buffer Buf3v { vec4 vv4[]; };
 #define DOTV(a, b) dot(a, b)
 #define LDQ(o) uintBitsToFloat(uvec4(qb[o], qb[(o) + Q_SD], qb[(o) + 2u * Q_SD], qb[(o) + 3u * Q_SD]))
 #define STORE(o, val) outb[o] = st_f32(val.x); outb[(o) + 1u] = st_f32(val.y); outb[(o) + 2u] = st_f32(val.z); outb[(o) + 3u] = st_f32(val.w)
+#define QLAZY(r, e) vec4(qget(r, e), qget(r, (e) + 1u), qget(r, (e) + 2u), qget(r, (e) + 3u))
+#define KNEW(h, e) vec4(knew(h, e), knew(h, (e) + 1u), knew(h, (e) + 2u), knew(h, (e) + 3u))
+#define VNEW(h, e) vec4(vnew(h, e), vnew(h, (e) + 1u), vnew(h, (e) + 2u), vnew(h, (e) + 3u))
 #else
 #define VT float
 #define LDK(o) ld_f32(kb[o])
@@ -105,6 +126,14 @@ layout(set = 0, binding = 3) buffer Buf3v { vec4 vv4[]; };
 #define DOTV(a, b) ((a) * (b))
 #define LDQ(o) ld_f32(qb[o])
 #define STORE(o, val) outb[o] = st_f32(val)
+#define QLAZY(r, e) qget(r, e)
+#define KNEW(h, e) knew(h, e)
+#define VNEW(h, e) vnew(h, e)
+#endif
+#ifdef PENDING
+#define LDV_AT(c, o, h, e) ((c) == P ? VNEW(h, e) : LDV(o))
+#else
+#define LDV_AT(c, o, h, e) LDV(o)
 #endif
 shared VT qs[D / VW];
 shared float ps[KPP];
@@ -119,7 +148,15 @@ void main() {
     uint h = row / T, t = row % T, kvh = h / GROUP;
     uint k0 = split * SPLIT_KEYS, k1 = SPLITS > 1 ? min(C, k0 + SPLIT_KEYS) : C;
     uint lid = gl_LocalInvocationID.x;
+#ifdef Q_LAZY
+    for (uint i = lid; i < D / VW; i += WG) qs[i] = QLAZY(h * T + t, i * VW);
+#else
     for (uint i = lid; i < D / VW; i += WG) qs[i] = LDQ(Q_OFF + h * Q_SH + t * Q_ST + i * VW * Q_SD);
+#endif
+#ifdef PENDING
+    int pi = int(idxb[IDX_OFF]);
+    uint P = uint(pi < 0 ? pi + int(C) : pi);
+#endif
     barrier();
     float scale = uintBitsToFloat(SCALE_BITS);
     uint part = lid / DVLP, lane0 = lid % DVLP;
@@ -135,6 +172,11 @@ void main() {
         float qk = 0.0;
         if (live) {
             uint kbase = K_OFF + kvh * K_SH + c * K_SC;
+#ifdef PENDING
+            if (c == P) {
+                for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], KNEW(kvh, i * VW));
+            } else
+#endif
             for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], LDK(kbase + i * VW * K_SD));
         }
 #if TPK > 1
@@ -162,7 +204,7 @@ void main() {
                 uint vbase = V_OFF + kvh * V_SH + (c0 + part) * V_SC + lane * VW * V_SD;
                 VT a = acc[j] * alpha;
                 for (uint i = part; i < keys; i += PARTS, vbase += PARTS * V_SC)
-                    a += ps[i] * LDV(vbase);
+                    a += ps[i] * LDV_AT(c0 + i, vbase, kvh, lane * VW);
                 acc[j] = a;
             }
         }

@@ -16,6 +16,15 @@
 // (out = res + x W^T, read before the loop so its latency overlaps the loop's);
 // X_LAZY, x is an elementwise expression (an activation, gate * up) computed as
 // it is loaded, by fusion.row_loader. CPL: neighbouring chunks per lane.
+// POST_NORM (an RMSNorm of the output rows, then with POST_RES a residual added:
+// Gemma-3's post-attention and post-FFN norms): out = raw * rsqrt(mean(raw^2) + eps)
+// * pw (+ pres), per row of x, the rowwise kernel's RMS_NORM HAS_WEIGHT [HAS_RESIDUAL]
+// formula. The norm needs all N raw outputs of a row, which many workgroups compute:
+// each writes its raw outputs to a coherent scratch buffer and counts itself in on a
+// counter (an atomic); the last to arrive reads the rows back, normalises them into
+// out and resets the counter to 0 for the next call (attention.comp's split merge).
+// The norm then costs no kernel and no barrier level of its own. Workgroups that
+// exit at once (past N) never count; W is one buffer (OUT_OFF = 0, OUT_N = N).
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -29,6 +38,9 @@ layout(constant_id = 7) const uint OUT_N = 1;     // output row length (N unless
 layout(constant_id = 8) const uint EPS_BITS = 0;  // NORM: eps
 layout(constant_id = 9) const uint RES_OFF = 0;   // RESIDUAL: offset and row stride
 layout(constant_id = 10) const uint RES_SM = 0;
+layout(constant_id = 11) const uint PN_EPS_BITS = 0;  // POST_NORM: eps
+layout(constant_id = 12) const uint PRES_OFF = 0;     // POST_RES: offset and row stride
+layout(constant_id = 13) const uint PRES_SM = 0;
 BUFFER(0, outb)
 BUFFER(1, xb)
 BUFFER(2, wq)
@@ -38,6 +50,15 @@ layout(set = 0, binding = 3) buffer Buf3v { vec4 nwv[]; };
 #endif
 #ifdef RESIDUAL
 BUFFER(RES_BINDING, resb)
+#endif
+#ifdef POST_NORM
+// raw x W^T, [MROWS, N]; coherent: the last workgroup reads every workgroup's rows
+layout(set = 0, binding = PN_RAW) coherent buffer RawB { uint rawb[]; };
+layout(set = 0, binding = PN_COUNT) coherent buffer CountB { uint counter[]; };
+BUFFER(PN_W, pwb)   // the norm's weight, N floats from word 0
+#ifdef POST_RES
+BUFFER(PN_RES, presb)
+#endif
 #endif
 #ifdef X_VEC4
 // the same binding seen as vec4s: one 16-byte load (X_OFF, X_SM multiples of 4)
@@ -79,6 +100,10 @@ X_LAZY
 #define RES_OF(i) 0.0
 #endif
 shared float red[MAXWG][NSUM];       // partial sums, when not one subgroup per row
+#ifdef POST_NORM
+#include "wg_reduce.glsl"
+shared bool last_wg;
+#endif
 
 // an output from its reduced dot product (and sum of x^2, and residual)
 float finish(float s, float ss, float res) {
@@ -94,8 +119,43 @@ float finish(float s, float ss, float res) {
 void store(uint n0, uint i, float s) {
     uint r = i / MROWS, m = i % MROWS;
     if (n0 + r >= N) return;
+#ifdef POST_NORM
+    rawb[m * N + n0 + r] = st_f32(s);
+#else
     outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
+#endif
 }
+
+#ifdef POST_NORM
+// After this workgroup's raw outputs are stored: count it in, and if it is the last of
+// the ceil(N / rows per workgroup) workgroups to finish, normalise every row of x's
+// output. Every invocation of the workgroup must call it (it holds barriers).
+void post_norm() {
+    memoryBarrierBuffer();                       // this workgroup's raw outputs, then its count
+    barrier();
+    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    uint per_wg = (wg / TPR) * NR, groups = (N + per_wg - 1u) / per_wg;
+    if (lid == 0u) {
+        last_wg = atomicAdd(counter[0], 1u) == groups - 1u;
+        if (last_wg) counter[0] = 0u;            // every workgroup has counted: reset for next call
+    }
+    barrier();
+    if (!last_wg) return;                        // uniform across the workgroup
+    memoryBarrierBuffer();
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+        float s = 0.0;
+        for (uint j = lid; j < N; j += wg) { float v = ld_f32(rawb[m * N + j]); s += v * v; }
+        float r = inversesqrt(wg_sum(s) / float(N) + uintBitsToFloat(PN_EPS_BITS));
+        for (uint j = lid; j < N; j += wg) {
+            float y = ld_f32(rawb[m * N + j]) * r * ld_f32(pwb[j]);
+#ifdef POST_RES
+            y = ld_f32(presb[PRES_OFF + m * PRES_SM + j]) + y;
+#endif
+            outb[m * N + j] = st_f32(y);
+        }
+    }
+}
+#endif
 
 // x[m, k .. k + 3]
 vec4 x4(uint m, uint k) {
@@ -155,34 +215,38 @@ void main() {
             }
         }
     }
+    // no early return from here on: POST_NORM's barriers need the whole workgroup
     if (TPR < gl_WorkGroupSize.x && gl_SubgroupSize == TPR) {   // one subgroup per row group
         [[unroll]] for (uint i = 0; i < NSUM; ++i) acc[i] = subgroupAdd(acc[i]);
         if (lane == 0u) {
             [[unroll]] for (uint i = 0; i < NR * MROWS; ++i)
                 store(n0, i, finish(acc[i], NORM_SUM(acc[NR * MROWS + i % MROWS]), RES_OF(i)));
         }
-        return;
-    }
-    // the whole workgroup per row group, or a device whose subgroups are not TPR wide
-    // for this pipeline: partial sums through shared memory
-    uint per = TPR % gl_SubgroupSize == 0u ? TPR / gl_SubgroupSize : TPR;   // values per group
-    [[unroll]] for (uint i = 0; i < NSUM; ++i) {
-        if (per < TPR) {         // subgroups lie inside row groups: one value each
-            float t = subgroupAdd(acc[i]);
-            if (subgroupElect()) red[gl_SubgroupID][i] = t;
-        } else {
-            red[lid][i] = acc[i];
+    } else {
+        // the whole workgroup per row group, or a device whose subgroups are not TPR wide
+        // for this pipeline: partial sums through shared memory
+        uint per = TPR % gl_SubgroupSize == 0u ? TPR / gl_SubgroupSize : TPR;   // values per group
+        [[unroll]] for (uint i = 0; i < NSUM; ++i) {
+            if (per < TPR) {         // subgroups lie inside row groups: one value each
+                float t = subgroupAdd(acc[i]);
+                if (subgroupElect()) red[gl_SubgroupID][i] = t;
+            } else {
+                red[lid][i] = acc[i];
+            }
         }
-    }
-    barrier();
-    [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
-        if (lane == i) {
-            float s = 0.0, ss = 0.0;
-            for (uint j = 0; j < per; ++j) s += red[slot * per + j][i];
+        barrier();
+        [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
+            if (lane == i) {
+                float s = 0.0, ss = 0.0;
+                for (uint j = 0; j < per; ++j) s += red[slot * per + j][i];
 #ifdef NORM
-            for (uint j = 0; j < per; ++j) ss += red[slot * per + j][NR * MROWS + i % MROWS];
+                for (uint j = 0; j < per; ++j) ss += red[slot * per + j][NR * MROWS + i % MROWS];
 #endif
-            store(n0, i, finish(s, ss, RES_OF(i)));
+                store(n0, i, finish(s, ss, RES_OF(i)));
+            }
         }
     }
+#ifdef POST_NORM
+    post_norm();
+#endif
 }

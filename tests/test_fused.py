@@ -176,3 +176,62 @@ def test_rope_into_the_cache_is_one_kernel(plans, t):
     torch.testing.assert_close(compiled_mod.cache, eager.cache)
     names = _names(plans)
     assert len(names) == 2, names          # the rotating scatter, then the graph's cache * 1
+
+
+class DecodeAttention(torch.nn.Module):
+    """A decoder layer's attention step as models/decoder.py writes it: q and k rotated,
+    the keys written into their cache in RoPE's pair layout and the values into theirs at
+    the step's positions (in place), then attention over both caches."""
+
+    def __init__(self, hq, hkv, c, d, neox):
+        super().__init__()
+        self.neox, self.hq = neox, hq
+        pairs = (2, d // 2) if neox else (d // 2, 2)
+        self.register_buffer("k_cache", torch.randn(hkv, c, *pairs))
+        self.register_buffer("v_cache", torch.randn(hkv, c, d))
+
+    def forward(self, q, k, v, cos, sin, pos, mask):
+        d = q.shape[-1]
+        q = apply_rope(q, cos, sin, d, self.neox, 0.125)
+        self.k_cache.index_copy_(1, pos, apply_rope(k, cos, sin, d, self.neox, flat=False))
+        self.v_cache.index_copy_(1, pos, v)
+        return attention(q, self.k_cache.flatten(2), self.v_cache, mask, 1.0)
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["neox", "adjacent"])
+@pytest.mark.parametrize("hq,hkv,c,t", [(6, 2, 300, 1), (4, 4, 40, 1), (6, 2, 300, 3)], ids=str)
+def test_decode_attention_computes_the_steps_cache_rows(as_gpu, plans, neox, hq, hkv, c, t):
+    """One decode row: the attention rotates q as it loads it and computes the step's
+    key and value rows itself (never reading them from the caches), so it runs beside
+    the scatters that write them, with no barrier between; calls at positions in other
+    splits of the keys give eager's output and caches. Several rows (a prompt): the
+    plain kernels, same results."""
+    from dynamo_vulkan.runtime.plan import barriers
+    d = 32
+    eager, mod = DecodeAttention(hq, hkv, c, d, neox), DecodeAttention(hq, hkv, c, d, neox)
+    mod.load_state_dict(eager.state_dict())
+    mod.k_cache.copy_(eager.k_cache)
+    mod.v_cache.copy_(eager.v_cache)
+    fn = torch.compile(mod, backend="vulkan", dynamic=False)
+    for p in (3, c // 2, c - t):
+        q, k, v = torch.randn(hq, t, d), torch.randn(hkv, t, d), torch.randn(hkv, t, d)
+        cs, sn = pair_tables(torch.randn(t, d // 2), torch.randn(t, d // 2), neox)
+        pos = torch.arange(p, p + t)
+        mask = torch.arange(c)[None, :] <= pos[:, None]
+        with torch.no_grad():
+            want = eager(q, k, v, cs, sn, pos, mask)
+            got = fn(q, k, v, cs, sn, pos, mask)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(mod.k_cache, eager.k_cache)
+        torch.testing.assert_close(mod.v_cache, eager.v_cache)
+    plan = plans[-1]
+    at = [i for i, x in enumerate(plan.dispatches) if x.name == "attention"]
+    assert len(at) == 1, [x.name for x in plan.dispatches]
+    note, waits = plan.dispatches[at[0]].note, barriers(plan.dispatches)
+    if t == 1:
+        assert note.startswith("rope + ") and "the step's k/v rows computed here" in note, note
+        assert not waits[at[0]], "the attention waits for the cache scatters"
+        assert not any(waits), waits        # the scatters and the attention: one level
+    else:
+        assert "rope" not in note and "computed here" not in note, note
+        assert waits[at[0]]

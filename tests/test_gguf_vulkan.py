@@ -368,6 +368,136 @@ def test_norm_with_another_reader_is_computed_once(as_gpu, plans):
     assert names.count("rowwise:rms_norm") == 1, names
 
 
+class LinearPostNorm(torch.nn.Module):
+    """Gemma-3's pattern: a GGUF linear whose output is RMS-normalised, with `residual`
+    added to a residual stream after; `also_raw` reads the linear's output too, `x_norm`
+    normalises x first (a norm prologue on the same mat-vec), `gated` computes x as
+    silu(gate) * up (a row loader on the same mat-vec)."""
+
+    def __init__(self, name: str, rows: int, k: int, residual: bool, also_raw: bool = False,
+                 x_norm: bool = False, gated: bool = False):
+        super().__init__()
+        qt = quant_info(name).ggml_type
+        self.lin = GGUFLinear(blocks_of(name, rows, k, 13), qt, rows, k)
+        self.register_buffer("pw", torch.randn(rows))
+        self.register_buffer("xw", torch.randn(k))
+        self.residual, self.also_raw, self.x_norm, self.gated = residual, also_raw, x_norm, gated
+
+    def forward(self, x, res):
+        from dynamo_vulkan.fused import rms_norm
+        if self.gated:
+            g, u = x.chunk(2, dim=-1)
+            x = torch.nn.functional.silu(g) * u
+        if self.x_norm:
+            x = rms_norm(x, self.xw, 1e-5)
+        o = self.lin(x)
+        h = rms_norm(o, self.pw, 1e-6)
+        out = [res + h if self.residual else h]
+        if self.also_raw:
+            out.append(o * 2)
+        return out
+
+
+def _post_norm_inputs(model: LinearPostNorm, m: int, seed: int):
+    torch.manual_seed(seed)
+    k = model.lin.cols * (2 if model.gated else 1)
+    return torch.randn(m, k), torch.randn(m, model.lin.rows)
+
+
+def _check_calls(model: LinearPostNorm, m: int, calls: int = 3) -> None:
+    """Compile once, then call with new inputs each time against eager: a counter of
+    finished workgroups left unreset would leave the norm unwritten (stale output)."""
+    f = compiled(model)
+    for i in range(calls):
+        x, res = _post_norm_inputs(model, m, 100 + i)
+        with torch.no_grad():
+            expected = model(x, res)
+            got = f(x, res)
+        torch.testing.assert_close(got, expected, **tolerances(model.lin.cols, expected))
+
+
+def _post_norm_notes(plans) -> list:
+    return [d.note for p in plans for d in p.dispatches if "post-norm" in d.note]
+
+
+@pytest.mark.parametrize("name,rows", [("Q4_0", 65), ("Q4_K", 640), ("Q6_K", 40), ("Q8_0", 640),
+                                       ("F16", 65)])
+@pytest.mark.parametrize("m", [1, 3, 8])
+@pytest.mark.parametrize("residual", [False, True])
+def test_post_norm_folds_into_the_matvec(as_gpu, plans, name, rows, m, residual):
+    """rms_norm(x W^T) (+ a residual) is one mat-vec kernel: its last workgroup to finish
+    normalises the output. Rows of 65 and 640: several workgroups, the last partial with
+    65; 40 rows: one row per workgroup (partial sums through shared memory)."""
+    model = LinearPostNorm(name, rows, cols_of(name), residual)
+    _check_calls(model, m)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names == [f"gguf_matvec:{name}"], names
+    notes = _post_norm_notes(plans)
+    tail = ("+ rms_norm + residual" if residual else "+ rms_norm") + " (post-norm by the last workgroup)"
+    assert len(notes) == 1 and notes[0].endswith(tail), notes
+
+
+@pytest.mark.parametrize("nr,wg", [(3, 64), (2, 32)])
+def test_post_norm_with_several_rows_per_group(as_gpu, plans, monkeypatch, nr, wg):
+    """Other mat-vec tunings: rows of W per row group, and a last workgroup whose last
+    rows lie past the weight's end."""
+    monkeypatch.setattr(gguf_lowering, "MV_NR", nr)
+    monkeypatch.setattr(gguf_lowering, "MV_WG", wg)
+    _check_calls(LinearPostNorm("Q5_K", 67, 768, residual=True), 3)
+    assert len(_post_norm_notes(plans)) == 1
+
+
+@pytest.mark.parametrize("x_norm,gated", [(True, False), (False, True)])
+def test_post_norm_with_a_prologue(as_gpu, plans, x_norm, gated):
+    """The mat-vec that normalises its output may normalise x too (a norm prologue) or
+    compute x as it loads it (silu(gate) * up): one kernel for all of it."""
+    model = LinearPostNorm("Q8_0", 65, 640, residual=True, x_norm=x_norm, gated=gated)
+    _check_calls(model, 2)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names == ["gguf_matvec:Q8_0"], names
+    assert _post_norm_notes(plans)[0].startswith("rms_norm + " if x_norm else "elementwise + ")
+
+
+def test_post_norm_not_with_another_reader(as_gpu, plans):
+    """The linear's output read by something else too: the norm stays its own kernel."""
+    _check_calls(LinearPostNorm("Q4_K", 65, 768, residual=True, also_raw=True), 3)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert "rowwise:rms_norm" in names and not _post_norm_notes(plans), names
+
+
+def test_post_norm_not_for_a_split_weight(as_gpu, small_limit, plans):
+    """A weight split across buffers (a dispatch per part) keeps the norm apart."""
+    small_limit(SPLIT_LIMIT)
+    _check_calls(LinearPostNorm("Q8_0", 101, 256, residual=True), 2)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names.count("gguf_matvec:Q8_0") == 3 and "rowwise:rms_norm" in names, names
+    assert not _post_norm_notes(plans)
+
+
+def test_post_norm_not_on_a_cpu_device(plans):
+    """On lavapipe (a CPU device) the norm after a mat-vec stays its own kernel."""
+    from dynamo_vulkan import device
+    assert device.is_cpu()
+    _check_calls(LinearPostNorm("Q4_0", 65, 640, residual=True), 2)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names == ["gguf_matvec:Q4_0", "rowwise:rms_norm"], names
+    assert not _post_norm_notes(plans)
+
+
+def test_norm_between_two_matvecs_is_the_prologue(as_gpu, plans):
+    """linear -> rms_norm -> linears: the norm folds into the mat-vecs that read it, as
+    before (one fold per norm), not into the one that produced it."""
+    torch.manual_seed(9)
+    a = GGUFLinear(blocks_of("Q8_0", 64, 64, 14), quant_info("Q8_0").ggml_type, 64, 64)
+    model = NormLinearsResidual("Q8_0", 64)
+    x = torch.randn(1, 64)
+    with torch.no_grad():
+        check(lambda x: model(a(x)), x, **tolerances(64, model(a(x))))
+    notes = [d.note for p in plans for d in p.dispatches]
+    assert len(notes) == 3 and sum(n.startswith("rms_norm + ") for n in notes) == 2, notes
+    assert not _post_norm_notes(plans)
+
+
 class GatedDown(torch.nn.Module):
     """A feed-forward's tail: act(gate) * up (halves of one linear's output, or a
     separate tensor) into a down projection; `extra` adds a broadcast scale, a constant

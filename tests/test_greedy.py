@@ -122,3 +122,20 @@ def test_default_steps_per_call(monkeypatch):
     assert default_steps_per_call("vulkan", 0.0) == DEFAULT_STEPS_PER_CALL > 1
     assert default_steps_per_call("vulkan", 0.7) == 1
     assert default_steps_per_call("eager", 0.0) == default_steps_per_call(None, 0.0) == 1
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
+    """Planned as for a GPU, decode gets the fusions lavapipe does not (q's RoPE and the
+    step's K/V cache rows computed in the attention, beside the scatters; Gemma's post
+    norms in the mat-vecs): k steps per call still give eager's tokens."""
+    path = write_tiny_model(tmp_path / f"tiny-{arch}.gguf", arch)
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=4, warmup=False)
+    assert got.tokens == want.tokens
+    notes = [d.note for p in plans for d in p.dispatches]
+    assert any("the step's k/v rows computed here" in n for n in notes)
+    if arch == "gemma3":
+        assert any("post-norm by the last workgroup" in n for n in notes)

@@ -44,6 +44,10 @@ class Dispatch:
     spec: list[int]      # uint32 specialisation constants by constant_id
     groups: tuple[int, int, int]
     note: str = ""       # shapes, for the debug dump and profile table
+    # (buffer id, dispatch index): this kernel reads none of what that earlier dispatch
+    # writes in that buffer (attention computing the KV-cache row that a scatter writes
+    # beside it), so it need not wait for it; any other writer still orders it
+    disjoint: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -89,3 +93,27 @@ class Plan:
         for d in self.dispatches:
             lines.append(f"  {d.name} groups={d.groups} buffers={d.bindings} {d.note}")
         return "\n".join(lines)
+
+
+def barriers(dispatches: list[Dispatch]) -> list[bool]:
+    """Whether each dispatch waits behind a barrier: it reads or writes a buffer written
+    since the last barrier (unless every such write is one it is disjoint from), or
+    writes one read since then. The kernels between two barriers run concurrently."""
+    out = []
+    dirty: dict[int, set] = {}   # buffers written since the last barrier -> by which dispatches
+    touched: set[int] = set()    # buffers read since the last barrier
+    for index, d in enumerate(dispatches):
+        writes = {d.bindings[w] for w in d.writes}
+        waived: dict[int, set] = {}
+        for b, i in d.disjoint:
+            waived.setdefault(b, set()).add(i)
+        hazard = any(b in writes or not dirty[b] <= waived.get(b, set())
+                     for b in set(d.bindings) & dirty.keys()) or bool(writes & touched)
+        if hazard:
+            dirty.clear()
+            touched.clear()
+        out.append(hazard)
+        for b in writes:
+            dirty.setdefault(b, set()).add(index)
+        touched |= set(d.bindings) - writes
+    return out

@@ -14,7 +14,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred,
+from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, LAZY_VIEWS, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred,
                                            Lazy, materialize, residual_adds)
 from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
@@ -127,17 +127,29 @@ def deferrable(gm: fx.GraphModule) -> set:
     """Elementwise nodes whose one consumer is elementwise too: they are folded
     into it (lowering/fusion.py) instead of getting a kernel and a buffer; and the
     nodes whose family's PROLOGUES rule lets their consumers compute them."""
+    def loads_lazily(u, n) -> bool:
+        return u.op == "call_function" and u.target in LOADS_LAZY and LOADS_LAZY[u.target](u, n)
+
+    def through_view(n):
+        """n's one user, a reshape whose one user computes it as it loads (or None)."""
+        u = next(iter(n.users))
+        if u.op != "call_function" or u.target not in LAZY_VIEWS or len(u.users) != 1:
+            return None
+        return u if loads_lazily(next(iter(u.users)), u) else None
+
     def folds_into_user(n) -> bool:
         if n.target not in FUSIBLE or len(n.users) != 1:
             return False
         u = next(iter(n.users))
         return u.op == "call_function" and (
-            u.target in FUSIBLE or u.target in FOLDS or
-            (u.target in LOADS_LAZY and LOADS_LAZY[u.target](u, n)))
+            u.target in FUSIBLE or u.target in FOLDS or loads_lazily(u, n) or
+            through_view(n) is not None)
 
-    return {n for n in gm.graph.nodes
-            if n.op == "call_function" and (
-                folds_into_user(n) or (n.target in PROLOGUES and PROLOGUES[n.target](n)))}
+    found = {n for n in gm.graph.nodes
+             if n.op == "call_function" and (
+                 folds_into_user(n) or (n.target in PROLOGUES and PROLOGUES[n.target](n)))}
+    return found | {v for n in found if n.target in FUSIBLE and len(n.users) == 1
+                    for v in [through_view(n)] if v is not None}
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:

@@ -15,7 +15,7 @@ import torch
 
 from .. import device
 from . import shaders
-from .plan import NUMPY_OF_KIND, Plan, words_of
+from .plan import NUMPY_OF_KIND, Plan, barriers, words_of
 
 log = logging.getLogger(__name__)
 
@@ -249,21 +249,14 @@ class Program:
         self._labels.append(None)
         self.algorithms = []
         shared: dict = {}
-        dirty: set[int] = set()      # buffers written since the last barrier
-        touched: set[int] = set()    # buffers read since the last barrier
         empty = np.zeros(0, np.uint32)
-        for d in plan.dispatches:
-            writes = {d.bindings[w] for w in d.writes}
-            reads = set(d.bindings) - writes
-            hazard = (set(d.bindings) & dirty) | (writes & touched)
-            if hazard:
+        for d, wait in zip(plan.dispatches, barriers(plan.dispatches)):
+            if wait:
                 seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,
                                               STAGE_COMPUTE, STAGE_COMPUTE))
                 self._labels.append(None)
-                dirty.clear()
-                touched.clear()
-            # one kp algorithm (a pipeline and descriptor set, ~64 KiB of GPU memory on
-            # the H100) serves every dispatch of the same kernel, constants and buffers
+            # one kp algorithm (a pipeline and a descriptor set) serves every dispatch of
+            # the same kernel, constants, buffers and grid
             same = (d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups))
             algo = shared.get(same)
             if algo is None:
@@ -274,8 +267,6 @@ class Program:
                 self.algorithms.append(algo)
             seq.record(kp.OpDispatchBare(algo))
             self._labels.append(f"{d.name} {d.note}")
-            dirty |= writes
-            touched |= reads
         resident = {b for spec in plan.inputs if spec.resident for b in spec.buffers()}
         outs = [self.tensors[b] for b in sorted(
             {o.buffer for o in plan.outputs if o.buffer is not None} |
