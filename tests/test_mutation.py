@@ -107,3 +107,27 @@ def test_streamed_input_mutation():
     exp = fn(a2, b)
     torch.testing.assert_close(out, exp)
     torch.testing.assert_close(a, a2)
+
+
+def _index_put_then_copy(second_write: bool):
+    """A graph as some torch versions functionalize a cache update: the copy_ back into
+    the input comes before another reader of the update (and, optionally, a second
+    copy_ into the same input after it)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(cache, idx, val):
+        new = torch.ops.aten.index_put.default(cache, [idx], val)
+        torch.ops.aten.copy_.default(cache, new)
+        out = new * 2
+        if second_write:
+            torch.ops.aten.copy_.default(cache, out)
+        return out
+    return make_fx(f)(torch.zeros(5, 3), torch.tensor([2]), torch.ones(1, 3))
+
+
+@pytest.mark.parametrize("second_write", [False, True])
+def test_cache_update_in_place_when_its_copy_back_comes_early(second_write):
+    from dynamo_vulkan.runtime import planner
+    gm = _index_put_then_copy(second_write)
+    puts = [n for n in gm.graph.nodes if n.target is torch.ops.aten.index_put.default]
+    assert planner.in_place_updates(gm) == (set() if second_write else set(puts))

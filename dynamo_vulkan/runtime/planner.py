@@ -154,18 +154,22 @@ def deferrable(gm: fx.GraphModule) -> set:
 
 def in_place_updates(gm: fx.GraphModule) -> set:
     """index_put nodes that may write straight into their input's buffer: a chain
-    index_put(index_put(P, ...), ...) whose last result only goes back into the same
-    graph input P by copy_ (how KV-cache updates read after functionalization, one per
-    decode step of a multi-step graph), each link taken while every other reader of
-    its input comes earlier. The update then costs a scatter, not a copy."""
+    index_put(index_put(P, ...), ...) whose last result goes back into the same graph
+    input P by copy_ (how KV-cache updates read after functionalization, one per decode
+    step of a multi-step graph), each link taken while every other reader of its input
+    comes earlier. The update then costs a scatter, not a copy."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = set()
     for node in gm.graph.nodes:
         if node.target is not torch.ops.aten.copy_.default:
             continue
         dst, src = node.args[0], node.args[1]
+        # readers of src after the copy_ see dst's buffer, which then holds src, unless
+        # dst is written again (torch versions differ in where the copy_ goes)
         if dst.op != "placeholder" or not _is_index_put(src) or \
-                any(u is not node for u in src.users if order[u] > order[node]):
+                any(u is not node and u.target is torch.ops.aten.copy_.default and
+                    u.args[0] in (dst, node) and order[u] > order[node]
+                    for u in (*dst.users, *node.users)):
             continue
         chain = [src]
         while _is_index_put(chain[-1].args[0]):
