@@ -14,8 +14,9 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
 from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, LAZY_VIEWS, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred,
-                                           Lazy, materialize, residual_adds)
+from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, LAZY_VIEWS, LOADS_LAZY, PROLOGUES,
+                                           TAKES_DEFERRED, Deferred, Lazy, materialize,
+                                           residual_adds)
 from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
 from dynamo_vulkan.lowering.gguf import packed_input, place_packed
