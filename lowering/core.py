@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from dynamo_vulkan import cache
+from dynamo_vulkan import cache, device
 from dynamo_vulkan.runtime import shaders
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
 
@@ -162,6 +162,26 @@ class Context:
             bindings=bufs, writes=list(writes), spec=[int(s) & 0xFFFFFFFF for s in spec],
             groups=tuple(int(g) for g in groups), note=note,
             disjoint=[(int(b), int(i)) for b, i in disjoint]))
+
+
+# Split K (the tiled matmul kernels): a grid of fewer tiles than this leaves a GPU idle
+SPLIT_K_WGS = 256   # tiled workgroups below which K is split across more of them
+SPLIT_K_MIN = 128   # ... keeping at least this much K per split
+MAX_K_SPLITS = 8
+
+
+def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int]:
+    """(splits, K per split) for a tiled matmul kernel of `tiles` workgroups: enough
+    workgroups to fill a GPU (SPLIT_K_WGS), each keeping at least SPLIT_K_MIN of K (whole
+    K steps of 16), and partial outputs (splits x `outputs` floats) that fit one buffer;
+    one split on CPU devices (lavapipe), whose few threads are busy with any grid. The
+    kernel writes each split's partial product; one elementwise kernel adds them."""
+    if device.is_cpu(caps) or tiles >= SPLIT_K_WGS or k == 0:
+        return 1, k
+    fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * max(1, outputs))
+    splits = max(1, min(-(-SPLIT_K_WGS // tiles), k // SPLIT_K_MIN, MAX_K_SPLITS, fit))
+    ks = -(-k // (splits * 16)) * 16            # whole K steps of the kernel
+    return -(-k // ks), ks
 
 
 # --- the registry -----------------------------------------------------------

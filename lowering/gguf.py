@@ -27,7 +27,7 @@ from dynamo_vulkan import device
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 
-from .core import Context, LoweringError, TRef, f32_bits, groups_for, lowering, meta_view
+from .core import Context, LoweringError, TRef, f32_bits, groups_for, k_splits, lowering, meta_view
 from .elementwise import contiguous, ew
 from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy, RowLoader,
                      materialize, row_loader)
@@ -49,9 +49,6 @@ NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded i
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
 TILE = 64
-SPLIT_K_WGS = 256   # tiled workgroups below which K is split across more of them
-SPLIT_K_MIN = 128   # ... keeping at least this much K per split
-MAX_K_SPLITS = 8
 
 
 class RowChunks(NamedTuple):
@@ -265,7 +262,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
                                 "workgroups along one axis")
         spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb, row0, out_rows]
-        splits, ks = _k_splits(ctx.caps, groups[0] * groups[1], k, m * n)
+        splits, ks = k_splits(ctx.caps, groups[0] * groups[1], k, m * n)
         if splits == 1:
             ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
             return
@@ -303,19 +300,6 @@ def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: 
         defines |= {"POST_RES": 1, "PN_RES": base + 3}
         bindings.append(post_res)
     return [base, base + 1]
-
-
-def _k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int]:
-    """(splits, K per split) for the tiled kernel: enough workgroups to fill a GPU
-    (SPLIT_K_WGS), each keeping at least SPLIT_K_MIN of K, and partial outputs that fit
-    one buffer; one split on CPU devices (lavapipe), whose few threads are busy with
-    any grid."""
-    if device.is_cpu(caps) or tiles >= SPLIT_K_WGS:
-        return 1, k
-    fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * max(1, outputs))
-    splits = max(1, min(-(-SPLIT_K_WGS // tiles), k // SPLIT_K_MIN, MAX_K_SPLITS, fit))
-    ks = -(-k // (splits * 16)) * 16            # whole K steps of the kernel
-    return -(-k // ks), ks
 
 
 def _recompute_costs() -> bool:

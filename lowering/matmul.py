@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .core import Context, TRef, f32_bits, lowering
+from .core import Context, TRef, f32_bits, k_splits, lowering
+from .elementwise import ew
 
 aten = torch.ops.aten
 TILE = 64
@@ -44,9 +45,19 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0) -> TR
         defines["VARIANT"] = "skinny"
         ctx.dispatch("matvec", defines, bindings, [0], [MV_WG] + spec,
                      (min(n, 65535), -(-n // 65535), nb), note=note)
-    else:
-        ctx.dispatch("matmul", defines, bindings, [0], spec,
-                     (-(-n // TILE), -(-m // TILE), nb), note=note)
+        return out
+    tiles = (-(-n // TILE), -(-m // TILE))
+    splits, ks = k_splits(ctx.caps, tiles[0] * tiles[1] * nb, k, nb * m * n)
+    if splits == 1:
+        ctx.dispatch("matmul", defines, bindings, [0], spec, (*tiles, nb), note=note)
+        return out
+    # too few tiles to fill the GPU: K in slices, each a partial product, then their sum
+    part = ctx.empty((splits, nb, m, n), "f32")
+    ctx.dispatch("matmul", defines, [part] + bindings[1:], [0], spec + [ks, splits, nb],
+                 (*tiles, nb * splits), note=f"{note}, K in {splits} splits")
+    slices = [part.with_layout((nb, m, n), (m * n, n, 1), z * nb * m * n) for z in range(splits)]
+    ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32",
+       out=out.with_layout((nb, m, n), (m * n, n, 1), out.offset))
     return out
 
 

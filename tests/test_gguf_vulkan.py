@@ -578,14 +578,15 @@ def test_k_split_of_a_weight_split_across_buffers(as_gpu, small_limit, plans):
 
 
 def test_k_splits_rule():
-    ks = gguf_lowering._k_splits
+    from dynamo_vulkan.lowering import core
+    ks = core.k_splits
     assert ks({"device_type": "PHYSICAL_DEVICE_TYPE_CPU"}, 4, 4096) == (1, 4096)
     assert ks({}, 300, 4096) == (1, 4096)                  # enough tiles already
     assert ks({"max_storage_buffer_range": 4 * 1000}, 2, 4096, 500) == (2, 2048)  # scratch fits
     for tiles, k in ((18, 576), (96, 576), (2, 1536), (4, 100), (1, 130)):
         splits, per = ks({}, tiles, k)
         assert per % 16 == 0 and (splits - 1) * per < k <= splits * per
-        assert splits == 1 or per >= gguf_lowering.SPLIT_K_MIN - 15
+        assert splits == 1 or per >= core.SPLIT_K_MIN - 15
 
 
 def test_a_cpu_device_keeps_prologues_as_their_own_kernels(plans):

@@ -39,3 +39,28 @@ def test_addmm(bias_shape):
 
 def test_linear():
     check(F.linear, torch.randn(2, 3, 20), torch.randn(11, 20), torch.randn(11), atol=2e-4)
+
+
+@pytest.mark.parametrize("case", ["mm", "bmm", "addmm", "transposed"])
+def test_k_split_on_a_gpu(as_gpu, plans, case):
+    """Too few tiles to fill a GPU: K in slices, each a partial product, then one sum;
+    K not a multiple of the slice, batches, a bias added once (by the first slice),
+    transposed operands: eager's result."""
+    k = 1000
+    if case == "mm":
+        check(torch.mm, torch.randn(70, k), torch.randn(k, 33), atol=1e-4 * k ** 0.5)
+    elif case == "bmm":
+        check(torch.bmm, torch.randn(3, 20, k), torch.randn(3, k, 9), atol=1e-4 * k ** 0.5)
+    elif case == "addmm":
+        check(lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0),
+              torch.randn(1, 33), torch.randn(70, k), torch.randn(k, 33), atol=2e-4 * k ** 0.5)
+    else:
+        check(torch.mm, torch.randn(k, 70).t(), noncontig(torch.randn(33, k)).t(), atol=1e-4 * k ** 0.5)
+    names = [(d.name, d.note) for p in plans for d in p.dispatches]
+    assert any(n.startswith("matmul") and "splits" in note for n, note in names), names
+    assert names[-1][0].startswith("elementwise"), names
+
+
+def test_no_k_split_on_a_cpu_device(plans):
+    check(torch.mm, torch.randn(70, 1000), torch.randn(1000, 33), atol=1e-4 * 1000 ** 0.5)
+    assert [d.name for p in plans for d in p.dispatches] == ["matmul:tiled64"]
