@@ -3,11 +3,13 @@ binary, ternary ops, casts, fills and strided copies, with broadcasting and
 views handled by strides. The tables below are the op -> expression entries."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .fusion import FUSIBLE, Lazy, fold, foldable
-from .core import (GLSL_TYPE, Context, LoweringError, TRef, f32_bits, groups_for, i32_bits,
-                   kind_of, lowering)
+from .core import (GLSL_TYPE, Context, LoweringError, TRef, contiguous_strides, f32_bits,
+                   groups_for, i32_bits, kind_of, lowering)
 
 aten = torch.ops.aten
 WG = 256
@@ -242,6 +244,15 @@ def _atomic_store(kind: str, op: str, value: str) -> str:
         combine = combine.replace("isnan", "false && bool")
     return (f"{{ uint seen_ = b0[oo], was_; do {{ was_ = seen_; seen_ = atomicCompSwap("
             f"b0[oo], was_, st_{kind}({combine})); }} while (seen_ != was_); }}")
+
+
+def add_slices(ctx: Context, part: TRef, out: TRef) -> TRef:
+    """out = part.sum(0) for a contiguous part of [splits, *out.shape]: the partial
+    products of a matmul whose K was split, added in one kernel."""
+    splits, size = part.shape[0], math.prod(part.shape[1:])
+    slices = [part.with_layout(out.shape, contiguous_strides(out.shape), part.offset + z * size)
+              for z in range(splits)]
+    return ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32", out=out)
 
 
 def copy_to(ctx: Context, src, out: TRef) -> TRef:

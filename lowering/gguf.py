@@ -28,7 +28,7 @@ from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 
 from .core import Context, LoweringError, TRef, f32_bits, groups_for, k_splits, lowering, meta_view
-from .elementwise import contiguous, ew
+from .elementwise import add_slices, contiguous, ew
 from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy, RowLoader,
                      materialize, row_loader)
 from .rowwise import RMS_NORM, NormedRows
@@ -270,9 +270,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         spec[7:9] = [0, n]
         ctx.dispatch("gguf_matmul", defines, [part, x2, w], [0], spec + [ks],
                      (groups[0], groups[1], splits), note=f"{note}, K in {splits} splits")
-        cols = out.with_layout((m, n), (out_rows, 1), out.offset + row0)
-        slices = [part.with_layout((m, n), (n, 1), z * m * n) for z in range(splits)]
-        ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32", out=cols)
+        add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
 
 
 def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: int, n: int,

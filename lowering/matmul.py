@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .core import Context, TRef, f32_bits, k_splits, lowering
-from .elementwise import ew
+from .elementwise import add_slices
 
 aten = torch.ops.aten
 TILE = 64
@@ -55,9 +55,7 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0) -> TR
     part = ctx.empty((splits, nb, m, n), "f32")
     ctx.dispatch("matmul", defines, [part] + bindings[1:], [0], spec + [ks, splits, nb],
                  (*tiles, nb * splits), note=f"{note}, K in {splits} splits")
-    slices = [part.with_layout((nb, m, n), (m * n, n, 1), z * nb * m * n) for z in range(splits)]
-    ew(ctx, " + ".join(f"${z}" for z in range(splits)), slices, "f32",
-       out=out.with_layout((nb, m, n), (m * n, n, 1), out.offset))
+    add_slices(ctx, part, out.with_layout((nb, m, n), (m * n, n, 1), out.offset))
     return out
 
 
