@@ -32,11 +32,13 @@ def read(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def sources_hash() -> str:
-    """Hash of the shaders and of the lowering rules that write plans with them, so
-    a cached plan is never reused after either changes."""
+    """Hash of the shaders, of the lowering rules that write plans with them and of the
+    planner and plan format, so a cached plan is never reused after any changes."""
     lowering_dir = Path(str(importlib.resources.files("dynamo_vulkan.lowering")))
+    here = Path(__file__).parent
     files = [p for p in shader_dir().iterdir() if p.suffix in (".comp", ".glsl")] + \
-        [p for p in lowering_dir.iterdir() if p.suffix == ".py"]
+        [p for p in lowering_dir.iterdir() if p.suffix == ".py"] + \
+        [here / "plan.py", here / "planner.py"]
     return cache.digest(*sorted((p.name, p.read_bytes()) for p in files))
 
 
