@@ -67,7 +67,7 @@ def _new_row(ctx, cache: TRef, heads: int, width: int, name: str, base: int):
             not (tgt.is_contiguous() and cache.is_contiguous()):
         return None
     vals = w.values
-    if isinstance(vals, torch.Tensor) or not isinstance(vals, (TRef, Lazy)):
+    if not isinstance(vals, (TRef, Lazy)):
         return None
     vshape = tuple(vals.shape)
     if len(vshape) != tgt.ndim or vshape[0] != heads or vshape[1] != 1 or \
@@ -95,8 +95,6 @@ def attention(ctx, q, k, v, mask, scale):
         if t_ == 1 and w_ and d_ % w_ == 0:
             q_lazy = row_loader(ctx, lazy, math.prod(lazy.shape[:-1]), w_, 5, name="q")
             q_defines = {"Q_W": w_, "Q_RPH": d_ // w_}
-        if q_lazy is None:
-            q = materialize(ctx, q)
     if q_lazy is None:
         q = ctx.ref(materialize(ctx, q))
     q_kind = lazy.kind if q_lazy is not None else q.kind
@@ -158,17 +156,13 @@ def attention(ctx, q, k, v, mask, scale):
             bindings += [idx, *kn[1].buffers, *vn[1].buffers]
             disjoint = [(k.buf, kn[0].dispatch), (v.buf, vn[0].dispatch)]
             note += ", the step's k/v rows computed here"
-    if splits == 1:
-        ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows),
-                     note=note, disjoint=disjoint)
-        return out
-    if FUSED_COMBINE:
-        ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
-                     note=f"{note}, {splits} splits merged by the last", disjoint=disjoint)
+    if splits > 1:
+        note += f", {splits} splits" + (" merged by the last" if FUSED_COMBINE else "")
+    ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
+                 note=note, disjoint=disjoint)
+    if splits == 1 or FUSED_COMBINE:
         return out
     scratch = bindings[extra["SCRATCH_BINDING"]]
-    ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
-                 note=f"{note}, {splits} splits", disjoint=disjoint)
     ctx.dispatch("attention", {"WG": WG, "DV": dv, "SPLITS": splits, "COMBINE": 1,
                                "VARIANT": "combine", "SCRATCH_BINDING": 1},
                  [out, scratch], [0], spec[:5], groups_for(rows),

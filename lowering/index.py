@@ -3,10 +3,9 @@ and cat / slice_scatter / select_scatter as strided copies into views."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
-
-from dataclasses import dataclass
 
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew

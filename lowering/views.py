@@ -31,7 +31,7 @@ def view(ctx, x, *args, **kwargs):
     x = materialize(ctx, x)
     if not isinstance(x, TRef):            # a folded constant
         return op(x, *args, **kwargs)
-    if op in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
+    if op in RESHAPES:
         try:
             return meta_view(x, lambda t: t.view(*args))
         except RuntimeError:                # not expressible as a view: copy first
