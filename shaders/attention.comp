@@ -43,10 +43,10 @@ layout(constant_id = 19) const uint M_SC = 1;
 layout(constant_id = 20) const uint SPLIT_KEYS = 1;  // keys per split (SPLITS > 1)
 BUFFER(0, outb)
 #ifndef COMBINE
-BUFFER(1, qb)
-BUFFER(2, kb)
-BUFFER(3, vb)
-BUFFER(4, mb)
+IN_BUFFER(1, qb)
+IN_BUFFER(2, kb)
+IN_BUFFER(3, vb)
+IN_BUFFER(4, mb)
 #endif
 #if SPLITS > 1
 // per (row, split): max, sum, then DV output values; coherent: read by another workgroup
@@ -63,7 +63,7 @@ float qget(uint r, uint e) { return qlazy(r * Q_RPH + e / Q_W, e % Q_W); }
 #ifdef PENDING
 // The step's K and V rows (a decode step's cache update, written by a scatter beside
 // this kernel): key P comes from them, computed here, never from the cache.
-BUFFER(IDX_BINDING, idxb)
+IN_BUFFER(IDX_BINDING, idxb)
 K_NEW
 V_NEW
 float knew(uint kvh, uint e) { return klazy(kvh * K_RPH + e / K_W, e % K_W); }
@@ -109,8 +109,8 @@ void main() {
 // per invocation; TPK invocations per key, KPP = WG / TPK keys per chunk.
 #if VW == 4
 #define VT vec4
-layout(set = 0, binding = 2) buffer Buf2v { vec4 kv4[]; };
-layout(set = 0, binding = 3) buffer Buf3v { vec4 vv4[]; };
+layout(set = 0, binding = 2) readonly buffer Buf2v { vec4 kv4[]; };
+layout(set = 0, binding = 3) readonly buffer Buf3v { vec4 vv4[]; };
 #define LDK(o) kv4[(o) >> 2]
 #define LDV(o) vv4[(o) >> 2]
 #define DOTV(a, b) dot(a, b)

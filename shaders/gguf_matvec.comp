@@ -42,27 +42,27 @@ layout(constant_id = 11) const uint PN_EPS_BITS = 0;  // POST_NORM: eps
 layout(constant_id = 12) const uint PRES_OFF = 0;     // POST_RES: offset and row stride
 layout(constant_id = 13) const uint PRES_SM = 0;
 BUFFER(0, outb)
-BUFFER(1, xb)
-BUFFER(2, wq)
+IN_BUFFER(1, xb)
+IN_BUFFER(2, wq)
 #ifdef NORM
-BUFFER(3, nwb)      // the norm's weight, K floats from word 0
-layout(set = 0, binding = 3) buffer Buf3v { vec4 nwv[]; };
+IN_BUFFER(3, nwb)      // the norm's weight, K floats from word 0
+layout(set = 0, binding = 3) readonly buffer Buf3v { vec4 nwv[]; };
 #endif
 #ifdef RESIDUAL
-BUFFER(RES_BINDING, resb)
+IN_BUFFER(RES_BINDING, resb)
 #endif
 #ifdef POST_NORM
 // raw x W^T, [MROWS, N]; coherent: the last workgroup reads every workgroup's rows
 layout(set = 0, binding = PN_RAW) coherent buffer RawB { uint rawb[]; };
 layout(set = 0, binding = PN_COUNT) coherent buffer CountB { uint counter[]; };
-BUFFER(PN_W, pwb)   // the norm's weight, N floats from word 0
+IN_BUFFER(PN_W, pwb)   // the norm's weight, N floats from word 0
 #ifdef POST_RES
-BUFFER(PN_RES, presb)
+IN_BUFFER(PN_RES, presb)
 #endif
 #endif
 #ifdef X_VEC4
 // the same binding seen as vec4s: one 16-byte load (X_OFF, X_SM multiples of 4)
-layout(set = 0, binding = 1) buffer Buf1v { vec4 xv[]; };
+layout(set = 0, binding = 1) readonly buffer Buf1v { vec4 xv[]; };
 #endif
 #ifdef X_LAZY
 X_LAZY
@@ -190,28 +190,30 @@ void main() {
     const uint chunks = K / 8u;
     uint rbase[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) rbase[r] = min(n0 + r, N - 1u) * ROW_BYTES;
-    // a lane takes CPL neighbouring chunks, then jumps TPR * CPL chunks
+    // a lane takes CPL neighbouring chunks, then jumps TPR * CPL chunks. Chunks past the
+    // row are read as its last chunk and weighted 0, so no load sits behind a branch:
+    // the UNROLL chunks' loads are all issued before their math (bytes in flight)
     for (uint ch0 = lane * CPL; ch0 < chunks; ch0 += TPR * UNROLL) {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
-            uint ch = ch0 + (u % CPL) + (u / CPL) * TPR * CPL;
-            if (UNROLL == 1 || ch < chunks) {
-                uint boff = (ch / CPB) * QB, c = ch % CPB;
-                vec4 xl[MROWS], xh[MROWS];
-                [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-                    xl[m] = x4(m, 8u * ch);
-                    xh[m] = x4(m, 8u * ch + 4u);
+            uint chu = ch0 + (u % CPL) + (u / CPL) * TPR * CPL;
+            uint ch = min(chu, chunks - 1u);
+            bvec4 keep = bvec4(UNROLL == 1 || chu < chunks);
+            uint boff = (ch / CPB) * QB, c = ch % CPB;
+            vec4 xl[MROWS], xh[MROWS];
+            [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+                xl[m] = mix(vec4(0.0), x4(m, 8u * ch), keep);   // a select: x may hold infs
+                xh[m] = mix(vec4(0.0), x4(m, 8u * ch + 4u), keep);
 #ifdef NORM
-                    acc[NR * MROWS + m] += dot(xl[m], xl[m]) + dot(xh[m], xh[m]);
-                    xl[m] *= nwv[2u * ch];
-                    xh[m] *= nwv[2u * ch + 1u];
+                acc[NR * MROWS + m] += dot(xl[m], xl[m]) + dot(xh[m], xh[m]);
+                xl[m] *= nwv[2u * ch];
+                xh[m] *= nwv[2u * ch + 1u];
 #endif
-                }
-                [[unroll]] for (uint r = 0; r < NR; ++r) {
-                    vec4 lo, hi;
-                    deq8(rbase[r] + boff, c, lo, hi);   // rows past N: row N-1 again, unused
-                    [[unroll]] for (uint m = 0; m < MROWS; ++m)
-                        acc[r * MROWS + m] += dot(lo, xl[m]) + dot(hi, xh[m]);
-                }
+            }
+            [[unroll]] for (uint r = 0; r < NR; ++r) {
+                vec4 lo, hi;
+                deq8(rbase[r] + boff, c, lo, hi);   // rows past N: row N-1 again, unused
+                [[unroll]] for (uint m = 0; m < MROWS; ++m)
+                    acc[r * MROWS + m] += dot(lo, xl[m]) + dot(hi, xh[m]);
             }
         }
     }
