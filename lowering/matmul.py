@@ -221,25 +221,27 @@ def choose_tile(caps: dict, nb: int, m: int, n: int, k: int) -> tuple[Tile, int,
     return best[1:]
 
 
+def _load_groups(defines, name, sk, so, k, other, offset, sb) -> None:
+    """How the tiled kernel reads operand `name` (strides sk along k, so along its other
+    dimension of size `other`, batch stride sb): in groups of 4 along k (NAME_ALONG_K)
+    when k has the unit (or the smaller) stride, else along the other dimension; as
+    16-byte loads (NAME_VEC4) where the unit-stride groups are all aligned."""
+    if sk == 1 or (so != 1 and sk < so):
+        defines[f"{name}_ALONG_K"] = 1
+        if sk == 1 and _aligned(k, offset, sb, so if other > 1 else 0):
+            defines[f"{name}_VEC4"] = 1
+    elif so == 1 and _aligned(other, offset, sb, sk if k > 1 else 0):
+        defines[f"{name}_VEC4"] = 1
+
+
 def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     """The tiled kernel; its global loads grouped along each operand's unit-stride
     dimension, 16-byte loads where every group is aligned."""
     a, b = bindings[1], bindings[2]
     tile, splits, ks = choose_tile(ctx.caps, nb, m, n, k)
     defines |= {"VARIANT": tile.name} | tile.defines()
-    a_sb, b_sb = spec[4], spec[8]
-    if a.strides[2] == 1 or (a.strides[1] != 1 and a.strides[2] < a.strides[1]):
-        defines["A_ALONG_K"] = 1
-        if a.strides[2] == 1 and _aligned(k, a.offset, a_sb, a.strides[1] if m > 1 else 0):
-            defines["A_VEC4"] = 1
-    elif a.strides[1] == 1 and _aligned(m, a.offset, a_sb, a.strides[2] if k > 1 else 0):
-        defines["A_VEC4"] = 1
-    if b.strides[1] == 1 or (b.strides[2] != 1 and b.strides[1] < b.strides[2]):
-        defines["B_ALONG_K"] = 1
-        if b.strides[1] == 1 and _aligned(k, b.offset, b_sb, b.strides[2] if n > 1 else 0):
-            defines["B_VEC4"] = 1
-    elif b.strides[2] == 1 and _aligned(n, b.offset, b_sb, b.strides[1] if k > 1 else 0):
-        defines["B_VEC4"] = 1
+    _load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
+    _load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
     if n % 4 == 0:
         defines["OUT_VEC4"] = 1
     tiles = (-(-n // tile.bn), -(-m // tile.bm))

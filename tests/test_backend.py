@@ -80,6 +80,28 @@ def test_weights_resident_until_their_version_changes():
         assert dynamo_vulkan.runtime_stats()["uploads"] == before + 1
 
 
+def test_runtime_counts_the_gpu_memory_it_holds():
+    """runtime_stats' device_bytes: the resident weight and the program's own buffers
+    while they live (the memory target counts them), back to the start once freed."""
+    import gc
+    gc.collect()
+    start = dynamo_vulkan.runtime_stats()
+    m = nn.Linear(1000, 300, bias=False).eval()
+    cm = torch.compile(m, backend="vulkan")
+    with torch.no_grad():
+        x = torch.randn(2, 1000)
+        torch.testing.assert_close(cm(x), m(x), rtol=1e-4, atol=1e-4)
+    held = dynamo_vulkan.runtime_stats()
+    weight, io = 4 * 1000 * 300, 4 * (2 * 1000 + 2 * 300)
+    assert held["device_bytes"] - start["device_bytes"] >= weight + io
+    assert held["staging_bytes"] - start["staging_bytes"] >= io
+    assert held["device_bytes_peak"] >= held["device_bytes"]
+    del cm, m
+    torch._dynamo.reset()
+    gc.collect()
+    assert dynamo_vulkan.runtime_stats()["device_bytes"] == start["device_bytes"]
+
+
 def test_one_submit_per_call():
     m = TransformerBlock(32, heads=2, hidden=48).eval()
     cm = torch.compile(m, backend="vulkan")

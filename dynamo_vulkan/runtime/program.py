@@ -25,12 +25,27 @@ TRANSFER_READ, TRANSFER_WRITE = 0x800, 0x1000
 STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
 TORCH_OF_KIND = {"f32": torch.float32, "i32": torch.int32, "b": torch.int32}
-_stats = {"submits": 0, "uploads": 0}
+_stats = {"submits": 0, "uploads": 0, "device_bytes": 0, "device_bytes_peak": 0, "staging_bytes": 0}
 
 
 def runtime_stats() -> dict:
-    """Process-wide counters: submits of compiled programs, weight uploads."""
+    """Process-wide counters: submits of compiled programs, weight uploads, and the
+    bytes of the kp tensors that live programs and resident weights hold now (GPU
+    memory: device_bytes, with its peak; host-visible staging: staging_bytes)."""
     return dict(_stats)
+
+
+def _count(owner, device_bytes: int, staging_bytes: int = 0) -> None:
+    """Count kp tensor bytes as held until `owner` (a Program or Resident) is collected."""
+    _stats["device_bytes"] += device_bytes
+    _stats["staging_bytes"] += staging_bytes
+    _stats["device_bytes_peak"] = max(_stats["device_bytes_peak"], _stats["device_bytes"])
+    weakref.finalize(owner, _uncount, device_bytes, staging_bytes)
+
+
+def _uncount(device_bytes: int, staging_bytes: int) -> None:
+    _stats["device_bytes"] -= device_bytes
+    _stats["staging_bytes"] -= staging_bytes
 
 
 class Resident:
@@ -46,8 +61,9 @@ class Resident:
         self.kind = kind
         self.span = span      # (byte start, byte length): one buffer of a split u8 tensor
         n = t.numel() if span is None else span[1]
-        self.tensor = mgr.tensor_t(np.empty(max(1, words_of(kind, n)), np.uint32),
-                                   tensor_type=_kp().TensorTypes.storage)
+        words = max(1, words_of(kind, n))
+        self.tensor = mgr.tensor_t(np.empty(words, np.uint32), tensor_type=_kp().TensorTypes.storage)
+        _count(self, 4 * words)
         self.mgr = mgr
 
     @classmethod
@@ -189,13 +205,16 @@ class Program:
                 r = Resident.get(mgr, args[i], kind, span)
                 self.tensors[b] = r.tensor
                 self.residents.append((i, r))
+        held = staged = 0
         for b, buf in enumerate(plan.buffers):
             if self.tensors[b] is not None or buf.role == "unused":
                 continue
             empty = np.empty(buf.words, np.uint32)
+            held += 4 * buf.words
             if buf.role in ("input", "output"):
                 self.tensors[b] = mgr.tensor_t(empty)           # device + staging
                 self._staging[b] = staging_view(self.tensors[b])
+                staged += 4 * buf.words
             else:
                 self.tensors[b] = mgr.tensor_t(empty, tensor_type=storage)
                 if buf.role == "const":
@@ -226,10 +245,12 @@ class Program:
                 continue
             else:
                 rb = mgr.tensor_t(np.empty(plan.buffers[b].words, np.uint32))
+                held, staged = held + 4 * plan.buffers[b].words, staged + 4 * plan.buffers[b].words
                 self._readbacks.append((self.tensors[b], rb))
                 staging = staging_view(rb)
             self.mutations.append((i, staging[:max(1, args[i].numel())], plan.buffers[b].kind,
                                    r, bump))
+        _count(self, held, staged)
         self._record()
 
     def _record(self):
