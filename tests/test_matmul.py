@@ -107,7 +107,7 @@ def test_no_k_split_on_a_cpu_device(plans, kernel):
         d, _ = only_kernel(plans, "matmul:" + mm_lowering.CPU_TILE.name)
         assert "splits" not in d.note
     else:
-        check(torch.mm, torch.randn(4, k), torch.randn(k, 64), **tol(k))
+        check(torch.mm, torch.randn(4, k), torch.randn(k, 72), **tol(k))
         d, defines = only_kernel(plans, "matvec:cols")
         assert d.groups[1] == 1 and "SPLIT_K" not in defines
 
@@ -118,6 +118,8 @@ def test_k_zero(request, plans, kernel, m, n, gpu):
     """K = 0: the product is zeros, the output beta * bias (written by the kernel)."""
     if gpu:
         request.getfixturevalue("as_gpu")
+    if kernel == "cols":
+        request.getfixturevalue("cols_any_size")   # K = 0: no weight at all
     if kernel == "skinny":
         fn = lambda c, a, w: torch.addmm(c, a, w.t(), beta=0.5)   # noqa: E731
         args = (torch.randn(n), torch.randn(m, 0), torch.randn(n, 0))
@@ -142,6 +144,15 @@ def tile(request, as_gpu, monkeypatch):
     info = device.device_info()
     monkeypatch.setitem(info, "name", f"{info['name']} [{t.name}]")
     return t
+
+
+@pytest.fixture
+def cols_any_size(monkeypatch):
+    """The COLS kernel for small weights too (below COLS_MIN_WEIGHT they take the row
+    mapping); the device's name keeps these plans cached apart from the default's."""
+    monkeypatch.setattr(mm_lowering, "COLS_MIN_WEIGHT", 0)
+    info = device.device_info()
+    monkeypatch.setitem(info, "name", f"{info['name']} [cols at any size]")
 
 
 def at_offset(shape, offset):
@@ -327,7 +338,7 @@ COLS_SHAPES = [  # (m, k, n, K split across workgroups on a GPU)
 
 
 @pytest.mark.parametrize("m,k,n,split", COLS_SHAPES, ids=str)
-def test_cols(as_gpu, plans, m, k, n, split):
+def test_cols(as_gpu, cols_any_size, plans, m, k, n, split):
     _three_calls(torch.mm, lambda: (torch.randn(m, k), torch.randn(k, n)), k, plans)
     d, defines, p = _cols_checks(plans, 1, m, n, k)
     assert (p["splits"] > 1) == split
@@ -337,7 +348,7 @@ def test_cols(as_gpu, plans, m, k, n, split):
 
 @pytest.mark.parametrize("layout", ["bias_n", "bias_mn", "bmm", "broadcast_batch", "a_offset",
                                     "b_offset", "a_transposed", "b_col_stride2"])
-def test_cols_layouts(as_gpu, plans, layout):
+def test_cols_layouts(as_gpu, cols_any_size, plans, layout):
     """The COLS kernel with K split, on operands read through their strides; a bias
     added once, after the splits' sum."""
     nb, m, k, n = 1, 3, 1000, 64
@@ -387,15 +398,29 @@ def test_cols_layouts(as_gpu, plans, layout):
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
 def test_cols_tiny_one_workgroup(request, plans, gpu):
-    """x[1, 16] @ W[16, 16]: one workgroup of 4 threads, one k slice (no shared memory,
-    no barrier), no K split on either device."""
+    """x[1, 16] @ W[16, 16] in the COLS kernel: one workgroup of 4 threads, one k slice
+    (no shared memory, no barrier), no K split on either device."""
     if gpu:
         request.getfixturevalue("as_gpu")
+    request.getfixturevalue("cols_any_size")
     _three_calls(torch.mm, lambda: (torch.randn(1, 16), torch.randn(16, 16)), 16, plans)
     d, defines = only_kernel(plans, "matvec:cols")
     assert d.groups == (1, 1, 1) and d.spec[0] == 4
     assert defines == {"VARIANT": "cols", "COLS": "1", "MROWS": "1", "CQ": "4", "KT": "1",
                        "UNROLL": "4", "MC": "1", "A_VEC4": "1", "B_VEC4": "1"}
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
+@pytest.mark.parametrize("m,k,n,kernel", [(1, 16, 16, "matvec:skinny"), (8, 100, 200, "matvec:skinny"),
+                                          (1, 256, 256, "matvec:cols"), (12, 16, 16, "matvec:cols")])
+def test_small_weights_take_the_row_mapping(request, plans, gpu, m, k, n, kernel):
+    """x @ W with W [K, N] row-major: below COLS_MIN_WEIGHT elements and up to SKINNY_M
+    rows, one workgroup per column (shorter than COLS there); COLS from that size, or for
+    more rows than the row mapping takes."""
+    if gpu:
+        request.getfixturevalue("as_gpu")
+    check(torch.mm, torch.randn(m, k), torch.randn(k, n), **tol(k))
+    only_kernel(plans, kernel)
 
 
 # ---------------------------------------------------------------- skinny: B along k (nn.Linear)
