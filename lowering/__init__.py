@@ -8,7 +8,7 @@ the `@lowering` decorator; this file is the index of families:
 |             | argreduce.comp     | argmax, argmin, max/min.dim                                      |
 | rowwise     | rowwise.comp       | softmax, log_softmax, native_layer_norm, dynamo_vulkan.rms_norm  |
 | attention   | attention.comp     | dynamo_vulkan.attention (KV-cache attention, online softmax)     |
-| matmul      | matmul.comp        | mm, bmm, addmm, baddbmm                                          |
+| matmul      | matmul/matvec.comp | mm, bmm, addmm, baddbmm (few rows: the mat-vec kernels)          |
 | index       | gather.comp (+ew)  | embedding, index_select, cat, slice/select_scatter, index_put    |
 | views       | (none: metadata)   | view, reshape, permute, transpose, slice, expand ...             |
 | gguf        | gguf_*.comp        | dynamo_vulkan.gguf_linear, gguf_embedding (GGUF)                 |
