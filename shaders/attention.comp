@@ -54,6 +54,7 @@ layout(set = 0, binding = SCRATCH_BINDING) coherent buffer PartB { uint part_b[]
 #endif
 #ifdef COUNTER_BINDING
 layout(set = 0, binding = COUNTER_BINDING) coherent buffer Count { uint counter[]; };
+#include "last_arrival.glsl"
 #endif
 #ifdef Q_LAZY
 Q_LAZY
@@ -139,7 +140,6 @@ shared VT qs[D / VW];
 shared float ps[KPP];
 shared float sdot[TPK > 1 ? WG : 1];
 shared VT red[WG * DPT];
-shared bool last_split;
 
 void main() {
     uint wid = flat_workgroup();
@@ -237,16 +237,7 @@ void main() {
         }
     }
 #ifdef COUNTER_BINDING
-    memoryBarrierBuffer();                       // this split's partials, then its count
-    barrier();
-    if (lid == 0u) {
-        last_split = atomicAdd(counter[row], 1u) == SPLITS - 1u;
-        if (last_split) counter[row] = 0u;       // every split has counted: reset for next call
-    }
-    barrier();
-    if (!last_split) return;                     // uniform across the workgroup
-    memoryBarrierBuffer();
-    combine(row);
+    if (last_to_arrive(row, SPLITS)) combine(row);
 #endif
 }
 #endif

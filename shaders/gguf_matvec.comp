@@ -55,6 +55,7 @@ IN_BUFFER(RES_BINDING, resb)
 // raw x W^T, [MROWS, N]; coherent: the last workgroup reads every workgroup's rows
 layout(set = 0, binding = PN_RAW) coherent buffer RawB { uint rawb[]; };
 layout(set = 0, binding = PN_COUNT) coherent buffer CountB { uint counter[]; };
+#include "last_arrival.glsl"
 IN_BUFFER(PN_W, pwb)   // the norm's weight, N floats from word 0
 #ifdef POST_RES
 IN_BUFFER(PN_RES, presb)
@@ -102,7 +103,6 @@ X_LAZY
 shared float red[MAXWG][NSUM];       // partial sums, when not one subgroup per row
 #ifdef POST_NORM
 #include "wg_reduce.glsl"
-shared bool last_wg;
 #endif
 
 // an output from its reduced dot product (and sum of x^2, and residual)
@@ -131,17 +131,9 @@ void store(uint n0, uint i, float s) {
 // the ceil(N / rows per workgroup) workgroups to finish, normalise every row of x's
 // output. Every invocation of the workgroup must call it (it holds barriers).
 void post_norm() {
-    memoryBarrierBuffer();                       // this workgroup's raw outputs, then its count
-    barrier();
     uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint per_wg = (wg / TPR) * NR, groups = (N + per_wg - 1u) / per_wg;
-    if (lid == 0u) {
-        last_wg = atomicAdd(counter[0], 1u) == groups - 1u;
-        if (last_wg) counter[0] = 0u;            // every workgroup has counted: reset for next call
-    }
-    barrier();
-    if (!last_wg) return;                        // uniform across the workgroup
-    memoryBarrierBuffer();
+    if (!last_to_arrive(0u, groups)) return;     // uniform across the workgroup
     [[unroll]] for (uint m = 0; m < MROWS; ++m) {
         float s = 0.0;
         for (uint j = lid; j < N; j += wg) { float v = ld_f32(rawb[m * N + j]); s += v * v; }

@@ -56,11 +56,10 @@ layout(constant_id = 17) const uint KS = 0xffffffffu;   // K per split (all of K
 layout(constant_id = 18) const uint SPLITS = 1;
 layout(constant_id = 19) const uint BATCHES = 1;
 BUFFER(0, outb)
-// A, B and bias are only read: readonly lets the driver use its read-only cache path
-layout(set = 0, binding = 1) readonly buffer Buf1 { uint ab[]; };
-layout(set = 0, binding = 2) readonly buffer Buf2 { uint bbuf[]; };
+IN_BUFFER(1, ab)
+IN_BUFFER(2, bbuf)
 #ifdef HAS_BIAS
-layout(set = 0, binding = 3) readonly buffer Buf3 { uint cb[]; };
+IN_BUFFER(3, cb)
 #endif
 #ifdef A_VEC4
 layout(set = 0, binding = 1) readonly buffer Buf1v { vec4 av[]; };

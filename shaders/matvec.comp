@@ -54,11 +54,10 @@ layout(constant_id = 18) const uint KS = 0xffffffffu;   // COLS: K per split (a 
 layout(constant_id = 19) const uint SPLITS = 1;
 layout(constant_id = 20) const uint BATCHES = 1;
 BUFFER(0, outb)
-// A, B and bias are only read: readonly lets the driver use its read-only cache path
-layout(set = 0, binding = 1) readonly buffer Buf1 { uint ab[]; };
-layout(set = 0, binding = 2) readonly buffer Buf2 { uint bbuf[]; };
+IN_BUFFER(1, ab)
+IN_BUFFER(2, bbuf)
 #ifdef HAS_BIAS
-layout(set = 0, binding = 3) readonly buffer Buf3 { uint cb[]; };
+IN_BUFFER(3, cb)
 #endif
 #ifndef MROWS
 #define MROWS 8
@@ -129,10 +128,10 @@ layout(set = 0, binding = 2) readonly buffer Buf2v { vec4 bv[]; };
 // coherent: the last split of a column block reads every split's partial sums
 layout(set = 0, binding = PART_BINDING) coherent buffer PartB { uint partb[]; };
 layout(set = 0, binding = COUNT_BINDING) coherent buffer CountB { uint counter[]; };
+#include "last_arrival.glsl"
 #ifdef PART_VEC4
 layout(set = 0, binding = PART_BINDING) coherent buffer PartBv { vec4 partv[]; };   // N % 4 == 0
 #endif
-shared bool last_split;
 #endif
 #if KT > 1
 shared vec4 red[MC * WG];
@@ -251,16 +250,7 @@ void main() {
     [[unroll]] for (uint m = 0; m < MROWS; ++m) emit(acc[m], batch, split, m, n);
 #endif
 #ifdef SPLIT_K
-    memoryBarrierBuffer();                       // this split's partial sums, then its count
-    barrier();
-    if (tid == 0u) {
-        uint c = batch * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-        last_split = atomicAdd(counter[c], 1u) == SPLITS - 1u;
-        if (last_split) counter[c] = 0u;         // every split has counted: reset for next call
-    }
-    barrier();
-    if (!last_split) return;                     // uniform across the workgroup
-    memoryBarrierBuffer();
+    if (!last_to_arrive(batch * gl_NumWorkGroups.x + gl_WorkGroupID.x, SPLITS)) return;
     for (uint idx = tid; idx < MROWS * CQ; idx += WG) {
         uint n4 = (gl_WorkGroupID.x * CQ + idx % CQ) * 4u;
         if (n4 < N) merge(batch, idx / CQ, n4);
