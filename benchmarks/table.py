@@ -82,6 +82,9 @@ def header(env: dict, probes: dict) -> str:
     if "reused_ms" in es:
         lim.append(f"empty kp submit+wait {num(es['reused_ms']['median'] * 1e3)} us "
                    f"(new sequence each time: {num(es['fresh_ms']['median'] * 1e3)} us)")
+        if "kp_as_released_ms" in es:
+            lim.append(f"the same with kp 0.9 as released (a fence made per submit, no polling) "
+                       f"{num(es['kp_as_released_ms']['median'] * 1e3)} us")
     if lim:
         lines.append("limits: " + "; ".join(lim))
     return "\n".join(lines)

@@ -199,6 +199,7 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
         reason = device.device_info(cfg.device_index).get("reason", "no Vulkan device")
         _warn_once("no-device", f"dynamo_vulkan: {reason}; running the model on the CPU")
         return gm.forward
+    device.set_fence_spin(cfg.fence_spin_us, cfg.device_index)
     return aot_autograd(
         fw_compiler=lambda g, ex: compile_graph(g, ex, cfg),
         bw_compiler=_cpu_backward,

@@ -113,6 +113,53 @@ def test_one_submit_per_call():
     assert dynamo_vulkan.runtime_stats()["submits"] == before + 1
 
 
+@pytest.mark.parametrize("reuse, spin", [(True, 0), (True, 1000), (False, 0), (False, 50)])
+def test_repeated_calls_with_each_fence_mode(reuse, spin):
+    """kp patch 6: a sequence resets one fence per submit (or makes one, as kp 0.9 did),
+    and may poll it before blocking; every mode returns each call's own result."""
+    import kp
+    m = TransformerBlock(32, heads=2, hidden=48).eval()
+    cm = torch.compile(m, backend="vulkan")
+    xs = [torch.randn(1, 3, 32, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    saved = kp.fence_reuse(), kp.fence_spin_us()
+    kp.set_fence_reuse(reuse)
+    kp.set_fence_spin_us(spin)
+    try:
+        with torch.no_grad():
+            outs = [cm(x) for x in xs + xs]
+    finally:
+        kp.set_fence_reuse(saved[0])
+        kp.set_fence_spin_us(saved[1])
+        torch._dynamo.reset()
+    with torch.no_grad():
+        want = [m(x) for x in xs + xs]
+    for got, ref in zip(outs, want):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_fence_spin_defaults_by_device_type(monkeypatch, as_gpu):
+    """Polling the fence is the default on a GPU only (a CPU device's threads need the
+    cores); DYNAMO_VULKAN_FENCE_SPIN_US overrides it, and a bad value says what it wants."""
+    import kp
+    from dynamo_vulkan import config, device
+    saved = kp.fence_spin_us()
+    try:
+        monkeypatch.delenv("DYNAMO_VULKAN_FENCE_SPIN_US", raising=False)
+        device.set_fence_spin(config.load().fence_spin_us)
+        assert kp.fence_spin_us() == config.DEFAULT_FENCE_SPIN_US
+        monkeypatch.setitem(device.device_info(), "device_type", "PHYSICAL_DEVICE_TYPE_CPU")
+        device.set_fence_spin(config.load().fence_spin_us)
+        assert kp.fence_spin_us() == 0
+        monkeypatch.setenv("DYNAMO_VULKAN_FENCE_SPIN_US", "250")
+        torch.compile(lambda x: x * 3, backend="vulkan")(torch.randn(5))
+        assert kp.fence_spin_us() == 250
+        monkeypatch.setenv("DYNAMO_VULKAN_FENCE_SPIN_US", "-1")
+        with pytest.raises(Exception, match="DYNAMO_VULKAN_FENCE_SPIN_US='-1' must be a whole number"):
+            torch.compile(lambda x: x * 4, backend="vulkan")(torch.randn(5))
+    finally:
+        kp.set_fence_spin_us(saved)
+
+
 def test_unsupported_op_in_the_middle_runs_on_cpu():
     def f(x):
         y = torch.relu(x * 2)
