@@ -80,6 +80,48 @@ def test_weights_resident_until_their_version_changes():
         assert dynamo_vulkan.runtime_stats()["uploads"] == before + 1
 
 
+def test_resident_checks_catch_every_change_between_calls(monkeypatch):
+    """The per-call resident check is a few list passes that trust what the last call
+    left: a weight written in place, one whose .data is swapped (same tensor object, a
+    new pointer, no version bump) and a buffer the graph itself writes each call must
+    all still be caught, call after call."""
+    torch.manual_seed(0)
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 4)
+            self.register_buffer("acc", torch.zeros(4))
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.acc.add_(y.sum(0))      # mutated by the graph every call
+            return y * 2 + self.acc
+
+    m, ref = M().eval(), M().eval()
+    ref.load_state_dict(m.state_dict())
+    cm = torch.compile(m, backend="vulkan")
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        for step in range(6):
+            if step == 2:
+                for mod in (m, ref):
+                    mod.lin.weight.mul_(0.5)
+            if step == 4:
+                w = torch.randn(4, 8)
+                m.lin.weight.data = w.clone()
+                ref.lin.weight.data = w.clone()
+            torch.testing.assert_close(cm(x), ref(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(m.acc, ref.acc, rtol=1e-4, atol=1e-4)
+        # and with nothing changed from outside, the quick check holds, the graph's own
+        # write to `acc` included
+        from dynamo_vulkan.runtime.program import Program
+        seen, quick = [], Program._residents_current
+        monkeypatch.setattr(Program, "_residents_current", lambda self, ts: seen.append(quick(self, ts)) or seen[-1])
+        cm(x), cm(x)
+    assert seen == [True, True]
+
+
 def test_runtime_counts_the_gpu_memory_it_holds():
     """runtime_stats' device_bytes: the resident weight and the program's own buffers
     while they live (the memory target counts them), back to the start once freed."""
