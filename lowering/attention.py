@@ -25,6 +25,7 @@ SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across wor
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
 FUSED_COMBINE = True  # the last split of a row merges them (else a second kernel does)
+VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -120,9 +121,12 @@ def attention(ctx, q, k, v, mask, scale):
         splits = min(MAX_SPLITS, _ceil_div(c, kpp))
         split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp     # whole chunks per split
         splits = _ceil_div(c, split_keys)
+    parts, dpt = WG // dvlp, _ceil_div(dv // vw, dvlp)
+    vpk = _ceil_div(WG // tpk, parts)       # V rows per invocation and chunk
     defines = {"WG": WG, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
-               "PARTS": WG // dvlp, "DPT": -(-(dv // vw) // dvlp), "TPK": tpk, "KPP": WG // tpk,
-               "SPLITS": splits}
+               "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": WG // tpk, "SPLITS": splits,
+               # decode's splits load their V rows with the keys (registers permitting)
+               "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
     spec = [hq, t, c, hq // hkv, f32_bits(scale),
             q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
             k.offset, *k.strides, v.offset, *v.strides,

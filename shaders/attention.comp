@@ -7,6 +7,8 @@
 // the cache only up to its position. For the weighted sum of V rows, invocation
 // i owns output lanes i % DVLP (+ DVLP, ...) and every PARTS-th key of the
 // chunk; the parts meet in shared memory at the end.
+// VPK > 0 (decode's splits): each invocation's V rows of a chunk (VPK of them) are
+// loaded with its key, before the softmax, so the chunk waits on memory once.
 // SPLITS > 1 (decode: few rows, so the keys are spread over more workgroups):
 // each split writes its max, sum and unnormalised output to a scratch buffer,
 // then counts itself in on the row's counter (an atomic); the row's last split
@@ -167,18 +169,33 @@ void main() {
     for (uint j = 0; j < DPT; ++j) acc[j] = VT(0.0);
     for (uint c0 = k0; c0 < k1; c0 += KPP) {
         uint c = c0 + kslot;
-        bool live = c < k1 && ld_b(mb[M_OFF + t * M_ST + c * M_SC]);
+        // the key's mask, its K row and (VPK) this invocation's V rows are loaded at
+        // once, none waiting for another: past the last key the address is clamped
+        // and the value unused
+        uint cl = min(c, k1 - 1u);
+        bool live = c < k1 && ld_b(mb[M_OFF + t * M_ST + cl * M_SC]);
         float s = NEG_INF;
         float qk = 0.0;
-        if (live) {
-            uint kbase = K_OFF + kvh * K_SH + c * K_SC;
+        uint kbase = K_OFF + kvh * K_SH + cl * K_SC;
 #ifdef PENDING
-            if (c == P) {
-                for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], KNEW(kvh, i * VW));
-            } else
+        if (cl == P) {
+            for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], KNEW(kvh, i * VW));
+        } else
 #endif
-            for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], LDK(kbase + i * VW * K_SD));
+        for (uint i = sub; i < D / VW; i += TPK) qk += DOTV(qs[i], LDK(kbase + i * VW * K_SD));
+#if VPK > 0
+        VT vpre[DPT * VPK];
+        if (owner) {
+            for (uint j = 0; j < DPT; ++j) {
+                uint lane = min(lane0 + j * DVLP, DVL - 1u);
+                for (uint q = 0; q < VPK; ++q) {
+                    uint key = min(c0 + part + q * PARTS, k1 - 1u);
+                    vpre[j * VPK + q] = LDV_AT(key, V_OFF + kvh * V_SH + key * V_SC + lane * VW * V_SD,
+                                               kvh, lane * VW);
+                }
+            }
         }
+#endif
 #if TPK > 1
         sdot[lid] = qk;
         barrier();
@@ -201,10 +218,17 @@ void main() {
             for (uint j = 0; j < DPT; ++j) {
                 uint lane = lane0 + j * DVLP;
                 if (lane >= DVL) break;
-                uint vbase = V_OFF + kvh * V_SH + (c0 + part) * V_SC + lane * VW * V_SD;
                 VT a = acc[j] * alpha;
+#if VPK > 0
+                for (uint q = 0; q < VPK; ++q) {
+                    uint i = part + q * PARTS;
+                    if (i < keys) a += ps[i] * vpre[j * VPK + q];
+                }
+#else
+                uint vbase = V_OFF + kvh * V_SH + (c0 + part) * V_SC + lane * VW * V_SD;
                 for (uint i = part; i < keys; i += PARTS, vbase += PARTS * V_SC)
                     a += ps[i] * LDV_AT(c0 + i, vbase, kvh, lane * VW);
+#endif
                 acc[j] = a;
             }
         }

@@ -63,7 +63,10 @@ def _causal(t, c, start):
 # several chunks of 256 keys, odd sizes, value dims past one chunk of invocations
 CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256), (9, 3, 1, 1100, 64, 64),
          (2, 1, 1, 1, 3, 5), (6, 3, 4, 530, 80, 80), (2, 2, 2, 9, 16, 300),
-         (4, 1, 1, 3000, 256, 256), (16, 4, 8, 100, 12, 12), (66, 66, 1, 64, 8, 8)]
+         (4, 1, 1, 3000, 256, 256), (16, 4, 8, 100, 12, 12), (66, 66, 1, 64, 8, 8),
+         # split decode rows loading V early in scalars (odd dims), and one with too many
+         # V rows per invocation to hold them in registers
+         (3, 1, 1, 200, 7, 9), (2, 2, 1, 500, 16, 300)]
 
 
 @pytest.mark.parametrize("hq,hkv,t,c,d,dv", CASES, ids=str)
