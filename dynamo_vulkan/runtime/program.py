@@ -125,6 +125,13 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
     kind "u8": the raw bytes, 4 to a word, zero-padded; span (byte start, byte
     length): only those bytes, without copying the rest)."""
     t = t.detach()
+    if kind != "u8" and t.numel() <= SMALL_INPUT and t.dtype in _NUMPY_OF_DTYPE:
+        # a token, positions: numpy's few calls cost less than torch's ops per call
+        a = t.reshape(-1).numpy()
+        if a.dtype == np.int64 and a.size and (a.min() < -2**31 or a.max() >= 2**31):
+            raise OverflowError(f"an int64 input holds {int(a.min())}..{int(a.max())}, which does "
+                                "not fit the int32 that Vulkan kernels use")
+        return np.ascontiguousarray(a, NUMPY_OF_KIND[kind] if kind != "b" else np.int32).view(np.uint32)
     if kind == "u8":
         b = t.contiguous().reshape(-1).view(torch.uint8)
         if span is not None:
@@ -140,6 +147,11 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
                                 "the int32 that Vulkan kernels use")
     t = t.to(TORCH_OF_KIND[kind]).contiguous().reshape(-1)
     return t.numpy().view(np.uint32)
+
+
+SMALL_INPUT = 4096     # elements up to which host_words converts through numpy
+_NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
+                   torch.bool: np.bool_}
 
 
 def staging_view(t) -> np.ndarray:
@@ -355,10 +367,14 @@ class Program:
             if staging is None:
                 out.append(args[shape])
                 continue
-            t = torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy())
+            a = staging.view(NUMPY_OF_KIND[kind])
             if kind == "b":
-                t = t != 0
-            out.append(t.to(dtype).view(shape))
+                a = a != 0
+            want = _NUMPY_OF_DTYPE.get(dtype)
+            if want is not None:     # one numpy copy into the caller's dtype
+                out.append(torch.from_numpy(a.astype(want)).view(shape))
+            else:
+                out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
         return out
 
     def _report(self):
