@@ -42,7 +42,8 @@ SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
 MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
 MV_WG = 128      # mat-vec threads per workgroup
 MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
-MV_UNROLL = 4    # chunks per mat-vec thread and loop step (loads in flight together)
+MV_UNROLL = 4    # at most this many chunks per mat-vec thread and loop step (loads in
+                 # flight together); fewer where that wastes less (mv_unroll)
 MV_CPL = 1       # neighbouring chunks per mat-vec thread (MV_UNROLL a multiple of it)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
@@ -192,6 +193,15 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
     return v
 
 
+def mv_unroll(chunks: int, tpr: int) -> int:
+    """Chunks of 8 per mat-vec thread and loop step: up to MV_UNROLL (a multiple of
+    MV_CPL), the one that leaves the fewest slots past the row's end, the largest on a
+    tie. Those slots still load and decode (the row's last chunk, weighted 0): with 4
+    per step, a row of 576 (72 chunks) over 32 threads filled 128 slots; with 3, 96."""
+    slots = {u: -(-chunks // (tpr * u)) * tpr * u for u in range(MV_UNROLL, 0, -1) if u % MV_CPL == 0}
+    return min(slots, key=slots.get) if slots else MV_UNROLL
+
+
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
                 residual: TRef | None = None, loader: RowLoader | None = None,
@@ -223,7 +233,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         # workgroup) unless there are too few rows to fill the GPU that way
         tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 else wg
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
-        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": MV_UNROLL, "TPR": tpr, "CPL": MV_CPL}
+        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": mv_unroll(k // 8, tpr), "TPR": tpr,
+                    "CPL": MV_CPL}
         if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
         bindings = [out, loader.buffers[0] if loader else x2, w]

@@ -314,6 +314,26 @@ def test_mat_vec_variants(monkeypatch, nr, unroll, wg, cpl):
         check(lambda *xs: [gguf_linear(x, b, qt, 7, k) for x in xs], *xs, rtol=3e-4, atol=3e-4)
 
 
+@pytest.mark.parametrize("chunks,tpr,cpl,want", [(72, 32, 1, 3), (80, 32, 1, 3), (192, 32, 1, 3),
+                                                  (512, 32, 1, 4), (1792, 32, 1, 4), (4, 32, 1, 1),
+                                                  (96, 256, 1, 1), (72, 32, 2, 4), (0, 32, 1, 4)])
+def test_mat_vec_unroll_wastes_the_fewest_slots(monkeypatch, chunks, tpr, cpl, want):
+    monkeypatch.setattr(gguf_lowering, "MV_CPL", cpl)
+    assert gguf_lowering.mv_unroll(chunks, tpr) == want
+
+
+@pytest.mark.parametrize("k", [576, 640, 1536, 96])
+def test_mat_vec_rows_of_decoder_widths(k):
+    """Row lengths whose chunks do not fill whole steps of 4 per thread (SmolLM2's 576 and
+    1536, Gemma 3's 640) take a smaller unroll; one or several rows of x."""
+    name = "Q8_0"
+    qt = quant_info(name).ggml_type
+    b = blocks_of(name, 70, k, 3)
+    xs = [torch.randn(1, k), torch.randn(3, k)]
+    with torch.no_grad():
+        check(lambda *xs: [gguf_linear(x, b, qt, 70, k) for x in xs], *xs, rtol=3e-4, atol=3e-4)
+
+
 class NormLinearsResidual(torch.nn.Module):
     """A decoder's pattern: an RMSNorm read by two GGUF linears, one output added to
     the residual stream (square weight) and, with `also_plain`, the norm read by an
