@@ -34,12 +34,23 @@ def plans(monkeypatch):
     return seen
 
 
+def _plan_as(monkeypatch, device_type: str, label: str) -> None:
+    from dynamo_vulkan import device
+    info = device.device_info()
+    monkeypatch.setitem(info, "device_type", device_type)
+    monkeypatch.setitem(info, "name", f"{info['name']} ({label})")
+
+
+@pytest.fixture
+def as_cpu(monkeypatch):
+    """Plan as for a CPU device (lavapipe's choices), on whatever device runs the tests
+    (a GPU machine too); its name keeps those plans cached apart."""
+    _plan_as(monkeypatch, "PHYSICAL_DEVICE_TYPE_CPU", "as a CPU")
+
+
 @pytest.fixture
 def as_gpu(monkeypatch):
     """Plan as for a discrete GPU (lavapipe is a CPU device, for which some fusions and
     splits are off): the device's type says GPU, and its name keeps those plans cached
     apart from lavapipe's."""
-    from dynamo_vulkan import device
-    info = device.device_info()
-    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
-    monkeypatch.setitem(info, "name", f"{info['name']} (as a GPU)")
+    _plan_as(monkeypatch, "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU", "as a GPU")

@@ -494,7 +494,7 @@ def test_post_norm_not_for_a_split_weight(as_gpu, small_limit, plans):
     assert not _post_norm_notes(plans)
 
 
-def test_post_norm_not_on_a_cpu_device(plans):
+def test_post_norm_not_on_a_cpu_device(as_cpu, plans):
     """On lavapipe (a CPU device) the norm after a mat-vec stays its own kernel."""
     from dynamo_vulkan import device
     assert device.is_cpu()

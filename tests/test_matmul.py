@@ -97,7 +97,7 @@ def test_k_split_on_a_gpu(as_gpu, plans, case):
 
 # ---------------------------------------------------------------- no split on a CPU device; K = 0
 @pytest.mark.parametrize("kernel", ["tiled", "cols"])
-def test_no_k_split_on_a_cpu_device(plans, kernel):
+def test_no_k_split_on_a_cpu_device(as_cpu, plans, kernel):
     """Lavapipe: shapes that split K on a GPU run as one kernel (its CPU tile, or the
     COLS mat-vec over one K range)."""
     assert device.is_cpu()
