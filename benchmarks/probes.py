@@ -84,13 +84,13 @@ def empty_submit(plan: Plan) -> dict:
     seq = mgr.sequence()
     reused = measure(seq.eval, plan)
     fresh = measure(lambda: mgr.sequence().eval(), plan)
-    spin = kp.fence_spin_us()
+    spin, reuse = kp.fence_spin_us(), kp.fence_reuse()
     kp.set_fence_reuse(False)
     kp.set_fence_spin_us(0)
     try:
         stock = measure(seq.eval, plan)
     finally:
-        kp.set_fence_reuse(True)
+        kp.set_fence_reuse(reuse)
         kp.set_fence_spin_us(spin)
     return {"reused_ms": reused.as_dict(), "fresh_ms": fresh.as_dict(), "kp_as_released_ms": stock.as_dict(),
             "fence_spin_us": spin}

@@ -26,6 +26,9 @@ TRANSFER_READ, TRANSFER_WRITE = 0x800, 0x1000
 STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
 TORCH_OF_KIND = {"f32": torch.float32, "i32": torch.int32, "b": torch.int32}
+SMALL_INPUT = 4096     # elements up to which host_words converts through numpy
+_NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
+                   torch.bool: np.bool_}
 _VERSION = operator.attrgetter("_version")
 _stats = {"submits": 0, "uploads": 0, "device_bytes": 0, "device_bytes_peak": 0, "staging_bytes": 0}
 
@@ -131,7 +134,7 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
         if a.dtype == np.int64 and a.size and (a.min() < -2**31 or a.max() >= 2**31):
             raise OverflowError(f"an int64 input holds {int(a.min())}..{int(a.max())}, which does "
                                 "not fit the int32 that Vulkan kernels use")
-        return np.ascontiguousarray(a, NUMPY_OF_KIND[kind] if kind != "b" else np.int32).view(np.uint32)
+        return np.ascontiguousarray(a, NUMPY_OF_KIND[kind]).view(np.uint32)
     if kind == "u8":
         b = t.contiguous().reshape(-1).view(torch.uint8)
         if span is not None:
@@ -147,11 +150,6 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
                                 "the int32 that Vulkan kernels use")
     t = t.to(TORCH_OF_KIND[kind]).contiguous().reshape(-1)
     return t.numpy().view(np.uint32)
-
-
-SMALL_INPUT = 4096     # elements up to which host_words converts through numpy
-_NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
-                   torch.bool: np.bool_}
 
 
 def staging_view(t) -> np.ndarray:
@@ -268,10 +266,10 @@ class Program:
         # the fast check of the residents (see _residents_current)
         self._res_args = [i for i, _ in self.residents]
         self._res_refs = [r.ref for _, r in self.residents]
+        self._res_ptrs = [r.ptr for _, r in self.residents]
         self._res_seen: list | None = None      # versions after the last call
-        self._res_ptrs: list = []
-        moved = [m[3] for m in self.mutations if m[3] is not None] + [k[1] for k in self.kept]
-        self._res_moved = [n for n, (_, r) in enumerate(self.residents) if any(r is m for m in moved)]
+        moved = {id(m[3]) for m in self.mutations if m[3] is not None} | {id(k[1]) for k in self.kept}
+        self._res_moved = [n for n, (_, r) in enumerate(self.residents) if id(r) in moved]
         self._record()
 
     def _record(self):
@@ -344,7 +342,6 @@ class Program:
                     raise StaleBinding(i)
                 r.sync(t)
             self._res_seen = [r.version for _, r in self.residents]
-            self._res_ptrs = list(map(torch.Tensor.data_ptr, ts))
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
