@@ -53,6 +53,7 @@ def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarra
 def _program(name, rows, cols, m, copies, chained, rng):
     """A Plan + Program of `copies` mat-vecs, its args, and the blocks' bytes."""
     from dynamo_vulkan import device
+    from dynamo_vulkan.gguf.gpu_layout import packed_kind
     from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
     from dynamo_vulkan.lowering.core import Context, TRef, contiguous_strides
     from dynamo_vulkan.lowering.gguf import emit_linear
@@ -70,7 +71,8 @@ def _program(name, rows, cols, m, copies, chained, rng):
     plan.inputs.append(InputSpec(xr.buf, str(x.dtype), tuple(x.shape), False))
     outs = []
     for b in blocks:
-        w = TRef(ctx.buffer(words_of("u8", nbytes), "param", "u8"), (nbytes,), (1,), 0, "u8")
+        kind = packed_kind(qt, cols)
+        w = TRef(ctx.buffer(words_of(kind, nbytes), "param", kind), (nbytes,), (1,), 0, kind)
         plan.inputs.append(InputSpec(w.buf, str(b.dtype), tuple(b.shape), True))
         if not outs or not chained:
             outs.append(ctx.empty((m, rows), "f32"))
@@ -80,6 +82,15 @@ def _program(name, rows, cols, m, copies, chained, rng):
         plan.outputs.append(OutputSpec(o.buf, "torch.float32", (m, rows)))
     args = [x, *blocks]
     return Program(plan, args, profile=True), args, nbytes
+
+
+def kernel_config(prog) -> str:
+    """The first mat-vec dispatch's rows per group, threads per row group, workgroup size
+    and unroll, as its source and specialisation constants hold them."""
+    d = next(d for d in prog.plan.dispatches if d.name.startswith("gguf_matvec"))
+    defs = dict(line.split()[1:3] for line in prog.plan.sources[d.spirv_key].splitlines()
+                if line.startswith("#define ") and len(line.split()) >= 3)
+    return f"NR={defs.get('NR')} TPR={defs.get('TPR')} WG={d.spec[0]} U={defs.get('UNROLL')}"
 
 
 def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
@@ -114,7 +125,7 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
             "us_per_matvec": span / copies * 1e6, "GB_per_s": nbytes * copies / span / 1e9,
             "best_us_per_matvec": best / copies * 1e6, "best_GB_per_s": nbytes * copies / best / 1e9,
-            "max_rel_err": err}
+            "max_rel_err": err, "kernel": kernel_config(prog)}
 
 
 def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False), m=1,
@@ -136,7 +147,7 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                             return rows_out
                         r = measure(name, rows, cols, m=m, chained=chained, calls=calls,
                                     target_bytes=target_bytes, warmup_s=warmup_s)
-                        r["variant"] = f"NR={nr} WG={wg} U={unroll} CPL={lowering.MV_CPL}"
+                        r["variant"] = r["kernel"] + f" CPL={lowering.MV_CPL}"
                         rows_out.append(r)
                         log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
                             f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s "

@@ -6,7 +6,8 @@ reads (gguf_embed.comp). One template per kernel; the GGUF type is a
 `QTYPE_<name>` define decoded by shaders/gguf_blocks.glsl.
 
 The weight's bytes stay quantized on the GPU: the planner stores a uint8
-input read only by these ops as packed bytes (kind "u8", see `packed_input`),
+input read only by these ops as packed bytes (kind "u8", see `packed_input`;
+the common types' rows regrouped for the GPU, dynamo_vulkan/gguf/gpu_layout.py),
 uploaded once as a resident buffer, and no dequantized copy of W is ever
 written to memory. A weight larger than the device's maxStorageBufferRange
 (128 MiB on lavapipe and many mobile GPUs) is split into several buffers of
@@ -25,7 +26,9 @@ import torch
 
 from dynamo_vulkan import device
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
+from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
+from dynamo_vulkan.runtime.plan import base_kind
 
 from .core import Context, LoweringError, TRef, f32_bits, groups_for, k_splits, lowering, meta_view
 from .elementwise import add_slices, contiguous, ew
@@ -41,7 +44,10 @@ GGUF_OPS = (GGUF_LINEAR, GGUF_EMBEDDING)
 SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
 MATVEC_M = 8     # rows of x up to which the mat-vec kernel is used
 MV_WG = 128      # mat-vec threads per workgroup
-MV_NR = 1        # rows of W per mat-vec workgroup (x chunks are reused across them)
+MV_NR = 1        # rows of W per mat-vec thread group (x chunks are reused across them)
+MV_WG_CHUNKS = 128   # chunks of 8 per row from which a whole workgroup takes each row group
+MV_WG_NR = 2     # rows per workgroup for rows of at least MV_WG_NR_CHUNKS chunks
+MV_WG_NR_CHUNKS = 512
 MV_UNROLL = 4    # at most this many chunks per mat-vec thread and loop step (loads in
                  # flight together); fewer where that wastes less (mv_unroll)
 MV_CPL = 1       # neighbouring chunks per mat-vec thread (MV_UNROLL a multiple of it)
@@ -79,17 +85,29 @@ def place_packed(ctx: Context, node, value: torch.Tensor, role: str):
     buffers by the row size its gguf users agree on."""
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
     total = value.numel()
+    # regrouped when every reader agrees on the type and row length and the bytes are
+    # whole rows (otherwise the rules reject the read with an error of their own)
+    kinds = {_kind(u.args[2], u.args[4]) for u in node.users}
+    kind = kinds.pop() if len(kinds) == 1 else U8
+    if kind != U8 and total % int(kind.rsplit("/", 1)[1]):
+        kind = U8
     if total <= limit:
-        buf = ctx.buffer(-(-total // 4), role, "u8")
-        return TRef(buf, (total,), (1,), 0, "u8"), None
+        buf = ctx.buffer(-(-total // 4), role, kind)
+        return TRef(buf, (total,), (1,), 0, kind), None
     sizes = {row_nbytes(u.args[2], u.args[4]) for u in node.users}
     if len(sizes) != 1:
         raise LoweringError(f"GGUF blocks of {total} bytes read with different row sizes "
                             f"{sorted(sizes)}: cannot split them across buffers")
-    return _split(ctx, total, sizes.pop(), limit, role, None)
+    return _split(ctx, total, sizes.pop(), limit, role, None, kind)
 
 
-def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data):
+def _kind(qtype, cols) -> str:
+    """The kind GGUF rows of this type and length are stored as (U8: GGML's order)."""
+    return packed_kind(qtype, cols) if isinstance(qtype, int) and qtype in SHADER_TYPES and \
+        isinstance(cols, int) and cols > 0 and cols % 8 == 0 else U8
+
+
+def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data, kind: str):
     """Buffers of whole rows covering `total` bytes; data: the bytes of a constant."""
     step = chunk_rows(row_bytes, limit)
     if step == 0:
@@ -100,9 +118,9 @@ def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         start, length = r0 * row_bytes, (r1 - r0) * row_bytes
-        const = None if data is None else host_words(data, "u8", (start, length)).copy()
-        buf = ctx.buffer(-(-length // 4), role, "u8", const)
-        parts.append((TRef(buf, (length,), (1,), 0, "u8"), r0, r1))
+        const = None if data is None else host_words(data, kind, (start, length)).copy()
+        buf = ctx.buffer(-(-length // 4), role, kind, const)
+        parts.append((TRef(buf, (length,), (1,), 0, kind), r0, r1))
         chunks.append((buf, start, length))
     return RowChunks(tuple(parts)), chunks
 
@@ -157,20 +175,24 @@ def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
         if ref is None:
             from dynamo_vulkan.runtime.program import host_words
             limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
+            kind = _kind(qtype, cols) if blocks.numel() == nbytes else U8
             if blocks.numel() > limit and blocks.numel() == nbytes:
-                ref = _split(ctx, nbytes, rb, limit, "const", blocks)[0]
+                ref = _split(ctx, nbytes, rb, limit, "const", blocks, kind)[0]
             else:
-                words = host_words(blocks, "u8").copy()
-                ref = TRef(ctx.buffer(words.size, "const", "u8", words),
-                           (blocks.numel(),), (1,), 0, "u8")
+                words = host_words(blocks, kind).copy()
+                ref = TRef(ctx.buffer(words.size, "const", kind, words),
+                           (blocks.numel(),), (1,), 0, kind)
             consts[id(blocks)] = ref
             ctx._const_tensors.append(blocks)
         blocks = ref
     parts = list(blocks.parts) if isinstance(blocks, RowChunks) else [(blocks, 0, rows)]
     for ref, r0, r1 in parts:
-        if not isinstance(ref, TRef) or ref.kind != "u8":
+        if not isinstance(ref, TRef) or base_kind(ref.kind) != U8:
             raise LoweringError("GGUF blocks are not stored as packed bytes (a uint8 input "
                                 "that other ops read too)")
+        if ref.kind != _kind(qtype, cols):
+            raise LoweringError(f"GGUF blocks stored as {ref.kind} are read as "
+                                f"{_kind(qtype, cols)} (one uint8 tensor read as two types)")
         if ref.offset != 0 or ref.numel != (r1 - r0) * rb:
             raise LoweringError(f"GGUF blocks: expected {(r1 - r0) * rb} bytes at offset 0 "
                                 f"for rows {r0}..{r1}, got {ref.numel} at offset {ref.offset}")
@@ -231,9 +253,16 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         wg = min(MV_WG, MAX_SUBGROUPS * sg)
         # a subgroup per row (partial sums meet in one subgroupAdd, several rows per
         # workgroup) unless there are too few rows to fill the GPU that way
-        tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 else wg
+        # long rows: the workgroup's threads share each row group, and the longest share
+        # their x loads across two rows (H100, Q4_0 4096 x 14336: 23 us, against 29 with a
+        # subgroup per row; Q8_0 576 x 1536: 5.7 us against 6.9; rows of 576 stay faster
+        # with a subgroup each)
+        chunks = k // 8
+        tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 and \
+            chunks < MV_WG_CHUNKS else wg
+        nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
-        defines |= {"MROWS": m, "NR": MV_NR, "UNROLL": mv_unroll(k // 8, tpr), "TPR": tpr,
+        defines |= {"MROWS": m, "NR": nr, "UNROLL": mv_unroll(chunks, tpr), "TPR": tpr,
                     "CPL": MV_CPL}
         if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
@@ -264,7 +293,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             note += " + rms_norm" + (" + residual" if post_res is not None else "") + \
                 " (post-norm by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
-                     groups_for(n, MV_NR * (wg // tpr)), note=note)
+                     groups_for(n, nr * (wg // tpr)), note=note)
     else:
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")

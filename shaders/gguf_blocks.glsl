@@ -1,14 +1,21 @@
 // GGUF block decoding from raw bytes packed 4 to a uint word (little endian),
 // shared by the gguf_* kernels. Include it after declaring the blocks buffer
-// as `wq` (BUFFER(n, wq)), with exactly one QTYPE_<name> defined.
+// as `wq` (BUFFER(n, wq)) and the spec constants K (row length) and ROW_BYTES,
+// with exactly one QTYPE_<name> defined.
 //
-// Every type is decoded in chunks of 8 consecutive elements:
-//   QK  elements per block, QB bytes per block (F32/F16/BF16: a "block" of 8),
-//   deq8(bo, c, lo, hi): elements 8c..8c+7 of the block at byte offset bo.
-// Layouts follow dynamo_vulkan/gguf/quants.py (GGML's block formats). Blocks
-// are 18..210 bytes, so a block starts at any even byte offset: all fp16
-// fields and every 4-byte read below sit at even offsets, which is what
-// gb_u32 assumes. Only Vulkan 1.1 core is used (no 8/16-bit storage).
+// Every type is decoded in chunks of 8 consecutive elements of a row:
+//   deq8a(ro, ch, lo, hi): chunk ch of the row at byte ro, as element = a * q + b
+//     with q in lo, hi and (a, b) returned (GB_AFFINE: b is not always 0), so a
+//     mat-vec scales each chunk's dot product once instead of every element;
+//   deq8r(ro, ch, lo, hi): the same chunk as values.
+// Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows are stored regrouped for the GPU
+// (dynamo_vulkan/gguf/gpu_layout.py: every block's quants, then its other fields,
+// each a region of the row; a chunk's quants one or two aligned words, nibble or
+// byte k its element k); the other types keep GGML's blocks (quants.py), read by
+// deq8(bo, c, lo, hi): elements 8c..8c+7 of the block at byte bo. Blocks are
+// 18..210 bytes, so a block starts at any even byte offset: all fp16 fields and
+// every 4-byte read below sit at even offsets, which is what gb_u32 assumes. Only
+// Vulkan 1.1 core is used (no 8/16-bit storage).
 
 uint gb_byte(uint o) { return (wq[o >> 2] >> ((o & 3u) << 3)) & 0xFFu; }
 float gb_half(uint o) { return unpackHalf2x16(wq[o >> 2] >> ((o & 2u) << 3)).x; }
@@ -27,6 +34,30 @@ vec4 gb_field4(uint w, uint sh, uint mask) {
 vec4 gb_i8x4(uint w) { return vec4(ivec4(uvec4(w) << uvec4(24u, 16u, 8u, 0u)) >> 24); }
 // Bits b..b+3 of w as 0.0 / 1.0.
 vec4 gb_bits4(uint w, uint b) { return vec4((uvec4(w) >> (uvec4(0u, 1u, 2u, 3u) + b)) & 1u); }
+// A 32-bit word at byte o of a row: one load where rows are whole words.
+uint gb_w(uint o) { return (ROW_BYTES & 3u) == 0u ? wq[o >> 2] : gb_u32(o); }
+// Integer fields as exact floats without shifts or int-to-float conversions: a field
+// stays where it is, as low mantissa bits of a float whose exponent gives its lowest
+// bit the weight wanted (2^e + weight * q), and 2^e is subtracted. One and/or and one
+// add per element. `precise`: the add cancels a large term, so it must be done as
+// written, never reassociated with what uses it.
+// Nibbles 0..3 of w (bits 0..15), minus off.
+vec4 gb_nib4(uint w, float off) {
+    precise vec4 v = uintBitsToFloat((uvec4(w) & uvec4(0xFu, 0xF0u, 0xF00u, 0xF000u)) |
+        uvec4(0x4B000000u, 0x49000000u, 0x47000000u, 0x45000000u)) -
+        (vec4(8388608.0, 524288.0, 32768.0, 2048.0) + off);
+    return v;
+}
+// The low `mask` bits of each byte of v, minus off.
+vec4 gb_bytes4(uint v, uint mask, float off) {
+    uint h = v >> 16;
+    precise vec4 r = uintBitsToFloat((uvec4(v, v, h, h) & (uvec4(1u, 256u, 1u, 256u) * mask)) |
+        uvec4(0x4B000000u, 0x47000000u, 0x4B000000u, 0x47000000u)) -
+        (vec4(8388608.0, 32768.0, 8388608.0, 32768.0) + off);
+    return r;
+}
+// The 4 bytes of w as signed integers (biased to unsigned by the xor).
+vec4 gb_s8x4(uint w) { return gb_bytes4(w ^ 0x80808080u, 0xFFu, 128.0); }
 
 #if defined(QTYPE_F32)
 const uint QK = 8, QB = 32;
@@ -51,31 +82,35 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     hi = vec4(gb_bf2(wq[i + 2u]), gb_bf2(wq[i + 3u]));
 }
 #elif defined(QTYPE_Q4_0)
-// d, qs[16]: byte j holds element j (low nibble) and j + 16 (high nibble).
-const uint QK = 32, QB = 18;
-void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
-    float d = gb_half(bo);
-    uint o = bo + 2u + (c & 1u) * 8u, sh = (c >> 1) * 4u;
-    lo = d * (gb_field4(gb_u32(o), sh, 0xFu) - 8.0);
-    hi = d * (gb_field4(gb_u32(o + 4u), sh, 0xFu) - 8.0);
+// regrouped: quants (16 bytes a block), d (fp16)
+const uint QK = 32, QB = 18, NB = K / QK;
+#define GB_REGROUPED 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch);
+    lo = gb_nib4(w, 8.0);
+    hi = gb_nib4(w >> 16, 8.0);
+    return vec2(gb_half(ro + 16u * NB + 2u * (ch >> 2)), 0.0);
 }
 #elif defined(QTYPE_Q4_1)
-const uint QK = 32, QB = 20;
-void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
-    vec2 dm = unpackHalf2x16(gb_u32(bo));
-    uint o = bo + 4u + (c & 1u) * 8u, sh = (c >> 1) * 4u;
-    lo = dm.x * gb_field4(gb_u32(o), sh, 0xFu) + dm.y;
-    hi = dm.x * gb_field4(gb_u32(o + 4u), sh, 0xFu) + dm.y;
+// regrouped: quants (16 bytes a block), d and m (fp16 each)
+const uint QK = 32, QB = 20, NB = K / QK;
+#define GB_REGROUPED 1
+#define GB_AFFINE 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch);
+    lo = gb_nib4(w, 0.0);
+    hi = gb_nib4(w >> 16, 0.0);
+    return unpackHalf2x16(gb_w(ro + 16u * NB + 4u * (ch >> 2)));
 }
 #elif defined(QTYPE_Q5_0)
-// d, qh (bit e: fifth bit of element e), qs[16] as Q4_0.
-const uint QK = 32, QB = 22;
-void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
-    float d = gb_half(bo);
-    uint qh = gb_u32(bo + 2u);
-    uint o = bo + 6u + (c & 1u) * 8u, sh = (c >> 1) * 4u;
-    lo = d * (gb_field4(gb_u32(o), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c) - 16.0);
-    hi = d * (gb_field4(gb_u32(o + 4u), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c + 4u) - 16.0);
+// regrouped: quants (16 bytes a block), qh (bit e: the fifth bit of element e), d
+const uint QK = 32, QB = 22, NB = K / QK;
+#define GB_REGROUPED 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch), qh = gb_w(ro + 16u * NB + 4u * (ch >> 2)) >> (8u * (ch & 3u));
+    lo = gb_nib4(w, 16.0) + 16.0 * gb_bits4(qh, 0u);
+    hi = gb_nib4(w >> 16, 16.0) + 16.0 * gb_bits4(qh, 4u);
+    return vec2(gb_half(ro + 20u * NB + 2u * (ch >> 2)), 0.0);
 }
 #elif defined(QTYPE_Q5_1)
 const uint QK = 32, QB = 24;
@@ -87,12 +122,14 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     hi = dm.x * (gb_field4(gb_u32(o + 4u), sh, 0xFu) + 16.0 * gb_bits4(qh, 8u * c + 4u)) + dm.y;
 }
 #elif defined(QTYPE_Q8_0)
-const uint QK = 32, QB = 34;
-void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
-    float d = gb_half(bo);
-    uint o = bo + 2u + 8u * c;
-    lo = d * gb_i8x4(gb_u32(o));
-    hi = d * gb_i8x4(gb_u32(o + 4u));
+// regrouped: quants (32 bytes a block), d
+const uint QK = 32, QB = 34, NB = K / QK;
+#define GB_REGROUPED 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint o = ro + 8u * ch;
+    lo = gb_s8x4(gb_w(o));
+    hi = gb_s8x4(gb_w(o + 4u));
+    return vec2(gb_half(ro + 32u * NB + 2u * (ch >> 2)), 0.0);
 }
 #elif defined(QTYPE_Q2_K)
 // scales[16] (low nibble: scale, high: min, per 16 elements), qs[64], d, dmin.
@@ -122,16 +159,27 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     lo = dl * (gb_field4(gb_u32(o), sh, 3u) - 4.0 + 4.0 * gb_field4(m0, hb, 1u));
     hi = dl * (gb_field4(gb_u32(o + 4u), sh, 3u) - 4.0 + 4.0 * gb_field4(m1, hb, 1u));
 }
-#elif defined(QTYPE_Q4_K) || defined(QTYPE_Q5_K)
-// d, dmin, scales[12] (eight 6-bit scales and mins), [Q5_K: qh[32]], qs[128].
+#elif defined(QTYPE_Q4_K)
+// regrouped: quants (128 bytes a block), then per block d, dmin (fp16), the low
+// nibbles of sub-block j's 6-bit scale and min in byte 4 + j, and their high 2 bits
+// in bits 4j.. of the word at 12
+const uint QK = 256, QB = 144, NB = K / QK;
+#define GB_REGROUPED 1
+#define GB_AFFINE 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch), s = ro + 128u * NB + 16u * (ch >> 5), j = (ch >> 2) & 7u;
+    vec2 dm = unpackHalf2x16(gb_w(s));
+    uint b = gb_byte(s + 4u + j), h = gb_w(s + 12u) >> (4u * j);
+    float sc = float((b & 0xFu) | ((h & 3u) << 4)), mn = float((b >> 4) | ((h & 0xCu) << 2));
+    lo = gb_nib4(w, 0.0);
+    hi = gb_nib4(w >> 16, 0.0);
+    return vec2(dm.x * sc, -dm.y * mn);
+}
+#elif defined(QTYPE_Q5_K)
+// d, dmin, scales[12] (eight 6-bit scales and mins), qh[32], qs[128].
 // Element 64g + 32h + l is nibble h of qs[32g + l] (sub-block j = 2g + h);
-// Q5_K: its fifth bit is bit j of qh[l].
-const uint QK = 256;
-#if defined(QTYPE_Q4_K)
-const uint QB = 144, QS = 16;
-#else
-const uint QB = 176, QS = 48;
-#endif
+// its fifth bit is bit j of qh[l].
+const uint QK = 256, QB = 176, QS = 48;
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     vec2 dm = unpackHalf2x16(gb_u32(bo));
     uint j = c >> 2, sc, mn;
@@ -147,28 +195,46 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     uint l0 = 8u * (c & 3u), sh = 4u * (j & 1u);
     uint o = bo + QS + 32u * (c >> 3) + l0;
     vec4 q0 = gb_field4(gb_u32(o), sh, 0xFu), q1 = gb_field4(gb_u32(o + 4u), sh, 0xFu);
-#if defined(QTYPE_Q5_K)
     q0 += 16.0 * gb_field4(gb_u32(bo + 16u + l0), j, 1u);
     q1 += 16.0 * gb_field4(gb_u32(bo + 20u + l0), j, 1u);
-#endif
     lo = dd * q0 - dmn;
     hi = dd * q1 - dmn;
 }
 #elif defined(QTYPE_Q6_K)
-// ql[128], qh[64], scales[16] (int8, per 16 elements), d. Element 128g + e
-// (e < 128): low 4 bits are nibble e/64 of ql[64g + e%64], high 2 bits are
-// bits 2(e/32).. of qh[32g + e%32]; value d * scale * (q - 32).
-const uint QK = 256, QB = 210;
-void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
-    float d = gb_half(bo + 208u);
-    float dd = d * float(int(gb_byte(bo + 192u + (c >> 1)) << 24) >> 24);
-    uint g = c >> 4, e = 8u * (c & 15u);
-    uint ol = bo + 64u * g + (e & 63u), shl = 4u * (e >> 6);
-    uint oh = bo + 128u + 32u * g + (e & 31u), shh = 2u * (e >> 5);
-    lo = dd * (gb_field4(gb_u32(ol), shl, 0xFu) + 16.0 * gb_field4(gb_u32(oh), shh, 3u) - 32.0);
-    hi = dd * (gb_field4(gb_u32(ol + 4u), shl, 0xFu) + 16.0 * gb_field4(gb_u32(oh + 4u), shh, 3u) - 32.0);
+// regrouped: low nibbles (128 bytes a block: chunk c's word, byte i = its elements i and
+// i + 4), high bit pairs (64: a chunk pair's word, byte i = the even chunk's elements i,
+// i + 4 at bits 4, 6, the odd one's at bits 0, 2), scales (16 int8, one per 16 elements),
+// d; q - 32 its value. A bit select joins each 6-bit value in a byte (one magic term per
+// element: a sum of two would need adds above 2^24, which lose bits if reassociated).
+const uint QK = 256, QB = 210, NB = K / QK;
+#define GB_REGROUPED 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch), h = gb_w(ro + 128u * NB + 4u * (ch >> 1)) << (4u * (ch & 1u));
+    uint b = ch >> 5, sc = gb_byte(ro + 192u * NB + 16u * b + ((ch & 31u) >> 1));
+    lo = gb_bytes4((w & 0x0F0F0F0Fu) | (h & 0xF0F0F0F0u), 0x3Fu, 32.0);
+    hi = gb_bytes4(((w >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0xF0F0F0F0u), 0x3Fu, 32.0);
+    return vec2(gb_half(ro + 208u * NB + 2u * b) * float(int(sc << 24) >> 24), 0.0);
 }
 #else
 #error "gguf_blocks.glsl: define one QTYPE_<name>"
 #endif
 const uint CPB = QK / 8u;   // chunks of 8 per block
+#ifndef GB_AFFINE
+#define GB_AFFINE 0
+#endif
+#ifndef GB_REGROUPED
+// GGML's blocks: the chunk's values, a = 1
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    deq8(ro + (ch / CPB) * QB, ch % CPB, lo, hi);
+    return vec2(1.0, 0.0);
+}
+#endif
+void deq8r(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    vec2 ab = deq8a(ro, ch, lo, hi);
+    lo *= ab.x;
+    hi *= ab.x;
+#if GB_AFFINE
+    lo += ab.y;
+    hi += ab.y;
+#endif
+}

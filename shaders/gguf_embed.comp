@@ -30,7 +30,7 @@ void main() {
     if (valid && (uint(row) < ROW0 || uint(row) - ROW0 >= NROWS)) return;   // another chunk's
     if (!valid && ROW0 != 0u) return;                                       // the first's zeros
     if (valid)
-        deq8((uint(row) - ROW0) * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
+        deq8r((uint(row) - ROW0) * ROW_BYTES, ch, lo, hi);
     uint o = i * K + 8u * ch;
     for (uint j = 0; j < 4u; ++j) {
         outb[o + j] = st_f32(lo[j]);

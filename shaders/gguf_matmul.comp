@@ -49,7 +49,7 @@ void main() {
             vec4 lo = vec4(0.0), hi = vec4(0.0);
             if (gn < N && gk < kend) {
                 uint ch = gk / 8u;
-                deq8(gn * ROW_BYTES + (ch / CPB) * QB, ch % CPB, lo, hi);
+                deq8r(gn * ROW_BYTES, ch, lo, hi);
             }
             uint kk = 8u * half_;
             for (uint i = 0; i < 4u; ++i) {

@@ -190,7 +190,6 @@ void main() {
             uint chu = ch0 + (u % CPL) + (u / CPL) * TPR * CPL;
             uint ch = min(chu, chunks - 1u);
             bvec4 keep = bvec4(UNROLL == 1 || chu < chunks);
-            uint boff = (ch / CPB) * QB, c = ch % CPB;
             vec4 xl[MROWS], xh[MROWS];
             [[unroll]] for (uint m = 0; m < MROWS; ++m) {
                 xl[m] = mix(vec4(0.0), x4(m, 8u * ch), keep);   // a select: x may hold infs
@@ -201,11 +200,21 @@ void main() {
                 xh[m] *= nwv[2u * ch + 1u];
 #endif
             }
+#if GB_AFFINE
+            float sx[MROWS];      // the chunk's sum of x, for the weights' offsets
+            [[unroll]] for (uint m = 0; m < MROWS; ++m) sx[m] = dot(xl[m] + xh[m], vec4(1.0));
+#endif
             [[unroll]] for (uint r = 0; r < NR; ++r) {
+                // element = a * q + b: the dot of x with q, scaled once per chunk
                 vec4 lo, hi;
-                deq8(rbase[r] + boff, c, lo, hi);   // rows past N: row N-1 again, unused
-                [[unroll]] for (uint m = 0; m < MROWS; ++m)
-                    acc[r * MROWS + m] += dot(lo, xl[m]) + dot(hi, xh[m]);
+                vec2 ab = deq8a(rbase[r], ch, lo, hi);   // rows past N: row N-1 again, unused
+                [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+#if GB_AFFINE
+                    acc[r * MROWS + m] += ab.x * (dot(lo, xl[m]) + dot(hi, xh[m])) + ab.y * sx[m];
+#else
+                    acc[r * MROWS + m] += ab.x * (dot(lo, xl[m]) + dot(hi, xh[m]));
+#endif
+                }
             }
         }
     }

@@ -18,6 +18,34 @@ KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # it can only dequantize the
 KQUANT_HALF_OFFSETS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 
 
+HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+                "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+# their size: decoded values stay within a few units whatever the quant bits are
+HALF_SCALE = {"Q4_0": 0.05, "Q4_1": 0.05, "Q5_0": 0.03, "Q5_1": 0.03, "Q8_0": 0.01}
+
+
+def blocks_of(name: str, rows: int, cols: int, seed: int) -> torch.Tensor:
+    """uint8 GGUF data of a [rows, cols] weight: random bytes (every bit pattern of
+    the quant fields) with modest fp16 scales; F32/F16/BF16 from normal values.
+    Needs no gguf package, so it runs on machines without it."""
+    rng = np.random.default_rng(seed)
+    from dynamo_vulkan.gguf.quants import quant_info
+    import torch
+
+    info = quant_info(name)
+    if name in ("F32", "F16", "BF16"):
+        w = rng.standard_normal(rows * cols).astype(np.float32)
+        data = {"F32": w, "F16": w.astype(np.float16),
+                "BF16": (w.view(np.uint32) >> 16).astype(np.uint16)}[name]
+        return torch.from_numpy(data.view(np.uint8).copy())
+    nb = rows * cols // info.block_size
+    b = rng.integers(0, 256, (nb, info.type_size), dtype=np.uint8)
+    for off in HALF_OFFSETS[name]:
+        h = (rng.standard_normal((nb, 1)) * HALF_SCALE.get(name, 1e-3)).astype(np.float16)
+        b[:, off:off + 2] = h.view(np.uint8)
+    return torch.from_numpy(b.reshape(-1))
+
+
 def qtype(name: str):
     import gguf
 

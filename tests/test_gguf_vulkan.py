@@ -14,6 +14,7 @@ from dynamo_vulkan.gguf.op import gguf_embedding, gguf_linear
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from dynamo_vulkan.runtime.program import Resident
+from gguf_fixtures import blocks_of
 from vk import check, compiled, noncontig
 
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
@@ -37,31 +38,6 @@ def cols_of(name: str) -> int:
 
 
 # byte offsets of each type's fp16 scales (d, m / dmin) inside a block
-HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
-                "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-# their size: decoded values stay within a few units whatever the quant bits are
-HALF_SCALE = {"Q4_0": 0.05, "Q4_1": 0.05, "Q5_0": 0.03, "Q5_1": 0.03, "Q8_0": 0.01}
-
-
-def blocks_of(name: str, rows: int, cols: int, seed: int) -> torch.Tensor:
-    """uint8 GGUF data of a [rows, cols] weight: random bytes (every bit pattern of
-    the quant fields) with modest fp16 scales; F32/F16/BF16 from normal values.
-    Needs no gguf package, so it runs on machines without it."""
-    rng = np.random.default_rng(seed)
-    info = quant_info(name)
-    if name in ("F32", "F16", "BF16"):
-        w = rng.standard_normal(rows * cols).astype(np.float32)
-        data = {"F32": w, "F16": w.astype(np.float16),
-                "BF16": (w.view(np.uint32) >> 16).astype(np.uint16)}[name]
-        return torch.from_numpy(data.view(np.uint8).copy())
-    nb = rows * cols // info.block_size
-    b = rng.integers(0, 256, (nb, info.type_size), dtype=np.uint8)
-    for off in HALF_OFFSETS[name]:
-        h = (rng.standard_normal((nb, 1)) * HALF_SCALE.get(name, 1e-3)).astype(np.float16)
-        b[:, off:off + 2] = h.view(np.uint8)
-    return torch.from_numpy(b.reshape(-1))
-
-
 class Layers(torch.nn.Module):
     """Two GGUF linears (7 and 65 rows) and an embedding of one GGUF type."""
 
@@ -122,19 +98,21 @@ def _plan_of(module: GGUFLinear, m: int):
 
 def test_kernel_choice_and_packed_weight():
     """M <= 8 rows take the mat-vec kernel, more the tiled one; the weight is one
-    resident buffer of packed bytes (a word holds 4 of them)."""
+    resident buffer of packed bytes (a word holds 4 of them), its rows regrouped for the
+    GPU (dynamo_vulkan/gguf/gpu_layout.py: Q4_0 rows of 64 are 36 bytes)."""
     lin = GGUFLinear(blocks_of("Q4_0", 9, 64, 0), quant_info("Q4_0").ggml_type, 9, 64)
     for m, kernel in ((1, "gguf_matvec:Q4_0"), (8, "gguf_matvec:Q4_0"), (9, "gguf_matmul:Q4_0")):
         plan = _plan_of(lin, m)
         assert [d.name for d in plan.dispatches] == [kernel]
         w = plan.buffers[plan.inputs[1].buffer]
-        assert (w.kind, w.role, w.words) == ("u8", "param", -(-lin.blocks.numel() // 4))
+        assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
 
 
-def test_blocks_passed_as_a_graph_input():
-    """Blocks that are not a module buffer are streamed in each call as packed bytes."""
-    name = "Q5_1"
-    qt, k = quant_info(name).ggml_type, 64
+@pytest.mark.parametrize("name", ["Q5_1", "Q4_0", "Q6_K"])
+def test_blocks_passed_as_a_graph_input(name):
+    """Blocks that are not a module buffer are streamed in each call as packed bytes
+    (GGML's order, or regrouped for the GPU as they are copied in)."""
+    qt, k = quant_info(name).ggml_type, cols_of(name)
     b7 = blocks_of(name, 7, k, 4)
     x = torch.randn(2, k)
     check(lambda x, b: gguf_linear(x, b, qt, 7, k) * 2, x, b7, rtol=1e-4, atol=1e-4)
@@ -161,7 +139,7 @@ def test_tied_weights_share_one_resident_buffer():
     with torch.no_grad():
         check(model, ids, rtol=1e-4, atol=1e-4)
     shared = [key for key in Resident._pool if key[0] == id(emb.blocks)]
-    assert len(shared) == 1 and shared[0][-1] == "u8"
+    assert len(shared) == 1 and shared[0][-1] == "u8/Q8_0/68"     # rows regrouped once
 
 
 @pytest.fixture

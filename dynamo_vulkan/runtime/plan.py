@@ -20,11 +20,17 @@ KIND_OF_DTYPE = {"torch.float32": "f32", "torch.int64": "i32", "torch.int32": "i
 NUMPY_OF_KIND = {"f32": np.float32, "i32": np.int32, "b": np.uint32, "u8": np.uint8}
 # "u8": raw bytes packed 4 to a word (zero-padded), for uint8 inputs that kernels decode
 # themselves (GGUF blocks); the planner picks it per input (lowering.gguf.packed_input).
+# "u8/<type>/<row bytes>": GGUF rows regrouped for the GPU (dynamo_vulkan/gguf/gpu_layout.py).
+
+
+def base_kind(kind: str) -> str:
+    """A kind without its byte layout ("u8/Q4_0/2304" -> "u8")."""
+    return kind.split("/", 1)[0]
 
 
 def words_of(kind: str, numel: int) -> int:
     """32-bit words a buffer of `numel` elements of `kind` needs."""
-    return -(-numel // 4) if kind == "u8" else numel
+    return -(-numel // 4) if base_kind(kind) == "u8" else numel
 
 
 @dataclass

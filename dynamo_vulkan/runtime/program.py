@@ -15,8 +15,9 @@ import numpy as np
 import torch
 
 from .. import device
+from ..gguf.gpu_layout import gpu_rows
 from . import shaders
-from .plan import NUMPY_OF_KIND, Plan, barriers, words_of
+from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,8 @@ def is_kept_on_device(t: torch.Tensor) -> bool:
 def read_back(t: torch.Tensor) -> torch.Tensor:
     """Copy the GPU's copy of a resident tensor into it (for keep_on_device tensors)."""
     for r in list(Resident._pool.values()):
-        if r.ref() is t and r.span is None:     # split tensors are GGUF weights, never written
+        # GGUF weights (split or regrouped: a kind with a layout) are never written
+        if r.ref() is t and r.span is None and r.kind == base_kind(r.kind):
             words = download(r.mgr, r.tensor, max(1, t.numel()))
             with torch.no_grad():
                 t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
@@ -125,21 +127,22 @@ def _kp():
 
 def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
     """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32;
-    kind "u8": the raw bytes, 4 to a word, zero-padded; span (byte start, byte
-    length): only those bytes, without copying the rest)."""
+    kind "u8": the raw bytes, 4 to a word, zero-padded, in the GPU order of GGUF rows
+    when the kind names one; span (byte start, byte length, whole rows): only those
+    bytes, without copying the rest)."""
     t = t.detach()
-    if kind != "u8" and t.numel() <= SMALL_INPUT and t.dtype in _NUMPY_OF_DTYPE:
+    if base_kind(kind) != "u8" and t.numel() <= SMALL_INPUT and t.dtype in _NUMPY_OF_DTYPE:
         # a token, positions: numpy's few calls cost less than torch's ops per call
         a = t.reshape(-1).numpy()
         if a.dtype == np.int64 and a.size and (a.min() < -2**31 or a.max() >= 2**31):
             raise OverflowError(f"an int64 input holds {int(a.min())}..{int(a.max())}, which does "
                                 "not fit the int32 that Vulkan kernels use")
         return np.ascontiguousarray(a, NUMPY_OF_KIND[kind]).view(np.uint32)
-    if kind == "u8":
+    if base_kind(kind) == "u8":
         b = t.contiguous().reshape(-1).view(torch.uint8)
         if span is not None:
             b = b[span[0]:span[0] + span[1]]
-        b = b.numpy()
+        b = gpu_rows(b.numpy(), kind)
         if b.size % 4:
             b = np.concatenate([b, np.zeros(4 - b.size % 4, np.uint8)])
         return b.view(np.uint32)

@@ -1,0 +1,106 @@
+"""The byte order GGUF rows take on the GPU (the same bytes, regrouped).
+
+GGML's blocks interleave scales and quants (Q4_0: 2 bytes of scale, then 16 of
+nibbles, 18 in all), so a kernel that reads them from 32-bit words needs two
+loads and a select per word (blocks start at any even byte), and element j
+sits beside element j + 16. Rows of the types below are regrouped once, as
+they are uploaded, into regions of one field each, over all the row's blocks:
+first every block's quants, then (per type) high bits, scales. In the quants,
+chunk c of a block (elements 8c..8c+7) is one word for 4-bit types (nibble k:
+element 8c + k) and two for Q8_0 (byte k), so a kernel thread reads its chunk
+with one aligned load and decodes it without shifting (shaders/gguf_blocks.glsl).
+
+A row keeps its size, so rows split over buffers (lowering/gguf.py RowChunks)
+split the same way. Types not listed keep GGML's order. The CPU never sees this
+order: it is made in host_words, from the caller's tensor, on each upload.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .quants import QUANT_TYPES, quant_info, row_nbytes
+
+U8 = "u8"      # a packed-bytes buffer's kind (runtime/plan.py); with a layout: U8/<type>/<row bytes>
+
+
+def _pack4(q: np.ndarray) -> np.ndarray:
+    """[n, 2m] values < 16 -> [n, m] bytes, element 2j in the low nibble of byte j."""
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """Legacy types' 16 bytes -> 32 values in element order (low nibbles first)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+
+def _q4_0(b):
+    return [_pack4(_nibbles(b[:, 2:18])), b[:, 0:2]]
+
+
+def _q4_1(b):
+    return [_pack4(_nibbles(b[:, 4:20])), b[:, 0:4]]
+
+
+def _q5_0(b):
+    return [_pack4(_nibbles(b[:, 6:22])), b[:, 2:6], b[:, 0:2]]
+
+
+def _q8_0(b):
+    return [b[:, 2:34], b[:, 0:2]]
+
+
+def _q4_k(b):
+    n = b.shape[0]
+    # element 64g + 32h + l is nibble h of qs[32g + l]
+    q = (b[:, 16:144].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    s = b[:, 4:16].reshape(n, 3, 4)
+    sd, sm, smd = s[:, 0], s[:, 1], s[:, 2]
+    sc = np.concatenate([sd & 0x3F, (smd & 0x0F) | ((sd >> 2) & 0x30)], axis=1)
+    mn = np.concatenate([sm & 0x3F, (smd >> 4) | ((sm >> 2) & 0x30)], axis=1)
+    # sub-block j: byte j = low nibbles of its scale and min; bits 4j.. of the word after
+    # them = their high 2 bits each (no branch on j in the kernel)
+    low = (sc & 0x0F) | ((mn & 0x0F) << 4)
+    high = ((sc >> 4) | ((mn >> 4) << 2)).astype(np.uint32) << (4 * np.arange(8, dtype=np.uint32))
+    high = np.bitwise_or.reduce(high, axis=1).astype("<u4").view(np.uint8).reshape(n, 4)
+    return [_pack4(q.reshape(n, 256)), np.concatenate([b[:, 0:4], low.astype(np.uint8), high], axis=1)]
+
+
+def _q6_k(b):
+    n = b.shape[0]
+    lo = (b[:, 0:128].reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    hi = (b[:, 128:192].reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
+    lo, hi = lo.reshape(n, 32, 2, 4), hi.reshape(n, 16, 2, 2, 4)   # [chunk (pair), half, i]
+    # chunk c's word: byte i = low nibbles of its elements i and i + 4
+    low = lo[:, :, 0] | (lo[:, :, 1] << 4)
+    # a chunk pair's word: byte i = high bit pairs of the even chunk's elements i, i + 4 at
+    # bits 4, 6 and of the odd chunk's at bits 0, 2 (a shift puts either beside its nibble)
+    high = (hi[:, :, 0, 0] << 4) | (hi[:, :, 0, 1] << 6) | hi[:, :, 1, 0] | (hi[:, :, 1, 1] << 2)
+    return [low.reshape(n, 128).astype(np.uint8), high.reshape(n, 64).astype(np.uint8),
+            b[:, 192:208], b[:, 208:210]]
+
+
+# GGML type name -> [n, block bytes] -> the regions' per-block bytes, in row order
+REGROUP = {"Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q8_0": _q8_0, "Q4_K": _q4_k, "Q6_K": _q6_k}
+
+
+def packed_kind(qtype: int, cols: int) -> str:
+    """The buffer kind that GGUF rows of this type and length are stored as."""
+    name = QUANT_TYPES[qtype].name
+    return f"{U8}/{name}/{row_nbytes(qtype, cols)}" if name in REGROUP else U8
+
+
+def gpu_rows(data: np.ndarray, kind: str) -> np.ndarray:
+    """Whole rows of GGUF bytes (uint8, flat) in the GPU order of `kind`."""
+    if kind == U8:
+        return data
+    _, name, row_bytes = kind.split("/")
+    row_bytes = int(row_bytes)
+    info = quant_info(name)
+    if data.size % row_bytes:
+        raise ValueError(f"{data.size} bytes of {name} are not whole rows of {row_bytes}")
+    rows, nb = data.size // row_bytes, row_bytes // info.type_size
+    regions = REGROUP[name](data.reshape(rows * nb, info.type_size))
+    out = np.concatenate([r.reshape(rows, -1) for r in regions], axis=1)
+    if out.shape[1] != row_bytes:
+        raise AssertionError(f"{name} GPU layout holds {out.shape[1]} bytes per row, not {row_bytes}")
+    return out.reshape(-1)
