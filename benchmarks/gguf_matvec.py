@@ -88,8 +88,8 @@ def kernel_config(prog) -> str:
     """The first mat-vec dispatch's rows per group, threads per row group, workgroup size
     and unroll, as its source and specialisation constants hold them."""
     d = next(d for d in prog.plan.dispatches if d.name.startswith("gguf_matvec"))
-    defs = dict(line.split()[1:3] for line in prog.plan.sources[d.spirv_key].splitlines()
-                if line.startswith("#define ") and len(line.split()) >= 3)
+    from dynamo_vulkan.runtime.shaders import head_defines
+    defs = head_defines(prog.plan.sources[d.spirv_key])
     return f"NR={defs.get('NR')} TPR={defs.get('TPR')} WG={d.spec[0]} U={defs.get('UNROLL')}"
 
 

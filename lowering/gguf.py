@@ -262,8 +262,10 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             chunks < MV_WG_CHUNKS else wg
         nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
-        defines |= {"MROWS": m, "NR": nr, "UNROLL": mv_unroll(chunks, tpr), "TPR": tpr,
-                    "CPL": MV_CPL}
+        unroll = mv_unroll(chunks, tpr)
+        defines |= {"MROWS": m, "NR": nr, "UNROLL": unroll, "TPR": tpr, "CPL": MV_CPL}
+        if chunks % (tpr * unroll) == 0:
+            defines["FULL_STEPS"] = 1
         if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
             defines["X_VEC4"] = 1
         bindings = [out, loader.buffers[0] if loader else x2, w]

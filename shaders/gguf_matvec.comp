@@ -6,7 +6,8 @@
 // decode each chunk once and use it for all MROWS rows of x; partial sums meet
 // through subgroupAdd (and shared memory when TPR spans several subgroups).
 // MROWS, NR, UNROLL and TPR are #defines so every array index is a compile-time
-// constant (registers, never local memory). x is contiguous along k.
+// constant (registers, never local memory). x is contiguous along k. FULL_STEPS: the
+// row's chunks are a whole number of steps (no clamp, no zeroed slot).
 // W may be one chunk of a weight split across buffers: its N rows are then
 // columns OUT_OFF.. of an output whose rows hold OUT_N values.
 // Fusions (lowering/gguf.py): NORM, x is RMS-normalised on the fly: the dots run
@@ -188,8 +189,13 @@ void main() {
     for (uint ch0 = lane * CPL; ch0 < chunks; ch0 += TPR * UNROLL) {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
             uint chu = ch0 + (u % CPL) + (u / CPL) * TPR * CPL;
+#ifdef FULL_STEPS
+            uint ch = chu;                  // the steps tile the row: every chunk is in it
+            bvec4 keep = bvec4(true);
+#else
             uint ch = min(chu, chunks - 1u);
             bvec4 keep = bvec4(UNROLL == 1 || chu < chunks);
+#endif
             vec4 xl[MROWS], xh[MROWS];
             [[unroll]] for (uint m = 0; m < MROWS; ++m) {
                 xl[m] = mix(vec4(0.0), x4(m, 8u * ch), keep);   // a select: x may hold infs

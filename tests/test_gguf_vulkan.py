@@ -537,6 +537,36 @@ def test_elementwise_producer_folds_into_the_matvec(as_gpu, plans, name, m, act,
         assert any(n.startswith("elementwise") for n in names)
 
 
+def _defines(plan, d) -> dict:
+    """The #defines the lowering put at the head of a dispatch's source."""
+    from dynamo_vulkan.runtime.shaders import head_defines
+    return head_defines(plan.sources[d.spirv_key])
+
+
+@pytest.mark.parametrize("k,nr,full", [(1024, 1, True), (4096, 2, True), (5600, 2, False)])
+def test_long_rows_share_a_workgroup(as_gpu, plans, k, nr, full):
+    """Rows of MV_WG_CHUNKS chunks or more take a whole workgroup per row group, two rows
+    of W from MV_WG_NR_CHUNKS (x loaded once for both); FULL_STEPS where the steps tile
+    the row (no clamped slot). Through the norm + residual, gated-x and post-norm
+    fusions, against eager; 5600: 700 chunks, in steps of 3 per thread that overrun it."""
+    torch.manual_seed(4)
+    name = "Q4_0"
+    norm = NormLinearsResidual(name, k)
+    x = torch.randn(3, k)
+    gated = GatedDown(name, k, "silu")
+    gu = torch.randn(1, 2 * k)
+    with torch.no_grad():
+        check(norm, x, **tolerances(k, norm(x)))
+        check(gated, gu, **tolerances(k, [gated(gu)]))
+    _check_calls(LinearPostNorm(name, 40, k, True), 1, calls=2)
+    kernels = [(p, d) for p in plans for d in p.dispatches if d.name.startswith("gguf_matvec")]
+    assert len(kernels) == 4, [d.name for p in plans for d in p.dispatches]
+    for p, d in kernels:
+        defs = _defines(p, d)
+        assert (int(defs["NR"]), int(defs["TPR"]), "FULL_STEPS" in defs) == (nr, d.spec[0], full), \
+            (d.note, defs)
+
+
 def test_elementwise_producer_of_a_3d_noncontiguous_view(as_gpu, plans):
     """x [2, 1, k] from a permuted tensor: each leaf keeps its own row offsets."""
     torch.manual_seed(4)

@@ -42,6 +42,19 @@ def sources_hash() -> str:
     return cache.digest(*sorted((p.name, p.read_bytes()) for p in files))
 
 
+def head_defines(source: str) -> dict[str, str]:
+    """The #defines at the head of a dispatch's source: the lowering's choices, not the
+    defaults the body gives itself further down."""
+    defs = {}
+    for line in source.splitlines():
+        if not line.startswith(("#version", "#define", "#extension")):
+            break
+        if line.startswith("#define "):
+            name, _, value = line[len("#define "):].partition(" ")
+            defs[name] = value
+    return defs
+
+
 def glslc() -> str:
     exe = shutil.which("glslc")
     if exe is None:
