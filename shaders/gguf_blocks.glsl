@@ -1,6 +1,6 @@
 // GGUF block decoding from raw bytes packed 4 to a uint word (little endian),
 // shared by the gguf_* kernels. Include it after declaring the blocks buffer
-// as `wq` (BUFFER(n, wq)) and the spec constants K (row length) and ROW_BYTES,
+// as `wq` (BUFFER(WQ_BINDING, wq)) and the spec constants K (row length) and ROW_BYTES,
 // with exactly one QTYPE_<name> defined.
 //
 // Every type is decoded in chunks of 8 consecutive elements of a row:
@@ -160,17 +160,20 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
     hi = dl * (gb_field4(gb_u32(o + 4u), sh, 3u) - 4.0 + 4.0 * gb_field4(m1, hb, 1u));
 }
 #elif defined(QTYPE_Q4_K)
-// regrouped: quants (128 bytes a block), then per block d, dmin (fp16), the low
-// nibbles of sub-block j's 6-bit scale and min in byte 4 + j, and their high 2 bits
-// in bits 4j.. of the word at 12
+// regrouped: quants (128 bytes a block), then per block 16 bytes: d, dmin (fp16), the
+// low nibbles of sub-block j's 6-bit scale and min in byte 4 + j, and their high 2 bits
+// in bits 4j.. of the last word; read as one 16-byte load (rows of 144 * NB bytes keep
+// them 16-byte aligned)
 const uint QK = 256, QB = 144, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_AFFINE 1
+layout(set = 0, binding = WQ_BINDING) readonly buffer WqVec4 { uvec4 wq4[]; };
 vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
-    uint w = gb_w(ro + 4u * ch), s = ro + 128u * NB + 16u * (ch >> 5), j = (ch >> 2) & 7u;
-    vec2 dm = unpackHalf2x16(gb_w(s));
-    uint b = gb_byte(s + 4u + j), h = gb_w(s + 12u) >> (4u * j);
-    float sc = float((b & 0xFu) | ((h & 3u) << 4)), mn = float((b >> 4) | ((h & 0xCu) << 2));
+    uint w = gb_w(ro + 4u * ch), j = (ch >> 2) & 7u;
+    uvec4 s = wq4[(ro + 128u * NB + 16u * (ch >> 5)) >> 4];
+    vec2 dm = unpackHalf2x16(s.x);
+    uint b = (j < 4u ? s.y : s.z) >> (8u * (j & 3u)), h = s.w >> (4u * j);
+    float sc = float((b & 0xFu) | ((h & 3u) << 4)), mn = float(((b >> 4) & 0xFu) | ((h & 0xCu) << 2));
     lo = gb_nib4(w, 0.0);
     hi = gb_nib4(w >> 16, 0.0);
     return vec2(dm.x * sc, -dm.y * mn);

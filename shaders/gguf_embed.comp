@@ -15,7 +15,8 @@ layout(constant_id = 6) const uint IDX_S = 1;
 layout(constant_id = 7) const uint ROW0 = 0;
 layout(constant_id = 8) const uint TOTAL_ROWS = 1;
 BUFFER(0, outb)
-BUFFER(1, wq)
+#define WQ_BINDING 1
+BUFFER(WQ_BINDING, wq)
 BUFFER(2, idxb)
 #include "gguf_blocks.glsl"
 

@@ -23,7 +23,8 @@ layout(constant_id = 8) const uint OUT_N = 1;
 layout(constant_id = 9) const uint KS = 0xffffffffu;   // K per split (all of K: one)
 BUFFER(0, outb)
 BUFFER(1, xb)
-BUFFER(2, wq)
+#define WQ_BINDING 2
+BUFFER(WQ_BINDING, wq)
 #include "gguf_blocks.glsl"
 
 const uint TM = 64, TN = 64, TK = 16;

@@ -44,7 +44,8 @@ layout(constant_id = 12) const uint PRES_OFF = 0;     // POST_RES: offset and ro
 layout(constant_id = 13) const uint PRES_SM = 0;
 BUFFER(0, outb)
 IN_BUFFER(1, xb)
-IN_BUFFER(2, wq)
+#define WQ_BINDING 2
+IN_BUFFER(WQ_BINDING, wq)
 #ifdef NORM
 IN_BUFFER(3, nwb)      // the norm's weight, K floats from word 0
 layout(set = 0, binding = 3) readonly buffer Buf3v { vec4 nwv[]; };
