@@ -190,12 +190,12 @@ def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
         if not isinstance(ref, TRef) or base_kind(ref.kind) != U8:
             raise LoweringError("GGUF blocks are not stored as packed bytes (a uint8 input "
                                 "that other ops read too)")
-        if ref.kind != _kind(qtype, cols):
-            raise LoweringError(f"GGUF blocks stored as {ref.kind} are read as "
-                                f"{_kind(qtype, cols)} (one uint8 tensor read as two types)")
         if ref.offset != 0 or ref.numel != (r1 - r0) * rb:
             raise LoweringError(f"GGUF blocks: expected {(r1 - r0) * rb} bytes at offset 0 "
                                 f"for rows {r0}..{r1}, got {ref.numel} at offset {ref.offset}")
+        if ref.kind != _kind(qtype, cols):
+            raise LoweringError(f"GGUF blocks stored as {ref.kind} are read as {_kind(qtype, cols)}"
+                                " (one uint8 tensor read with two types or row lengths)")
     if parts[-1][2] != rows:
         raise LoweringError(f"GGUF blocks: {parts[-1][2]} rows stored, {rows} expected")
     return parts

@@ -118,6 +118,21 @@ def test_blocks_passed_as_a_graph_input(name):
     check(lambda x, b: gguf_linear(x, b, qt, 7, k) * 2, x, b7, rtol=1e-4, atol=1e-4)
 
 
+def test_blocks_read_as_two_types_run_on_the_cpu(monkeypatch):
+    """One uint8 tensor read as Q4_0 and as Q4_1 rows cannot be stored in both GPU
+    orders: the graph runs on the CPU, with a warning that says why, same numbers."""
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "warn")
+    b = blocks_of("Q4_0", 10, 64, 1)            # 360 bytes: also 9 Q4_1 rows of 64
+    q40, q41 = quant_info("Q4_0").ggml_type, quant_info("Q4_1").ggml_type
+
+    def fn(x, b):
+        return gguf_linear(x, b, q40, 10, 64), gguf_linear(x, b, q41, 9, 64)
+    x = torch.randn(1, 64)
+    with pytest.warns(UserWarning, match="two types or row lengths"):
+        got = compiled(fn)(x, b)
+    torch.testing.assert_close(got, fn(x, b), rtol=1e-4, atol=1e-4, equal_nan=True)
+
+
 def test_tied_weights_share_one_resident_buffer():
     """A tied LM head: embedding and linear read one blocks tensor, uploaded once."""
     name = "Q8_0"
