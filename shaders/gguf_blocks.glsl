@@ -31,7 +31,6 @@ uint gb_u32(uint o) {
 vec4 gb_field4(uint w, uint sh, uint mask) {
     return vec4((uvec4(w) >> (uvec4(0u, 8u, 16u, 24u) + sh)) & mask);
 }
-vec4 gb_i8x4(uint w) { return vec4(ivec4(uvec4(w) << uvec4(24u, 16u, 8u, 0u)) >> 24); }
 // Bits b..b+3 of w as 0.0 / 1.0.
 vec4 gb_bits4(uint w, uint b) { return vec4((uvec4(w) >> (uvec4(0u, 1u, 2u, 3u) + b)) & 1u); }
 // A 32-bit word at byte o of a row: one load where rows are whole words.
@@ -103,7 +102,9 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
     return unpackHalf2x16(gb_w(ro + 16u * NB + 4u * (ch >> 2)));
 }
 #elif defined(QTYPE_Q5_0)
-// regrouped: quants (16 bytes a block), qh (bit e: the fifth bit of element e), d
+// regrouped: quants (16 bytes a block), qh (bit e: the fifth bit of element e), d. The
+// fifth bit is added as a float: every partial sum stays an integer below 2^24, exact
+// in any order.
 const uint QK = 32, QB = 22, NB = K / QK;
 #define GB_REGROUPED 1
 vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
