@@ -38,8 +38,11 @@ uint gb_w(uint o) { return (ROW_BYTES & 3u) == 0u ? wq[o >> 2] : gb_u32(o); }
 // Integer fields as exact floats without shifts or int-to-float conversions: a field
 // stays where it is, as low mantissa bits of a float whose exponent gives its lowest
 // bit the weight wanted (2^e + weight * q), and 2^e is subtracted. One and/or and one
-// add per element. `precise`: the add cancels a large term, so it must be done as
-// written, never reassociated with what uses it.
+// add per element. The add cancels a large term, so it must be done as written:
+// `precise` asks for that, but the H100's driver still reassociated a sum of two such
+// terms (a first Q6_K decode, 0.1 relative error), so every element is one term here,
+// its fields joined as integers first (the tests against eager catch a driver that
+// does otherwise).
 // Nibbles 0..3 of w (bits 0..15), minus off.
 vec4 gb_nib4(uint w, float off) {
     precise vec4 v = uintBitsToFloat((uvec4(w) & uvec4(0xFu, 0xF0u, 0xF00u, 0xF000u)) |
