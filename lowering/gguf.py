@@ -253,13 +253,14 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         wg = min(MV_WG, MAX_SUBGROUPS * sg)
         # a subgroup per row (partial sums meet in one subgroupAdd, several rows per
         # workgroup) unless there are too few rows to fill the GPU that way
-        # long rows: the workgroup's threads share each row group, and the longest share
-        # their x loads across two rows (H100, Q4_0 4096 x 14336: 23 us, against 29 with a
-        # subgroup per row; Q8_0 576 x 1536: 5.7 us against 6.9; rows of 576 stay faster
-        # with a subgroup each)
+        # long rows on a GPU: the workgroup's threads share each row group, and the longest
+        # share their x loads across two rows (H100, Q4_0 4096 x 14336: 23 us, against 29
+        # with a subgroup per row; Q8_0 576 x 1536: 5.7 us against 6.9; rows of 576 stay
+        # faster with a subgroup each). Not on lavapipe, a CPU device, where a subgroup per
+        # row stays faster (Q8_0 2048 x 2048: 3.3 ms, against 5.1-8.0 ms)
         chunks = k // 8
-        tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 and \
-            chunks < MV_WG_CHUNKS else wg
+        long_rows = chunks >= MV_WG_CHUNKS and not device.is_cpu(ctx.caps)
+        tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 and not long_rows else wg
         nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
         unroll = mv_unroll(chunks, tpr)
