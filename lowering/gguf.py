@@ -26,7 +26,7 @@ import torch
 
 from dynamo_vulkan import device
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
-from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind
+from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 from dynamo_vulkan.runtime.plan import base_kind
 
@@ -89,7 +89,7 @@ def place_packed(ctx: Context, node, value: torch.Tensor, role: str):
     # whole rows (otherwise the rules reject the read with an error of their own)
     kinds = {_kind(u.args[2], u.args[4]) for u in node.users}
     kind = kinds.pop() if len(kinds) == 1 else U8
-    if kind != U8 and total % int(kind.rsplit("/", 1)[1]):
+    if kind != U8 and total % row_bytes_of(kind):
         kind = U8
     if total <= limit:
         buf = ctx.buffer(-(-total // 4), role, kind)

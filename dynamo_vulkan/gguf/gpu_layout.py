@@ -89,12 +89,16 @@ def packed_kind(qtype: int, cols: int) -> str:
     return f"{U8}/{name}/{row_nbytes(qtype, cols)}" if name in REGROUP else U8
 
 
+def row_bytes_of(kind: str) -> int | None:
+    """The row size a regrouped kind names (None: GGML's order, any size)."""
+    return None if kind == U8 else int(kind.rsplit("/", 1)[1])
+
+
 def gpu_rows(data: np.ndarray, kind: str) -> np.ndarray:
     """Whole rows of GGUF bytes (uint8, flat) in the GPU order of `kind`."""
     if kind == U8:
         return data
-    _, name, row_bytes = kind.split("/")
-    row_bytes = int(row_bytes)
+    name, row_bytes = kind.split("/")[1], row_bytes_of(kind)
     info = quant_info(name)
     if data.size % row_bytes:
         raise ValueError(f"{data.size} bytes of {name} are not whole rows of {row_bytes}")
