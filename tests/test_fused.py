@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from dynamo_vulkan import device
 from dynamo_vulkan.fused import attention, rms_norm
 from dynamo_vulkan.lowering import attention as att_lowering
 from dynamo_vulkan.models.decoder import apply_rope, pair_tables
@@ -60,7 +61,8 @@ def _causal(t, c, start):
 
 
 # (query heads, kv heads, query rows, keys, head dim, value dim): GQA, one row (decode),
-# several chunks of 256 keys, odd sizes, value dims past one chunk of invocations
+# several chunks of keys (256 a chunk on GPUs, 32 on lavapipe), odd sizes, value dims
+# past one chunk of invocations
 CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256), (9, 3, 1, 1100, 64, 64),
          (2, 1, 1, 1, 3, 5), (6, 3, 4, 530, 80, 80), (2, 2, 2, 9, 16, 300),
          (4, 1, 1, 3000, 256, 256), (16, 4, 8, 100, 12, 12), (66, 66, 1, 64, 8, 8),
@@ -71,6 +73,16 @@ CASES = [(9, 3, 1, 256, 64, 64), (4, 4, 5, 7, 8, 8), (8, 2, 3, 600, 256, 256), (
 
 @pytest.mark.parametrize("hq,hkv,t,c,d,dv", CASES, ids=str)
 def test_attention(plans, hq, hkv, t, c, d, dv):
+    _check_attention(plans, hq, hkv, t, c, d, dv)
+
+
+@pytest.mark.parametrize("hq,hkv,t,c,d,dv", CASES, ids=str)
+def test_attention_as_gpu(as_gpu, plans, hq, hkv, t, c, d, dv):
+    """The GPU's workgroups (256 keys a chunk; lavapipe's hold 32), on this device."""
+    _check_attention(plans, hq, hkv, t, c, d, dv)
+
+
+def _check_attention(plans, hq, hkv, t, c, d, dv):
     q, k, v = torch.randn(hq, t, d), torch.randn(hkv, c, d), torch.randn(hkv, c, dv)
     mask = _causal(t, c, (c - t) // 2)
     scale = 1 / math.sqrt(d)
@@ -79,7 +91,10 @@ def test_attention(plans, hq, hkv, t, c, d, dv):
     check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
     # few query rows over many keys (decode): the keys are split, and the last split of
     # each row merges them in the same kernel
-    split = hq * t < att_lowering.SPLIT_ROWS and c > att_lowering.WG // att_lowering.SPLIT_TPK
+    # (more than one chunk of keys: the device's workgroup over the invocations per key)
+    wg = att_lowering.workgroup_size(device.device_info())
+    tpk = att_lowering.split_invocations_per_key(d // (4 if d % 4 == 0 and dv % 4 == 0 else 1))
+    split = hq * t < att_lowering.SPLIT_ROWS and c > wg // tpk
     assert _names(plans) == ["attention"]
     assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
