@@ -297,6 +297,7 @@ def test_mat_vec_variants(monkeypatch, nr, unroll, wg, cpl):
     thread) give the same results, including workgroups whose last rows lie past the
     weight's end and threads whose last chunks lie past the row's end."""
     monkeypatch.setattr(gguf_lowering, "MV_NR", nr)
+    monkeypatch.setattr(gguf_lowering, "MV_CPU_NR", nr)
     monkeypatch.setattr(gguf_lowering, "MV_UNROLL", unroll)
     monkeypatch.setattr(gguf_lowering, "MV_WG", wg)
     monkeypatch.setattr(gguf_lowering, "MV_CPL", cpl)
