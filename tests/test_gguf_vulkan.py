@@ -62,6 +62,17 @@ def tolerances(k: int, expected) -> dict:
 
 @pytest.mark.parametrize("name", ALL_TYPES)
 def test_every_type_matches_cpu(name):
+    _check_every_shape(name)
+
+
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_every_type_matches_cpu_as_gpu(as_gpu, name):
+    """Planned as for a GPU: prompts of more than MATVEC_M rows take the tiled kernel
+    (lavapipe runs them through the mat-vec, MATVEC_M rows at a time)."""
+    _check_every_shape(name)
+
+
+def _check_every_shape(name):
     torch.manual_seed(0)
     model = Layers(name)
     k = cols_of(name)
@@ -96,14 +107,18 @@ def _plan_of(module: GGUFLinear, m: int):
                   [torch.randn(m, module.cols), module.blocks], [False, True])
 
 
-def test_kernel_choice_and_packed_weight():
-    """M <= 8 rows take the mat-vec kernel, more the tiled one; the weight is one
-    resident buffer of packed bytes (a word holds 4 of them), its rows regrouped for the
-    GPU (dynamo_vulkan/gguf/gpu_layout.py: Q4_0 rows of 64 are 36 bytes)."""
+@pytest.mark.parametrize("plan_as,prompt", [("as_gpu", ["gguf_matmul:Q4_0"]),
+                                            ("as_cpu", ["gguf_matvec:Q4_0"] * 2)])
+def test_kernel_choice_and_packed_weight(request, plan_as, prompt):
+    """M <= 8 rows take the mat-vec kernel, more the tiled one on a GPU and the mat-vec
+    on blocks of 8 rows on a CPU device; the weight is one resident buffer of packed
+    bytes (a word holds 4 of them), its rows regrouped for the GPU
+    (dynamo_vulkan/gguf/gpu_layout.py: Q4_0 rows of 64 are 36 bytes)."""
+    request.getfixturevalue(plan_as)
     lin = GGUFLinear(blocks_of("Q4_0", 9, 64, 0), quant_info("Q4_0").ggml_type, 9, 64)
-    for m, kernel in ((1, "gguf_matvec:Q4_0"), (8, "gguf_matvec:Q4_0"), (9, "gguf_matmul:Q4_0")):
+    for m, kernels in ((1, ["gguf_matvec:Q4_0"]), (8, ["gguf_matvec:Q4_0"]), (9, prompt)):
         plan = _plan_of(lin, m)
-        assert [d.name for d in plan.dispatches] == [kernel]
+        assert [d.name for d in plan.dispatches] == kernels
         w = plan.buffers[plan.inputs[1].buffer]
         assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
 
@@ -186,16 +201,17 @@ def _split_plan(module, m: int):
 @pytest.mark.parametrize("name", ["Q8_0", "Q6_K"])     # rows of 272 and 210 bytes
 def test_weight_over_the_buffer_limit_is_split(as_cpu, small_limit, name):
     """A weight over maxStorageBufferRange is held in several buffers of whole rows,
-    one dispatch each, and gives the CPU op's results (101 rows: the last chunk is
-    short; a 210-byte row needs an even row count per chunk to start on a word).
-    Planned as for a CPU device: a GPU's tiled matmul splits K too (its own test)."""
+    one dispatch each (and block of 8 rows of x), and gives the CPU op's results (101
+    rows: the last chunk is short; a 210-byte row needs an even row count per chunk to
+    start on a word). Planned as for a CPU device: a GPU's tiled matmul splits K too
+    (its own test)."""
     small_limit(SPLIT_LIMIT)
     qt, rows, k = quant_info(name).ggml_type, 101, 256
     lin = GGUFLinear(blocks_of(name, rows, k, 10), qt, rows, k)
-    for m, kernel in ((1, "gguf_matvec"), (9, "gguf_matmul")):
+    for m, kernels in ((1, ["gguf_matvec"] * 3), (9, ["gguf_matvec"] * 6)):   # rows 0-7, 8
         plan, spec = _split_plan(lin, m)
         assert len(spec.chunks) == 3
-        assert [d.name.split(":")[0] for d in plan.dispatches] == [kernel] * 3
+        assert [d.name.split(":")[0] for d in plan.dispatches] == kernels
     xs = [torch.randn(1, k), torch.randn(9, k), noncontig(torch.randn(3, k)),
           torch.randn(2, 5, k)]
     with torch.no_grad():
