@@ -29,9 +29,6 @@ import torch
 
 TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")   # F16 / F32 also work (as a reference)
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))   # (rows, cols) of W
-# fp16 scale fields (byte offsets) per type, and their size
-HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
-                "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
 TARGET_BYTES = 192 << 20     # weights per measurement (H200 L2: 60 MB)
 
 
@@ -42,12 +39,8 @@ def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarra
     if name in ("F32", "F16"):
         w = rng.standard_normal(nbytes // (4 if name == "F32" else 2), dtype=np.float32)
         return (w if name == "F32" else w.astype(np.float16)).view(np.uint8)
-    ts = quant_info(name).type_size
-    b = rng.integers(0, 256, (nbytes // ts, ts), dtype=np.uint8)
-    for off in HALF_OFFSETS[name]:
-        h = (rng.standard_normal((b.shape[0], 1)) * 1e-3).astype(np.float16)
-        b[:, off:off + 2] = h.view(np.uint8)
-    return b.reshape(-1)
+    from dynamo_vulkan.gguf.random_blocks import random_blocks as blocks
+    return blocks(name, nbytes // quant_info(name).type_size, rng).reshape(-1)
 
 
 def _program(name, rows, cols, m, copies, chained, rng):

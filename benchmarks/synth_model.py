@@ -19,12 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-# byte offsets of the fp16 scale (and min) fields inside one block, and the scale's size
-HALF_FIELDS = {
-    "Q4_0": ((0,), 4e-3), "Q4_1": ((0, 2), 4e-3), "Q5_0": ((0,), 2e-3), "Q5_1": ((0, 2), 2e-3),
-    "Q8_0": ((0,), 2.5e-4), "Q2_K": ((80, 82), 4e-3), "Q3_K": ((108,), 1e-3), "Q4_K": ((0, 2), 3e-4),
-    "Q5_K": ((0, 2), 1.5e-4), "Q6_K": ((208,), 1e-4),
-}
+from dynamo_vulkan.gguf.random_blocks import random_blocks
+
+# the size of each type's fp16 scale (and min) fields: activations stay finite
+SCALES = {"Q4_0": 4e-3, "Q4_1": 4e-3, "Q5_0": 2e-3, "Q5_1": 2e-3, "Q8_0": 2.5e-4, "Q2_K": 4e-3,
+          "Q3_K": 1e-3, "Q4_K": 3e-4, "Q5_K": 1.5e-4, "Q6_K": 1e-4}
 SKIP_FIELDS = ("GGUF.", "general.architecture", "general.alignment")
 
 
@@ -103,20 +102,15 @@ def _random_blocks(rng, tname: str, ne: list[int]) -> np.ndarray:
     """uint8 [rows, row_bytes]: random quants, and scales small enough to keep activations finite."""
     import gguf
 
-    bs, ts = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[tname]]
+    bs = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[tname]][0]
     cols, rows = ne[0], int(np.prod(ne[1:])) if len(ne) > 1 else 1
     nb = rows * (cols // bs)
     if tname == "BF16":
         x = (0.02 * rng.standard_normal(rows * cols, dtype=np.float32)).view(np.uint32) >> 16
         return x.astype(np.uint16).view(np.uint8).reshape(rows, -1)
-    b = rng.integers(0, 256, (nb, ts), dtype=np.uint8)
-    if tname not in HALF_FIELDS:
+    if tname not in SCALES:
         raise ValueError(f"no random-block recipe for {tname}")
-    offsets, scale = HALF_FIELDS[tname]
-    for off in offsets:
-        d = (np.abs(rng.standard_normal((nb, 1), dtype=np.float32)) + 0.5) * scale
-        b[:, off:off + 2] = d.astype(np.float16).view(np.uint8)
-    return b.reshape(rows, -1)
+    return random_blocks(tname, nb, rng, SCALES[tname], positive=True).reshape(rows, -1)
 
 
 def main(argv=None) -> int:

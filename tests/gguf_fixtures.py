@@ -9,18 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
+from dynamo_vulkan.gguf.random_blocks import random_blocks
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE_DIR = SHARED / "reference"
 
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # gguf.quants can quantize these
 KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # it can only dequantize these
-# byte offsets of the fp16 super-block scales (d, dmin) inside a K-quant block
-KQUANT_HALF_OFFSETS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-
-
-HALF_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
-                "Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
-# their size: decoded values stay within a few units whatever the quant bits are
+# the size of blocks_of's fp16 scales: decoded values stay within a few units whatever
+# the quant bits are
 HALF_SCALE = {"Q4_0": 0.05, "Q4_1": 0.05, "Q5_0": 0.03, "Q5_1": 0.03, "Q8_0": 0.01}
 
 
@@ -38,11 +35,7 @@ def blocks_of(name: str, rows: int, cols: int, seed: int) -> torch.Tensor:
         data = {"F32": w, "F16": w.astype(np.float16),
                 "BF16": (w.view(np.uint32) >> 16).astype(np.uint16)}[name]
         return torch.from_numpy(data.view(np.uint8).copy())
-    nb = rows * cols // info.block_size
-    b = rng.integers(0, 256, (nb, info.type_size), dtype=np.uint8)
-    for off in HALF_OFFSETS[name]:
-        h = (rng.standard_normal((nb, 1)) * HALF_SCALE.get(name, 1e-3)).astype(np.float16)
-        b[:, off:off + 2] = h.view(np.uint8)
+    b = random_blocks(name, rows * cols // info.block_size, rng, HALF_SCALE.get(name, 1e-3))
     return torch.from_numpy(b.reshape(-1))
 
 
@@ -62,12 +55,8 @@ def quantize(w: np.ndarray, name: str, rng: np.random.Generator | None = None, s
     rows, cols = w.shape
     if name in KQUANTS:
         rng = rng or np.random.default_rng(0)
-        bs, ts = gguf.GGML_QUANT_SIZES[qtype(name)]
-        nb = rows * cols // bs
-        b = rng.integers(0, 256, (nb, ts), dtype=np.uint8)
-        for off in KQUANT_HALF_OFFSETS[name]:
-            b[:, off:off + 2] = (rng.standard_normal((nb, 1)) * scale).astype(np.float16).view(np.uint8)
-        return b.reshape(rows, -1)
+        bs = gguf.GGML_QUANT_SIZES[qtype(name)][0]
+        return random_blocks(name, rows * cols // bs, rng, scale).reshape(rows, -1)
     if name not in LEGACY:  # a type we do not decode: any bytes of the right size
         rng = rng or np.random.default_rng(0)
         bs, ts = gguf.GGML_QUANT_SIZES[qtype(name)]

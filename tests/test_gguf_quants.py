@@ -59,12 +59,12 @@ def test_dequantize_bit_exact(name, rows, cols):
 def test_kquant_random_bytes_wide_scales(name):
     """Random K-quant bytes with scales over a wide (finite) fp16 range, subnormals included."""
     rng = np.random.default_rng(7)
-    from gguf_fixtures import KQUANT_HALF_OFFSETS
+    from dynamo_vulkan.gguf.random_blocks import HALF_FIELDS
 
     info = quant_info(name)
     nb = 64
     b = rng.integers(0, 256, (nb, info.type_size), dtype=np.uint8)
-    for off in KQUANT_HALF_OFFSETS[name]:
+    for off in HALF_FIELDS[name]:
         mags = 10.0 ** rng.uniform(-7, 3, (nb, 1))
         b[:, off:off + 2] = (mags * rng.choice([-1, 1], (nb, 1))).astype(np.float16).view(np.uint8)
     ref = gguf.quants.dequantize(b.reshape(1, -1), gguf.GGMLQuantizationType[name])
