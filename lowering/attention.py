@@ -143,6 +143,11 @@ def attention(ctx, q, k, v, mask, scale):
                "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
                # decode's splits load their V rows with the keys (registers permitting)
                "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
+    if device.is_cpu(ctx.caps):
+        # lavapipe: a masked chunk's skip still costs its mask loads and two barriers,
+        # 6 ms a call for 20 live keys of 2048 (SmolLM2's shapes), so the live range is
+        # found first
+        defines["LIVE_RANGE"] = 1
     spec = [hq, t, c, hq // hkv, f32_bits(scale),
             q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
             k.offset, *k.strides, v.offset, *v.strides,

@@ -19,6 +19,7 @@
 // is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
 // beside this kernel (same barrier level), are computed here for key P (read from
 // the scatter's index) and the caches are never read at P.
+// LIVE_RANGE (CPU devices): each workgroup first finds its keys' live range in the mask.
 // lowering/attention.py derives every parameter.
 #include "common.glsl"
 layout(local_size_x = WG) in;
@@ -164,6 +165,20 @@ void main() {
     uint part = lid / DVLP, lane0 = lid % DVLP;
     uint kslot = lid / TPK, sub = lid % TPK;
     bool owner = part < PARTS;
+#ifdef LIVE_RANGE
+    // the keys between the split's first and last unmasked ones, found in one pass over
+    // its mask: chunks outside them (a decode step's keys past its position, a sliding
+    // window's before it) then cost no loads and no barriers. Key indices are exact as
+    // floats (below 2^24). No live key: an empty range, as if every chunk were skipped.
+    float lo_f = float(k1), hi_f = float(k0);
+    for (uint c = k0 + lid; c < k1; c += WG) {
+        if (ld_b(mb[M_OFF + t * M_ST + c * M_SC])) { lo_f = min(lo_f, float(c)); hi_f = float(c + 1u); }
+    }
+    lo_f = -wg_max(-lo_f);
+    hi_f = wg_max(hi_f);
+    k0 = uint(lo_f);
+    k1 = max(k0, uint(hi_f));
+#endif
     float m = NEG_INF, l = 0.0;
     VT acc[DPT];
     for (uint j = 0; j < DPT; ++j) acc[j] = VT(0.0);

@@ -99,6 +99,26 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
 
+@pytest.mark.parametrize("plan_as", ["device", "as_gpu"])
+@pytest.mark.parametrize("t,c", [(1, 700), (1, 40), (5, 300)], ids=str)
+def test_attention_masks_with_windows_and_holes(request, plan_as, t, c):
+    """Masks that are not causal: a sliding window (no live key before it), holes inside
+    it, and a row with no live key at all (NaN, as eager's softmax gives). On lavapipe
+    each workgroup first finds its keys' live range in the mask (LIVE_RANGE); a GPU plan
+    skips the masked chunks as it meets them."""
+    if plan_as != "device":
+        request.getfixturevalue(plan_as)
+    g = torch.Generator().manual_seed(c + t)
+    q, k, v = torch.randn(9, t, 64, generator=g), torch.randn(3, c, 64, generator=g), \
+        torch.randn(3, c, 64, generator=g)
+    keys = torch.arange(c)[None, :]
+    start = torch.randint(0, c - 20, (t, 1), generator=g)
+    mask = (keys >= start) & (keys < start + 17) & (torch.rand(t, c, generator=g) > 0.3)
+    mask[:, -1] = False
+    mask[0, :] = False if t > 1 else mask[0, :]        # a prompt row with no live key
+    check(lambda q, k, v, m: attention(q, k, v, m, 0.125), q, k, v, mask, rtol=1e-5, atol=1e-5)
+
+
 def test_split_attention_called_again_and_with_a_merge_kernel(plans, monkeypatch):
     """The row counters are reset by the kernel, so a second call (new q, same program)
     merges right; the two-kernel merge gives the same numbers."""
