@@ -230,7 +230,7 @@ def mv_unroll(chunks: int, tpr: int) -> int:
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
                 residual: TRef | None = None, loader: RowLoader | None = None,
-                post_norm=None, post_res: TRef | None = None, out_row: int = 0) -> None:
+                post_norm=None, post_res: TRef | None = None) -> None:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
@@ -241,8 +241,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     computes x as it is loaded (x2 is then only its shape); post_norm (weight TRef, eps)
     RMS-normalises the output rows into `out` (the raw product goes to a scratch buffer),
     then adds post_res, an [m, rows] view with unit column stride (POST_NORM: W in one
-    buffer, no residual of the product's own); out_row: the first row of `out` written
-    (the mat-vec on a block of a prompt's rows)."""
+    buffer, no residual of the product's own)."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -269,7 +268,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             nr = MV_CPU_NR
         else:
             nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
-        spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0 + out_row * out_rows, out_rows]
+        spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
         unroll = mv_unroll(chunks, tpr)
         defines |= {"MROWS": m, "NR": nr, "UNROLL": unroll, "TPR": tpr, "CPL": MV_CPL}
         if chunks % (tpr * unroll) == 0:
@@ -307,14 +306,12 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     else:
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
-        if device.is_cpu(ctx.caps) and loader is None and x2.strides[1] == 1:
-            # lavapipe: the mat-vec on blocks of MATVEC_M rows of x. Every load costs the
-            # CPU alike there, and the tiled kernel loads 8 shared values per 16 products
-            # (SmolLM2's 128-token prefill: 8.7 s of its 10.7 s)
-            for i in range(0, m, MATVEC_M):
-                xb = x2.with_layout((min(MATVEC_M, m - i), k), x2.strides, x2.offset + i * x2.strides[0])
-                emit_linear(ctx, out, xb, w, qtype, rows, cols, row0, out_rows, out_row=i)
-            return
+        if device.is_cpu(ctx.caps):
+            # lavapipe: each thread an 8x8 block, its operands two 16-byte shared loads
+            # each per k. SmolLM2's 128x576 @ Q4_1 3072x576: 145 ms with the 4x4 layout
+            # (eight 4-byte shared loads per 16 products), 51 ms as 16 mat-vecs of 8
+            # rows, 42 ms this way
+            defines["CPU_TILE"] = 1
         groups = (-(-n // TILE), -(-m // TILE), 1)
         if max(groups) > 65535:
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "

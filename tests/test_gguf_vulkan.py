@@ -67,8 +67,8 @@ def test_every_type_matches_cpu(name):
 
 @pytest.mark.parametrize("name", ALL_TYPES)
 def test_every_type_matches_cpu_as_gpu(as_gpu, name):
-    """Planned as for a GPU: prompts of more than MATVEC_M rows take the tiled kernel
-    (lavapipe runs them through the mat-vec, MATVEC_M rows at a time)."""
+    """Planned as for a GPU: the tiled kernel's 4x4-per-thread layout for prompts
+    (lavapipe's plans take its 8x8 one), and the GPU's mat-vec row groups."""
     _check_every_shape(name)
 
 
@@ -107,18 +107,20 @@ def _plan_of(module: GGUFLinear, m: int):
                   [torch.randn(m, module.cols), module.blocks], [False, True])
 
 
-@pytest.mark.parametrize("plan_as,prompt", [("as_gpu", ["gguf_matmul:Q4_0"]),
-                                            ("as_cpu", ["gguf_matvec:Q4_0"] * 2)])
-def test_kernel_choice_and_packed_weight(request, plan_as, prompt):
-    """M <= 8 rows take the mat-vec kernel, more the tiled one on a GPU and the mat-vec
-    on blocks of 8 rows on a CPU device; the weight is one resident buffer of packed
-    bytes (a word holds 4 of them), its rows regrouped for the GPU
-    (dynamo_vulkan/gguf/gpu_layout.py: Q4_0 rows of 64 are 36 bytes)."""
+@pytest.mark.parametrize("plan_as,cpu_tile", [("as_gpu", False), ("as_cpu", True)])
+def test_kernel_choice_and_packed_weight(request, plan_as, cpu_tile):
+    """M <= 8 rows take the mat-vec kernel, more the tiled one (its 8x8-per-thread
+    layout on a CPU device); the weight is one resident buffer of packed bytes (a word
+    holds 4 of them), its rows regrouped for the GPU (dynamo_vulkan/gguf/gpu_layout.py:
+    Q4_0 rows of 64 are 36 bytes)."""
+    from dynamo_vulkan.runtime.shaders import head_defines
     request.getfixturevalue(plan_as)
     lin = GGUFLinear(blocks_of("Q4_0", 9, 64, 0), quant_info("Q4_0").ggml_type, 9, 64)
-    for m, kernels in ((1, ["gguf_matvec:Q4_0"]), (8, ["gguf_matvec:Q4_0"]), (9, prompt)):
+    for m, kernel in ((1, "gguf_matvec:Q4_0"), (8, "gguf_matvec:Q4_0"), (9, "gguf_matmul:Q4_0")):
         plan = _plan_of(lin, m)
-        assert [d.name for d in plan.dispatches] == kernels
+        assert [d.name for d in plan.dispatches] == [kernel]
+        if m == 9:
+            assert ("CPU_TILE" in head_defines(plan.sources[plan.dispatches[0].spirv_key])) == cpu_tile
         w = plan.buffers[plan.inputs[1].buffer]
         assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
 
@@ -201,17 +203,16 @@ def _split_plan(module, m: int):
 @pytest.mark.parametrize("name", ["Q8_0", "Q6_K"])     # rows of 272 and 210 bytes
 def test_weight_over_the_buffer_limit_is_split(as_cpu, small_limit, name):
     """A weight over maxStorageBufferRange is held in several buffers of whole rows,
-    one dispatch each (and block of 8 rows of x), and gives the CPU op's results (101
-    rows: the last chunk is short; a 210-byte row needs an even row count per chunk to
-    start on a word). Planned as for a CPU device: a GPU's tiled matmul splits K too
-    (its own test)."""
+    one dispatch each, and gives the CPU op's results (101 rows: the last chunk is
+    short; a 210-byte row needs an even row count per chunk to start on a word).
+    Planned as for a CPU device: a GPU's tiled matmul splits K too (its own test)."""
     small_limit(SPLIT_LIMIT)
     qt, rows, k = quant_info(name).ggml_type, 101, 256
     lin = GGUFLinear(blocks_of(name, rows, k, 10), qt, rows, k)
-    for m, kernels in ((1, ["gguf_matvec"] * 3), (9, ["gguf_matvec"] * 6)):   # rows 0-7, 8
+    for m, kernel in ((1, "gguf_matvec"), (9, "gguf_matmul")):
         plan, spec = _split_plan(lin, m)
         assert len(spec.chunks) == 3
-        assert [d.name.split(":")[0] for d in plan.dispatches] == kernels
+        assert [d.name.split(":")[0] for d in plan.dispatches] == [kernel] * 3
     xs = [torch.randn(1, k), torch.randn(9, k), noncontig(torch.randn(3, k)),
           torch.randn(2, 5, k)]
     with torch.no_grad():
