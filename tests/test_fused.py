@@ -116,7 +116,8 @@ def test_attention_masks_with_windows_and_holes(request, plan_as, t, c):
     start = torch.randint(0, c - 20, (t, 1), generator=g)
     mask = (keys >= start) & (keys < start + 17) & (torch.rand(t, c, generator=g) > 0.3)
     mask[:, -1] = False
-    mask[0, :] = False if t > 1 else mask[0, :]        # a prompt row with no live key
+    if t > 1:
+        mask[0, :] = False                               # a prompt row with no live key
     check(lambda q, k, v, m: attention(q, k, v, m, 0.125), q, k, v, mask, rtol=1e-5, atol=1e-5)
 
 
