@@ -91,11 +91,11 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     check(lambda q, k, v, m: attention(q, k, v, m, scale), q, k, v, mask)
     # few query rows over many keys (decode): the keys are split, and the last split of
     # each row merges them in the same kernel
-    # (more than one chunk of keys: the device's workgroup over the invocations per key;
-    # on a GPU only)
-    wg = att_lowering.workgroup_size(device.device_info())
+    # (splits_keys: more than one chunk of keys, the device's workgroup over the
+    # invocations per key; on a GPU only)
+    info = device.device_info()
     tpk = att_lowering.split_invocations_per_key(d // (4 if d % 4 == 0 and dv % 4 == 0 else 1))
-    split = hq * t < att_lowering.SPLIT_ROWS and c > wg // tpk and not device.is_cpu()
+    split = att_lowering.splits_keys(info, hq * t, c, att_lowering.workgroup_size(info), tpk)
     assert _names(plans) == ["attention"]
     assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
