@@ -59,9 +59,14 @@ MV_CPU_NR = 4   # rows per thread group on a CPU device (lavapipe), where every 
 # 14336 x 4096, 4096 x 4096, Q4_0/Q4_K/Q6_K/Q8_0): 4 or 8 rows per workgroup, a
 # subgroup per row with 2 or 4 rows, 2 neighbouring chunks per thread, 8 chunks per
 # step, workgroups of 64 or 256 and `restrict` bindings were each slower or equal.
-# The 4-bit kernels are bound by their instructions, not by memory: with W's loads
-# and decoding replaced by constants, Q4_0 14336 x 4096 still took 13.9 us (22.2 us
-# as is; 15.8 us would be 0.7 of copy bandwidth).
+# With W's loads and decoding replaced by constants, Q4_0 14336 x 4096 still took 12.6
+# us (20.8 as is; 15.8 would be 0.7 of copy bandwidth), about what a kernel that only
+# streams those 33 MB takes when chained behind a barrier (12.9 us; 9.4 MB: 5.5 us,
+# 0.58 of copy bandwidth, so 0.7 is out of reach there for any chained kernel).
+# Reading x once per workgroup instead (x-stationary: x in registers, each workgroup
+# walking 2-16 row groups; 2026-11-23) was 1.1-2.1x slower at every setting: the
+# rows' loads then wait on each other. The H100 drops to 345 MHz after about a second
+# idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
