@@ -7,7 +7,9 @@ dispatch per copy. GPU timestamps around the dispatches give the time:
     (a decoder's layers: no overlap between kernels);
   - "overlapped": independent dispatches, which the GPU may overlap.
 Weights are random bytes with modest fp16 scales (speed does not depend on the
-values); the first weight's result is checked against the CPU op.
+values); the first weight's result is checked against the CPU op. Beside each
+chained figure: a kernel that only streams the same bytes, chained the same way
+(benchmarks/probes.py chained_read_gbps), the most any mat-vec of that weight can do.
 
     python benchmarks/gguf_matvec.py [--types Q4_0,Q8_0] [--shapes 4096x4096]
         [--variants 1x128x4,2x64x2] [--modes chained] [--out DIR]
@@ -114,11 +116,15 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     qt = quant_info(name).ggml_type
     ref = gguf_linear(args[0], args[-1 if chained else 1], qt, rows, cols)   # what outs[0] holds
     err = float((outs[0] - ref).abs().max() / ref.abs().max())
+    floor = None
+    if chained:
+        from .probes import chained_read_gbps
+        floor = chained_read_gbps(nbytes, copies, calls)["gbps"]
     return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
             "us_per_matvec": span / copies * 1e6, "GB_per_s": nbytes * copies / span / 1e9,
             "best_us_per_matvec": best / copies * 1e6, "best_GB_per_s": nbytes * copies / best / 1e9,
-            "max_rel_err": err, "kernel": kernel_config(prog)}
+            "max_rel_err": err, "kernel": kernel_config(prog), "read_floor_GB_per_s": floor}
 
 
 def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False), m=1,
@@ -144,7 +150,9 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                         rows_out.append(r)
                         log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
                             f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s "
-                            f"(best {r['best_GB_per_s']:7.1f})"
+                            f"(best {r['best_GB_per_s']:7.1f}"
+                            + (f", {r['GB_per_s'] / r['read_floor_GB_per_s']:.2f} of a chained read"
+                               if r["read_floor_GB_per_s"] else "") + ")"
                             f"  err {r['max_rel_err']:.1e}")
     finally:
         lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved

@@ -6,6 +6,9 @@
 - one empty kp submit + wait (the floor under any compiled call);
 - with torch CUDA on the machine: its device-to-device copy bandwidth and its
   fp32 matmul rate with TF32 off (the peak FLOP/s we hold matmuls against).
+- a chained streaming read of N bytes: distinct buffers read one after another, a
+  barrier between (as a decoder's mat-vecs run): what any kernel that reads a weight
+  of N bytes once can reach, launch and barrier included (GGUF mat-vec rows).
 """
 from __future__ import annotations
 
@@ -27,6 +30,67 @@ void main() {
     for (uint i = gl_GlobalInvocationID.x; i < N4; i += stride) dst[i] = src[i];
 }
 """
+
+READ_SHADER = """#version 450
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint N4 = 1u;   // uvec4s to read
+layout(binding = 0) readonly buffer Src { uvec4 src[]; };
+layout(binding = 1) writeonly buffer Dst { uint dst[]; };
+void main() {
+    uint stride = gl_NumWorkGroups.x * 256u;
+    uvec4 a = uvec4(0u);
+    for (uint i = gl_GlobalInvocationID.x; i < N4; i += stride) a ^= src[i];
+    uint s = a.x ^ a.y ^ a.z ^ a.w;
+    if (s == 0x9E3779B9u) dst[0] = s;    // keeps the loads; never true for zeros
+}
+"""
+READ_GROUPS = 4096      # workgroups of the read floor at most (H100: 1056-4224 alike)
+
+
+def _seconds_per_op(seq, ops: int, period_ns: float) -> float:
+    """GPU seconds per op of a kp sequence just evaluated: its first to last timestamp
+    over `ops` (after a warm-up evaluation)."""
+    ts = np.array(seq.get_timestamps(), dtype=np.float64)
+    return float(ts[-1] - ts[0]) * period_ns * 1e-9 / ops
+
+
+def chained_read_gbps(nbytes: int, copies: int, calls: int = 10) -> dict:
+    """GB/s of reading `copies` distinct buffers of ``nbytes`` one after another, a
+    global barrier between reads (median of `calls` submits, kp timestamps)."""
+    import kp
+
+    from dynamo_vulkan import device_info
+    from dynamo_vulkan.device import manager
+    from dynamo_vulkan.runtime.program import SHADER_READ, SHADER_WRITE, STAGE_COMPUTE
+    from dynamo_vulkan.runtime.shaders import compile_source
+
+    info = device_info()
+    nbytes = max(16, nbytes // 16 * 16)
+    mgr = manager()
+    storage = kp.TensorTypes.storage
+    srcs = [mgr.tensor_t(np.zeros(nbytes // 4, np.uint32), tensor_type=storage) for _ in range(copies)]
+    dst = mgr.tensor_t(np.zeros(4, np.uint32), tensor_type=storage)
+    n4 = nbytes // 16
+    groups = max(1, min(-(-n4 // 256), READ_GROUPS))
+    spv, empty = compile_source(READ_SHADER, "bench_read"), np.zeros(0, np.uint32)
+    seq = mgr.sequence(total_timestamps=2 * copies + 2)
+    for i, src in enumerate(srcs):
+        if i:
+            seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE, STAGE_COMPUTE, STAGE_COMPUTE))
+        seq.record(kp.OpDispatchBare(mgr.algorithm([src, dst], spv, [groups, 1, 1],
+                                                   np.array([n4], np.uint32), empty)))
+    period = float(info.get("timestamp_period_ns", 1.0))
+    seq.eval()                       # warm-up
+    per = []
+    for _ in range(calls):
+        seq.eval()
+        per.append(_seconds_per_op(seq, copies, period))
+    for t in (*srcs, dst):
+        t.destroy()
+    s = float(np.median(per))
+    return {"bytes": nbytes, "copies": copies, "us": s * 1e6, "gbps": nbytes / s / 1e9,
+            "how": f"{copies} buffers read in turn (uvec4, {groups} workgroups), a barrier "
+                   f"between, median of {calls} submits, kp timestamps"}
 
 
 def vulkan_copy_gbps(nbytes: int, iters: int = 10) -> dict:
@@ -54,17 +118,14 @@ def vulkan_copy_gbps(nbytes: int, iters: int = 10) -> dict:
         seq.record(kp.OpAlgoDispatch(algo, empty))
     seq.eval()                       # warm-up
     seq.eval()
-    ts = np.array(seq.get_timestamps(), dtype=np.float64)
     period = float(info.get("timestamp_period_ns", 1.0))
-    seconds = float(ts[-1] - ts[0]) * period * 1e-9 / iters
-    kernel_gbps = 2 * nbytes / seconds / 1e9
+    kernel_gbps = 2 * nbytes / _seconds_per_op(seq, iters, period) / 1e9
     seq = mgr.sequence(total_timestamps=iters + 2)
     for _ in range(iters):
         seq.record(kp.OpTensorCopy([src, dst]))
     seq.eval()
     seq.eval()
-    ts = np.array(seq.get_timestamps(), dtype=np.float64)
-    transfer_gbps = 2 * nbytes / (float(ts[-1] - ts[0]) * period * 1e-9 / iters) / 1e9
+    transfer_gbps = 2 * nbytes / _seconds_per_op(seq, iters, period) / 1e9
     for t in (src, dst):
         t.destroy()
     return {"bytes": nbytes, "gbps": max(kernel_gbps, transfer_gbps), "kernel_gbps": kernel_gbps,
@@ -175,4 +236,4 @@ def peak_gflops(probes: dict) -> float | None:
     return probes.get("cuda_fp32_matmul", {}).get("gflops")
 
 
-__all__ = ["run_all", "copy_limit", "empty_submit_ms", "peak_gflops", "Stat"]
+__all__ = ["run_all", "copy_limit", "chained_read_gbps", "empty_submit_ms", "peak_gflops", "Stat"]

@@ -54,6 +54,9 @@ def test_every_suite_ran_and_results_match_eager(run):
             assert r["err"] <= r["tol"], r
             assert r["ok"] is True, r
     assert not [r for r in rows if r["backend"] in ("vulkan", "eager_cpu") and r["note"].startswith("failed")]
+    # the mat-vec kernel rows stand beside a chained read of the same bytes
+    kernel = [r for r in rows if r["backend"] == "vulkan_kernel"]
+    assert kernel and all("of a chained read of the same bytes" in r["note"] for r in kernel), kernel
     # figures that carry a device time do so for our kernels, and the kernels were counted
     assert all(r["gpu_ms"] and r["kernels"] for r in ours if r["suite"] in ("elementwise", "matmul", "small_kernels"))
 

@@ -88,12 +88,17 @@ def kernel_rows(bench) -> None:
         workload = f"{r['type']} {r['rows']}x{r['cols']} matvec, {r.get('copies', '?')} copies"
         us = r["us_per_matvec"]
         weight_bytes = r["weight_MB"] * 1e6
+        floor = r.get("read_floor_GB_per_s")
+        of_floor = (f"; {r['GB_per_s'] / floor:.2f} of a chained read of the same bytes "
+                    f"({floor:,.0f} GB/s, probes.chained_read_gbps)") if floor else ""
         row = bench.add(Row("gguf_linear", workload, "vulkan_kernel", None,
                             gpu_ms=Stat(us / 1e3, us / 1e3, us / 1e3, us / 1e3, us / 1e3, 1),
                             work=weight_bytes, unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4,
                             limit=limit, limit_name=limit_name,
                             note=f"benchmarks/gguf_matvec.py, {r.get('mode', '')} {r.get('variant', '')}; "
-                                 "err is relative; median GPU time"))
+                                 f"err is relative; median GPU time{of_floor}"))
         bench.target(Target(f"GGUF mat-vec {r['type']} {r['rows']}x{r['cols']}: GB/s vs copy bandwidth",
                             ("gguf_linear", row.workload, "vulkan_kernel"), 0.7,
-                            baseline_value=(limit, limit_name) if limit else None))
+                            baseline_value=(limit, limit_name) if limit else None,
+                            note=f"a chained read of the same bytes: {floor / limit:.2f} of copy"
+                            if floor and limit else ""))
