@@ -3,6 +3,7 @@
 // out, each thread 4x4, stepping K by 16: per step, 128 threads decode the W
 // tile (64 rows x 2 chunks of 8) into shared memory and all load the x tile
 // through its strides; no dequantized copy of W is ever stored in a buffer.
+// CPU devices take CPU_LANES instead (below: no shared memory, x shared by broadcasts).
 // W may be one chunk of a split weight: its N rows are then columns
 // OUT_OFF.. of an output whose rows hold OUT_N values.
 // Split K: workgroup z sums only K range [z * KS, (z + 1) * KS) and writes its
@@ -10,6 +11,9 @@
 // adds the slices. Few tiles (a prompt of a small model) then still fill the GPU:
 // each workgroup's time is its K loop, a round of load latency per step.
 #extension GL_EXT_control_flow_attributes : enable
+#ifdef CPU_LANES
+#extension GL_KHR_shader_subgroup_ballot : enable
+#endif
 #include "common.glsl"
 layout(constant_id = 0) const uint M = 1;
 layout(constant_id = 1) const uint N = 1;
@@ -28,55 +32,43 @@ BUFFER(WQ_BINDING, wq)
 #include "gguf_blocks.glsl"
 
 const uint TM = 64, TN = 64, TK = 16;
-#ifdef CPU_TILE
-// A CPU device (lavapipe), where a shared load costs about what a global one does and
-// a 16-byte load about two 4-byte ones: 64 threads, each an 8x8 block of the tile, whose
-// 8 rows of x and 8 rows of W sit side by side in shared memory, so a k step costs the
-// thread four 16-byte loads for 64 products (the 4x4 layout below: eight 4-byte loads
-// for 16).
-layout(local_size_x = 64) in;
-shared vec4 As4[TK][TM / 4];    // [k][m / 4]: x rows m .. m + 3 at that k
-shared vec4 Ws4[TK][TN / 4];
-
+#ifdef CPU_LANES
+// A CPU device (lavapipe): invocations are the lanes of a SIMD register, and a load whose
+// address differs across lanes is a gather, one element at a time. So each lane owns
+// CL_NC rows of W (columns n, n + CL_WG, ...: decoded once per chunk of 8, held in
+// registers), the workgroup CL_MR rows of x; lane e of each subgroup loads x[m, k0 + e]
+// and every lane takes the 8 values through subgroupBroadcast (a register shuffle), so
+// per chunk a lane makes 8 * CL_MR * CL_NC products for CL_MR loads of x and CL_NC
+// decodes. Needs subgroups of at least 8 lanes. No shared memory, no barrier.
+// SmolLM2's 128x576 @ Q4_1 3072x576 on lavapipe: 44 ms with 8x8 blocks a thread
+// through shared memory, 15 ms this way.
+layout(local_size_x = CL_WG) in;
 void main() {
-    uint m0 = gl_WorkGroupID.y * TM, n0 = gl_WorkGroupID.x * TN;
+    uint m0 = gl_WorkGroupID.y * CL_MR;
     uint kbeg = gl_WorkGroupID.z * KS, kend = min(K, kbeg + KS);
-    uint tid = gl_LocalInvocationID.x, tx = tid % 8u, ty = tid / 8u;
-    vec4 acc[8][2];
-    [[unroll]] for (uint i = 0; i < 8u; ++i) { acc[i][0] = vec4(0.0); acc[i][1] = vec4(0.0); }
-    for (uint k0 = kbeg; k0 < kend; k0 += TK) {
-        // thread tid loads row tid of the x tile and decodes row tid of the W tile
-        uint gm = m0 + tid, gn = n0 + tid;
-        [[unroll]] for (uint kk = 0; kk < TK; ++kk) {
-            uint gk = k0 + kk;
-            As4[kk][tid >> 2][tid & 3u] = (gm < M && gk < kend) ? ld_f32(xb[X_OFF + gm * X_SM + gk * X_SK]) : 0.0;
+    uint nb = gl_WorkGroupID.x * (CL_WG * CL_NC) + gl_LocalInvocationID.x;
+    float acc[CL_MR][CL_NC];
+    uint rb[CL_NC];
+    [[unroll]] for (uint j = 0; j < CL_NC; ++j) rb[j] = min(nb + j * CL_WG, N - 1u) * ROW_BYTES;
+    [[unroll]] for (uint i = 0; i < CL_MR; ++i) [[unroll]] for (uint j = 0; j < CL_NC; ++j) acc[i][j] = 0.0;
+    uint e = gl_SubgroupInvocationID & 7u;
+    for (uint k0 = kbeg; k0 < kend; k0 += 8u) {
+        vec4 lo[CL_NC], hi[CL_NC];      // rows past N: row N-1 again, not stored
+        [[unroll]] for (uint j = 0; j < CL_NC; ++j) deq8r(rb[j], k0 / 8u, lo[j], hi[j]);
+        [[unroll]] for (uint i = 0; i < CL_MR; ++i) {
+            float xv = ld_f32(xb[X_OFF + min(m0 + i, M - 1u) * X_SM + (k0 + e) * X_SK]);
+            vec4 xl = vec4(subgroupBroadcast(xv, 0u), subgroupBroadcast(xv, 1u),
+                           subgroupBroadcast(xv, 2u), subgroupBroadcast(xv, 3u));
+            vec4 xh = vec4(subgroupBroadcast(xv, 4u), subgroupBroadcast(xv, 5u),
+                           subgroupBroadcast(xv, 6u), subgroupBroadcast(xv, 7u));
+            [[unroll]] for (uint j = 0; j < CL_NC; ++j) acc[i][j] += dot(lo[j], xl) + dot(hi[j], xh);
         }
-        [[unroll]] for (uint h = 0; h < 2u; ++h) {
-            uint gk = k0 + 8u * h;
-            vec4 lo = vec4(0.0), hi = vec4(0.0);
-            if (gn < N && gk < kend) deq8r(gn * ROW_BYTES, gk / 8u, lo, hi);
-            [[unroll]] for (uint i = 0; i < 4u; ++i) {
-                Ws4[8u * h + i][tid >> 2][tid & 3u] = lo[i];
-                Ws4[8u * h + 4u + i][tid >> 2][tid & 3u] = hi[i];
-            }
-        }
-        barrier();
-        [[unroll]] for (uint kk = 0; kk < TK; ++kk) {
-            vec4 a0 = As4[kk][2u * ty], a1 = As4[kk][2u * ty + 1u];
-            vec4 b0 = Ws4[kk][2u * tx], b1 = Ws4[kk][2u * tx + 1u];
-            [[unroll]] for (uint i = 0; i < 4u; ++i) {
-                acc[i][0] += a0[i] * b0; acc[i][1] += a0[i] * b1;
-                acc[4u + i][0] += a1[i] * b0; acc[4u + i][1] += a1[i] * b1;
-            }
-        }
-        barrier();
     }
-    [[unroll]] for (uint i = 0; i < 8u; ++i) {
-        uint gm = m0 + 8u * ty + i;
-        if (gm >= M) continue;
-        [[unroll]] for (uint j = 0; j < 8u; ++j) {
-            uint gn = n0 + 8u * tx + j;
-            if (gn < N) outb[gl_WorkGroupID.z * M * OUT_N + gm * OUT_N + OUT_OFF + gn] = st_f32(acc[i][j >> 2][j & 3u]);
+    [[unroll]] for (uint i = 0; i < CL_MR; ++i) {
+        uint gm = m0 + i;
+        [[unroll]] for (uint j = 0; j < CL_NC; ++j) {
+            uint gn = nb + j * CL_WG;
+            if (gm < M && gn < N) outb[gl_WorkGroupID.z * M * OUT_N + gm * OUT_N + OUT_OFF + gn] = st_f32(acc[i][j]);
         }
     }
 }

@@ -107,10 +107,10 @@ def _plan_of(module: GGUFLinear, m: int):
                   [torch.randn(m, module.cols), module.blocks], [False, True])
 
 
-@pytest.mark.parametrize("plan_as,cpu_tile", [("as_gpu", False), ("as_cpu", True)])
-def test_kernel_choice_and_packed_weight(request, plan_as, cpu_tile):
-    """M <= 8 rows take the mat-vec kernel, more the tiled one (its 8x8-per-thread
-    layout on a CPU device); the weight is one resident buffer of packed bytes (a word
+@pytest.mark.parametrize("plan_as,cpu_lanes", [("as_gpu", False), ("as_cpu", True)])
+def test_kernel_choice_and_packed_weight(request, plan_as, cpu_lanes):
+    """M <= 8 rows take the mat-vec kernel, more the tiled one (on a CPU device its
+    lanes-own-rows-of-W layout, CPU_LANES); the weight is one resident buffer of packed bytes (a word
     holds 4 of them), its rows regrouped for the GPU (dynamo_vulkan/gguf/gpu_layout.py:
     Q4_0 rows of 64 are 36 bytes)."""
     from dynamo_vulkan.runtime.shaders import head_defines
@@ -120,9 +120,44 @@ def test_kernel_choice_and_packed_weight(request, plan_as, cpu_tile):
         plan = _plan_of(lin, m)
         assert [d.name for d in plan.dispatches] == [kernel]
         if m == 9:
-            assert ("CPU_TILE" in head_defines(plan.sources[plan.dispatches[0].spirv_key])) == cpu_tile
+            assert ("CPU_LANES" in head_defines(plan.sources[plan.dispatches[0].spirv_key])) == cpu_lanes
         w = plan.buffers[plan.inputs[1].buffer]
         assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
+
+
+@pytest.mark.parametrize("n,sg,want", [(576, 8, (48, 12)), (192, 8, (16, 12)), (3072, 8, (64, 12)),
+                                       (960, 8, (40, 12)), (5, 8, (8, 12)), (576, 16, (48, 12))])
+def test_cpu_lanes_shape_computes_the_fewest_rows_past_n(n, sg, want):
+    assert gguf_lowering.cpu_lanes_shape(n, sg) == want
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "Q8_0"])
+@pytest.mark.parametrize("m,n", [(9, 1), (17, 67), (70, 200)])
+def test_cpu_lanes_matmul_on_odd_shapes(as_cpu, plans, name, m, n):
+    """CPU_LANES against eager: rows of x past the workgroup's 8 and rows of W past
+    its lanes' (clamped, never stored), one row of W, x a transposed view."""
+    torch.manual_seed(7)
+    k = cols_of(name)
+    lin = GGUFLinear(blocks_of(name, n, k, 3), quant_info(name).ggml_type, n, k)
+    x = torch.randn(k, m).t()                  # k-stride m: loads through both strides
+    with torch.no_grad():
+        check(lin, x, **tolerances(k, [lin(x)]))
+    assert [d.name for p in plans for d in p.dispatches if d.name.startswith("gguf_")] == \
+        [f"gguf_matmul:{name}"]
+
+
+def test_cpu_device_with_narrow_subgroups_takes_the_gpu_tile(as_cpu, monkeypatch):
+    """CPU_LANES shares x through 8 lanes: a CPU device with 4-lane subgroups (128-bit
+    SIMD) gets the generic tile."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.runtime.shaders import head_defines
+    info = device.device_info()
+    monkeypatch.setitem(info, "subgroup_size", 4)
+    monkeypatch.setitem(info, "name", f"{info['name']} (test subgroups of 4)")   # cached apart
+    lin = GGUFLinear(blocks_of("Q8_0", 9, 64, 0), quant_info("Q8_0").ggml_type, 9, 64)
+    plan = _plan_of(lin, 9)
+    assert [d.name for d in plan.dispatches] == ["gguf_matmul:Q8_0"]
+    assert "CPU_LANES" not in head_defines(plan.sources[plan.dispatches[0].spirv_key])
 
 
 @pytest.mark.parametrize("name", ["Q5_1", "Q4_0", "Q6_K"])
