@@ -9,7 +9,7 @@ dispatch per copy. GPU timestamps around the dispatches give the time:
 Weights are random bytes with modest fp16 scales (speed does not depend on the
 values); the first weight's result is checked against the CPU op. Beside each
 chained figure: a kernel that only streams the same bytes, chained the same way
-(benchmarks/probes.py chained_read_gbps), the most any mat-vec of that weight can do.
+(benchmarks/probes.py ChainedRead), the most any mat-vec of that weight can do.
 
     python benchmarks/gguf_matvec.py [--types Q4_0,Q8_0] [--shapes 4096x4096]
         [--variants 1x128x4,2x64x2] [--modes chained] [--out DIR]
@@ -32,6 +32,8 @@ import torch
 TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")   # F16 / F32 also work (as a reference)
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))   # (rows, cols) of W
 TARGET_BYTES = 192 << 20     # weights per measurement (H200 L2: 60 MB)
+WARMUP_S = 0.3   # seconds of the measured submits first (uploads, first-use costs)
+HEAT_S = 0.5     # then of a dense load (probes.ChainedRead.heat), so clocks are up
 
 
 def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarray:
@@ -89,9 +91,10 @@ def kernel_config(prog) -> str:
 
 
 def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
-            target_bytes=TARGET_BYTES, warmup_s=0.3) -> dict:
+            target_bytes=TARGET_BYTES, warmup_s=WARMUP_S, heat_s=HEAT_S) -> dict:
     """GPU time of all mat-vecs in one submit: median and best of `calls`, after
-    `warmup_s` seconds of the same submits (so the GPU's clocks are up)."""
+    `warmup_s` seconds of the same submits and `heat_s` of a dense load (the GPU's
+    clocks up); chained, beside a chained read of the same bytes, timed right after."""
     from dynamo_vulkan import device
     from dynamo_vulkan.gguf.op import gguf_linear
     from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
@@ -100,6 +103,8 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     nbytes = tensor_nbytes(quant_info(name).ggml_type, rows, cols)
     copies = max(4, math.ceil(target_bytes / nbytes))
     prog, args, nbytes = _program(name, rows, cols, m, copies, chained, rng)
+    from benchmarks.probes import ChainedRead
+    floor = ChainedRead(nbytes, copies)       # made before the warm-up; also its load
     period = device.device_info().get("timestamp_period_ns", 1.0)
     ops = [i for i, label in enumerate(prog._labels) if label and label.startswith("gguf_")]
     spans = []
@@ -107,28 +112,29 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     while len(spans) < 3 or time.perf_counter() < t_end:      # warm-up (uploads, clocks)
         outs = prog(args)
         spans.append(0.0)
+    if not device.is_cpu():              # a CPU device has no clocks to bring up
+        floor.heat(heat_s)
     spans = []
     for _ in range(calls):
         outs = prog(args)
         ts = np.array(prog.sequence.get_timestamps(), dtype=np.float64) * period
         spans.append((ts[ops[-1] + 1] - ts[ops[0]]) * 1e-9)   # start of first .. end of last
     span, best = float(np.median(spans)), float(np.min(spans))
+    floor_gbps = floor.gbps(calls)["gbps"] if chained else None   # at once: as warm
+    floor.close()
     qt = quant_info(name).ggml_type
     ref = gguf_linear(args[0], args[-1 if chained else 1], qt, rows, cols)   # what outs[0] holds
     err = float((outs[0] - ref).abs().max() / ref.abs().max())
-    floor = None
-    if chained:
-        from .probes import chained_read_gbps
-        floor = chained_read_gbps(nbytes, copies, calls)["gbps"]
     return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
             "us_per_matvec": span / copies * 1e6, "GB_per_s": nbytes * copies / span / 1e9,
             "best_us_per_matvec": best / copies * 1e6, "best_GB_per_s": nbytes * copies / best / 1e9,
-            "max_rel_err": err, "kernel": kernel_config(prog), "read_floor_GB_per_s": floor}
+            "max_rel_err": err, "kernel": kernel_config(prog),
+            "read_floor_GB_per_s": floor_gbps}
 
 
 def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False), m=1,
-        budget_s=float("inf"), target_bytes=TARGET_BYTES, calls=20, warmup_s=0.3,
+        budget_s=float("inf"), target_bytes=TARGET_BYTES, calls=20, warmup_s=WARMUP_S,
         log=print) -> list[dict]:
     """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
     from dynamo_vulkan.lowering import gguf as lowering
@@ -171,7 +177,7 @@ def main(argv=None):
     p.add_argument("--target-mb", type=float, default=TARGET_BYTES / 2**20,
                    help="weight bytes per measurement (well past the L2 cache)")
     p.add_argument("--calls", type=int, default=20, help="timed submits per measurement")
-    p.add_argument("--warmup", type=float, default=0.3, help="seconds of submits before timing")
+    p.add_argument("--warmup", type=float, default=WARMUP_S, help="seconds of submits before timing")
     p.add_argument("--budget", type=float, default=float("inf"), help="seconds")
     p.add_argument("--out", default=None, help="directory for gguf_matvec_TAG.json")
     p.add_argument("--tag", default="run")

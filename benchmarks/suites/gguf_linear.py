@@ -90,7 +90,7 @@ def kernel_rows(bench) -> None:
         weight_bytes = r["weight_MB"] * 1e6
         floor = r.get("read_floor_GB_per_s")
         of_floor = (f"; {r['GB_per_s'] / floor:.2f} of a chained read of the same bytes "
-                    f"({floor:,.0f} GB/s, probes.chained_read_gbps)") if floor else ""
+                    f"({floor:,.0f} GB/s, probes.ChainedRead)") if floor else ""
         row = bench.add(Row("gguf_linear", workload, "vulkan_kernel", None,
                             gpu_ms=Stat(us / 1e3, us / 1e3, us / 1e3, us / 1e3, us / 1e3, 1),
                             work=weight_bytes, unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4,
