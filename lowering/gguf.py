@@ -30,7 +30,8 @@ from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 from dynamo_vulkan.runtime.plan import base_kind
 
-from .core import Context, LoweringError, TRef, f32_bits, groups_for, k_splits, lowering, meta_view
+from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, groups_for,
+                   k_splits, lowering, meta_view)
 from .elementwise import add_slices, contiguous, ew
 from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy, RowLoader,
                      materialize, row_loader)
@@ -69,8 +70,6 @@ MV_CPU_NR = 4   # rows per thread group on a CPU device (lavapipe), where every 
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
-MM_CPU_MR = 8    # CPU_LANES matmul (lavapipe): rows of x per workgroup, rows of W per
-MM_CPU_NC = 12   # lane (Q4_1 128x576 @ 3072x576: 8x12 30 GFLOP/s; 8x4 17, 4x16 22, 16x8 26)
 EMB_WG = 64
 TILE = 64
 
@@ -241,14 +240,6 @@ def mv_unroll(chunks: int, tpr: int) -> int:
     return min(slots, key=slots.get) if slots else MV_UNROLL
 
 
-def cpu_lanes_shape(n: int, sg: int) -> tuple[int, int]:
-    """(workgroup size, rows of W per lane) of the CPU_LANES matmul for n rows of W:
-    MM_CPU_NC rows a lane and the workgroup (a multiple of the subgroup, at most 64)
-    that computes the fewest rows past n (SmolLM2's 576: 48 lanes, none)."""
-    sizes = range(sg, max(sg, 64) + 1, sg)
-    return min(sizes, key=lambda w: (-(-n // (w * MM_CPU_NC)) * w, -w)), MM_CPU_NC
-
-
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
                 residual: TRef | None = None, loader: RowLoader | None = None,
@@ -329,11 +320,10 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
         groups = (-(-n // TILE), -(-m // TILE), 1)
-        sg = int(ctx.caps.get("subgroup_size", 32))
-        if device.is_cpu(ctx.caps) and sg >= 8:
-            wg, nc = cpu_lanes_shape(n, sg)
-            defines |= {"CPU_LANES": 1, "CL_WG": wg, "CL_MR": MM_CPU_MR, "CL_NC": nc}
-            groups = (-(-n // (wg * nc)), -(-m // MM_CPU_MR), 1)
+        lanes = cpu_lanes(ctx.caps, n)
+        if lanes:
+            defines |= lanes
+            groups = cpu_lanes_groups(lanes, m, n)
         if max(groups) > 65535:
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
                                 "workgroups along one axis")

@@ -24,7 +24,8 @@ import torch
 from dynamo_vulkan import device
 
 from . import core
-from .core import Context, LoweringError, TRef, f32_bits, k_splits, lowering
+from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, k_splits,
+                   lowering)
 from .elementwise import add_slices
 
 aten = torch.ops.aten
@@ -241,6 +242,12 @@ def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     """The tiled kernel; its global loads grouped along each operand's unit-stride
     dimension, 16-byte loads where every group is aligned."""
     a, b = bindings[1], bindings[2]
+    lanes = cpu_lanes(ctx.caps, n) if FORCE_TILE is None else None
+    if lanes:
+        _load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
+        ctx.dispatch("matmul", defines | {"VARIANT": "lanes"} | lanes, bindings, [0], spec,
+                     cpu_lanes_groups(lanes, m, n, nb), note=note)
+        return
     tile, splits, ks = choose_tile(ctx.caps, nb, m, n, k)
     defines |= {"VARIANT": tile.name} | tile.defines()
     _load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])

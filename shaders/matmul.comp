@@ -21,6 +21,9 @@
 // M, N] output (split 0 adds the bias); lowering/matmul.py adds the slices in one
 // elementwise kernel. lowering/matmul.py chooses BM, BN, BK, TM, TN per device.
 #extension GL_EXT_control_flow_attributes : enable
+#ifdef CPU_LANES
+#extension GL_KHR_shader_subgroup_ballot : enable
+#endif
 #include "common.glsl"
 #ifndef BM
 #define BM 64
@@ -34,7 +37,11 @@
 #define WG (TX * TY)
 #define AQ (BM / 4)            // vec4s per k-row of the A tile
 #define BQ (BN / 4)
+#ifdef CPU_LANES
+layout(local_size_x = CL_WG) in;
+#else
 layout(local_size_x = WG) in;
+#endif
 layout(constant_id = 0) const uint M = 1;
 layout(constant_id = 1) const uint N = 1;
 layout(constant_id = 2) const uint K = 1;
@@ -71,6 +78,59 @@ layout(set = 0, binding = 2) readonly buffer Buf2v { vec4 bv[]; };
 layout(set = 0, binding = 0) buffer Buf0v { vec4 outv[]; };
 #endif
 
+#ifdef CPU_LANES
+// A CPU device (lavapipe), where a load whose address differs across the lanes of a
+// SIMD register is a gather: as gguf_matmul.comp's CPU_LANES, each lane owns CL_NC
+// columns of C (n, n + CL_WG, ...), the workgroup CL_MR rows; lane e of a subgroup
+// loads A[m, k0 + e] and every lane takes the 8 values through subgroupBroadcast.
+// 128 x 576 @ 576 x 1536 on lavapipe: 2.9 GFLOP/s tiled through shared memory.
+void main() {
+    uint batch = gl_WorkGroupID.z;
+    uint m0 = gl_WorkGroupID.y * CL_MR;
+    uint nb = gl_WorkGroupID.x * (CL_WG * CL_NC) + gl_LocalInvocationID.x;
+    uint abase = A_OFF + batch * A_SB, bbase = B_OFF + batch * B_SB;
+    uint e = gl_SubgroupInvocationID & 7u;
+    float acc[CL_MR][CL_NC];
+    [[unroll]] for (uint i = 0; i < CL_MR; ++i) [[unroll]] for (uint j = 0; j < CL_NC; ++j) acc[i][j] = 0.0;
+    for (uint k0 = 0; k0 < K; k0 += 8u) {
+        bool full = k0 + 8u <= K;          // the last step may hold fewer than 8 of k
+        float bw[CL_NC][8];                // B[k0 .. k0 + 7, n] (0 past K; rows past N: row N-1)
+        [[unroll]] for (uint j = 0; j < CL_NC; ++j) {
+            uint bo = bbase + min(nb + j * CL_WG, N - 1u) * B_SN + k0 * B_SK;
+#if defined(B_VEC4) && defined(B_ALONG_K)
+            // two 16-byte loads (K a multiple of 4, so a group is wholly in or out of range)
+            vec4 lo = bv[bo >> 2], hi = (full || k0 + 4u < K) ? bv[(bo >> 2) + 1u] : vec4(0.0);
+            [[unroll]] for (uint t = 0; t < 4u; ++t) { bw[j][t] = lo[t]; bw[j][t + 4u] = hi[t]; }
+#else
+            [[unroll]] for (uint t = 0; t < 8u; ++t)
+                bw[j][t] = (full || k0 + t < K) ? ld_f32(bbuf[bo + t * B_SK]) : 0.0;
+#endif
+        }
+        [[unroll]] for (uint i = 0; i < CL_MR; ++i) {
+            uint ka = min(k0 + e, K - 1u);
+            float av = k0 + e < K ? ld_f32(ab[abase + min(m0 + i, M - 1u) * A_SM + ka * A_SK]) : 0.0;
+            float a8[8] = float[8](subgroupBroadcast(av, 0u), subgroupBroadcast(av, 1u),
+                subgroupBroadcast(av, 2u), subgroupBroadcast(av, 3u), subgroupBroadcast(av, 4u),
+                subgroupBroadcast(av, 5u), subgroupBroadcast(av, 6u), subgroupBroadcast(av, 7u));
+            [[unroll]] for (uint t = 0; t < 8u; ++t)
+                [[unroll]] for (uint j = 0; j < CL_NC; ++j) acc[i][j] += a8[t] * bw[j][t];
+        }
+    }
+    float alpha = uintBitsToFloat(ALPHA_BITS);
+    [[unroll]] for (uint i = 0; i < CL_MR; ++i) {
+        uint gm = m0 + i;
+        [[unroll]] for (uint j = 0; j < CL_NC; ++j) {
+            uint gn = nb + j * CL_WG;
+            if (gm >= M || gn >= N) continue;
+            float v = alpha * acc[i][j];
+#ifdef HAS_BIAS
+            v += uintBitsToFloat(BETA_BITS) * ld_f32(cb[C_OFF + batch * C_SB + gm * C_SM + gn * C_SN]);
+#endif
+            outb[(batch * M + gm) * N + gn] = st_f32(v);
+        }
+    }
+}
+#else
 // One padding vec4 per k-row: the transposed stores of a group loaded along k
 // (4 k-rows, one column) then fall in different banks for neighbouring threads.
 shared vec4 As[2][BK][AQ + 1];
@@ -251,3 +311,4 @@ void main() {
         }
     }
 }
+#endif

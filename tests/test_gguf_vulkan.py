@@ -125,10 +125,14 @@ def test_kernel_choice_and_packed_weight(request, plan_as, cpu_lanes):
         assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
 
 
-@pytest.mark.parametrize("n,sg,want", [(576, 8, (48, 12)), (192, 8, (16, 12)), (3072, 8, (64, 12)),
-                                       (960, 8, (40, 12)), (5, 8, (8, 12)), (576, 16, (48, 12))])
-def test_cpu_lanes_shape_computes_the_fewest_rows_past_n(n, sg, want):
-    assert gguf_lowering.cpu_lanes_shape(n, sg) == want
+@pytest.mark.parametrize("n,sg,wg", [(576, 8, 48), (192, 8, 16), (3072, 8, 64), (960, 8, 40), (5, 8, 8),
+                                     (576, 16, 48)])
+def test_cpu_lanes_workgroup_computes_the_fewest_columns_past_n(n, sg, wg):
+    from dynamo_vulkan.lowering.core import cpu_lanes
+    caps = {"device_type": "PHYSICAL_DEVICE_TYPE_CPU", "subgroup_size": sg}
+    assert cpu_lanes(caps, n)["CL_WG"] == wg
+    assert cpu_lanes(caps | {"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"}, n) is None
+    assert cpu_lanes(caps | {"subgroup_size": 4}, n) is None
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "Q8_0"])

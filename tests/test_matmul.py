@@ -98,14 +98,14 @@ def test_k_split_on_a_gpu(as_gpu, plans, case):
 # ---------------------------------------------------------------- no split on a CPU device; K = 0
 @pytest.mark.parametrize("kernel", ["tiled", "cols"])
 def test_no_k_split_on_a_cpu_device(as_cpu, plans, kernel):
-    """Lavapipe: shapes that split K on a GPU run as one kernel (its CPU tile, or the
+    """Lavapipe: shapes that split K on a GPU run as one kernel (CPU_LANES, or the
     COLS mat-vec over one K range)."""
     assert device.is_cpu()
     k = 1000
     if kernel == "tiled":
         check(torch.mm, torch.randn(70, k), torch.randn(k, 33), **tol(k))
-        d, _ = only_kernel(plans, "matmul:" + mm_lowering.CPU_TILE.name)
-        assert "splits" not in d.note
+        d, defines = only_kernel(plans, "matmul:lanes")
+        assert "splits" not in d.note and "CPU_LANES" in defines
     else:
         check(torch.mm, torch.randn(4, k), torch.randn(k, 72), **tol(k))
         d, defines = only_kernel(plans, "matvec:cols")
@@ -290,9 +290,40 @@ def test_choose_tile_partials_fit_one_buffer():
     assert (t, s, ks) == (T64, 2, 512)
 
 
+@pytest.mark.parametrize("case", ["k_tail", "k_under_8", "b_along_n", "a_transposed", "batched",
+                                  "addmm_scaled", "k_multiple_of_4"])
+def test_cpu_lanes(as_cpu, plans, case):
+    """CPU_LANES (a CPU device's matmul) against eager: K not a multiple of 8 (the last
+    step's tail zeroed, also on the 16-byte path), K below 8, B along n (scalar loads),
+    A transposed, batches, a broadcast bias with alpha and beta; rows and columns past
+    the workgroup's (clamped, not stored)."""
+    g = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.randn(*s, generator=g)   # noqa: E731
+    if case == "k_tail":
+        fn, args, k = torch.nn.functional.linear, (r(19, 29), r(70, 29)), 29
+    elif case == "k_under_8":
+        fn, args, k = torch.mm, (r(21, 5), r(5, 13)), 5
+    elif case == "b_along_n":
+        fn, args, k = torch.mm, (r(17, 40), r(40, 101)), 40
+    elif case == "a_transposed":
+        fn, args, k = (lambda a, b: a.t() @ b), (r(36, 20), r(36, 50)), 36
+    elif case == "batched":
+        fn, args, k = torch.bmm, (r(3, 19, 24), r(3, 24, 9)), 24
+    elif case == "addmm_scaled":
+        fn, args, k = (lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0)), (r(1, 30), r(18, 64), r(64, 30)), 64
+    else:
+        fn, args, k = torch.nn.functional.linear, (r(17, 44), r(600, 44)), 44
+    check(fn, *args, **tol(k))
+    d, defines = only_kernel(plans, "matmul:lanes")
+    assert "CPU_LANES" in defines
+    if case in ("k_tail", "k_multiple_of_4"):
+        assert ("B_VEC4" in defines) == (case == "k_multiple_of_4")
+
+
 @pytest.mark.parametrize("caps", ["lavapipe", "cpu_type"])
 def test_choose_tile_on_a_cpu_device(caps):
-    """CPU devices: CPU_TILE, K never split, whatever the shape."""
+    """CPU devices with subgroups under 8 lanes (no CPU_LANES): CPU_TILE, K never split,
+    whatever the shape."""
     info = device.device_info() if caps == "lavapipe" else \
         GPU_CAPS | {"device_type": "PHYSICAL_DEVICE_TYPE_CPU"}
     for nb, m, n, k in [(1, 70, 33, 1000), (1, 4096, 4096, 4096), (1, 64, 64, 100000)]:
