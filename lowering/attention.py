@@ -23,6 +23,7 @@ WG = 256         # invocations per workgroup (and keys per chunk, one invocation
 # ... on a CPU device (lavapipe), where a workgroup's idle invocations and barriers cost
 # the CPU's time: SmolLM2's 128-token prefill attention 59.8 -> 19.2 ms a layer
 CPU_WG = 32
+CPU_ROWS = 8     # query rows per subgroup in the CPU_LANES variant (prompts on a CPU device)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
@@ -33,6 +34,13 @@ VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def cpu_lanes(caps: dict, rows: int) -> bool:
+    """Whether a prompt's attention (rows > 1) takes the CPU_LANES variant: a CPU device
+    with subgroups of 8 lanes or more (SmolLM2's 128-token prompt on lavapipe: 13.6 ms a
+    layer with a workgroup of 32 per query row, CPU_ROWS rows a subgroup this way)."""
+    return rows > 1 and device.is_cpu(caps) and int(caps.get("subgroup_size", 32)) >= 8
 
 
 def workgroup_size(caps: dict) -> int:
@@ -132,6 +140,17 @@ def attention(ctx, q, k, v, mask, scale):
         all(x % 4 == 0 for x in (k.offset, k.strides[0], k.strides[1],
                                  v.offset, v.strides[0], v.strides[1]))
     vw = 4 if aligned else 1
+    spec = [hq, t, c, hq // hkv, f32_bits(scale),
+            q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
+            k.offset, *k.strides, v.offset, *v.strides,
+            mask.offset, *mask.strides, c]
+    note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "")
+    if cpu_lanes(ctx.caps, t) and aligned and q_lazy is None:
+        blocks = hkv * _ceil_div(hq // hkv * t, CPU_ROWS)
+        ctx.dispatch("attention", {"CPU_LANES": 1, "VARIANT": "lanes", "WG": 8, "AR": CPU_ROWS,
+                                   "D": d, "DV": dv, "SPLITS": 1},
+                     [out, q, k, v, mask], [0], spec, groups_for(blocks), note=note + ", lanes")
+        return out
     wg = workgroup_size(ctx.caps)
     dvlp = min(dv // vw, wg)
     rows = hq * t
@@ -156,11 +175,7 @@ def attention(ctx, q, k, v, mask, scale):
         # 6 ms a call for 20 live keys of 2048 (SmolLM2's shapes), so the live range is
         # found first
         defines["LIVE_RANGE"] = 1
-    spec = [hq, t, c, hq // hkv, f32_bits(scale),
-            q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
-            k.offset, *k.strides, v.offset, *v.strides,
-            mask.offset, *mask.strides, split_keys]
-    note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "")
+    spec[-1] = split_keys
     # bindings: out, q, k, v, mask, then what the variant adds
     bindings = [out, q_lazy.buffers[0] if q_lazy else q, k, v, mask]
     writes = [0]

@@ -21,6 +21,10 @@
 // the scatter's index) and the caches are never read at P.
 // LIVE_RANGE (CPU devices): each workgroup first finds its keys' live range in the mask.
 // lowering/attention.py derives every parameter.
+#ifdef CPU_LANES
+#extension GL_KHR_shader_subgroup_shuffle : enable
+#extension GL_EXT_control_flow_attributes : enable
+#endif
 #include "common.glsl"
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const uint HQ = 1;
@@ -104,6 +108,91 @@ void main() {
     uint row = flat_workgroup();
     if (row >= HQ * T) return;
     combine(row);
+}
+#elif defined(CPU_LANES)
+// CPU devices (lavapipe), prompts: a workgroup is one subgroup (WG = 8 lanes) and takes
+// AR query rows of one kv head (its GROUP heads' rows, head by head). For each chunk of
+// 8 keys, lane e owns key c0 + e for the dot products, and output vec4s e, e + 8, ...
+// for the weighted sum. q sits spread over the lanes (vec4 e + 8j in lane e) and reaches
+// every lane by subgroupShuffle, as p does: register shuffles, not loads, which on a CPU
+// device cost alike whatever their pattern; each key's and V row's loads serve AR rows.
+// No shared memory, no barrier; a chunk with no live key for any row costs its mask
+// loads. Needs vec4 K and V rows (VW = 4); q is read through its strides.
+layout(set = 0, binding = 2) readonly buffer Buf2v { vec4 kv4[]; };
+layout(set = 0, binding = 3) readonly buffer Buf3v { vec4 vv4[]; };
+#define QJ ((D / 4u + 7u) / 8u)      // q vec4s per lane and row
+#define VJ ((DV / 4u + 7u) / 8u)     // output vec4s per lane and row
+void main() {
+    uint hkv = HQ / GROUP, rows = GROUP * T, blocks = (rows + AR - 1u) / AR;
+    uint wid = flat_workgroup();
+    if (wid >= hkv * blocks) return;
+    uint kvh = wid / blocks, r0 = (wid % blocks) * AR, e = gl_SubgroupInvocationID;
+    float scale = uintBitsToFloat(SCALE_BITS);
+    vec4 q[AR][QJ], acc[AR][VJ];
+    uint tr[AR];
+    float m[AR], l[AR];
+    [[unroll]] for (uint i = 0; i < AR; ++i) {
+        uint r = min(r0 + i, rows - 1u), h = kvh * GROUP + r / T;      // rows past: clamped, unused
+        tr[i] = r % T;
+        m[i] = NEG_INF;
+        l[i] = 0.0;
+        [[unroll]] for (uint j = 0; j < QJ; ++j) {
+            uint o = Q_OFF + h * Q_SH + tr[i] * Q_ST + (e + 8u * j) * 4u * Q_SD;
+            q[i][j] = e + 8u * j < D / 4u ? uintBitsToFloat(uvec4(qb[o], qb[o + Q_SD], qb[o + 2u * Q_SD],
+                                                                 qb[o + 3u * Q_SD])) : vec4(0.0);
+        }
+        [[unroll]] for (uint j = 0; j < VJ; ++j) acc[i][j] = vec4(0.0);
+    }
+    for (uint c0 = 0; c0 < C; c0 += 8u) {
+        uint c = min(c0 + e, C - 1u);
+        bool live[AR], any = false;
+        [[unroll]] for (uint i = 0; i < AR; ++i) {
+            live[i] = c0 + e < C && ld_b(mb[M_OFF + tr[i] * M_ST + c * M_SC]);
+            any = any || live[i];
+        }
+        if (!subgroupAny(any)) continue;             // uniform: no row sees these keys
+        float s[AR];
+        [[unroll]] for (uint i = 0; i < AR; ++i) s[i] = 0.0;
+        uint kbase = K_OFF + kvh * K_SH + c * K_SC;
+        [[unroll]] for (uint sl = 0; sl < D / 4u; ++sl) {
+            vec4 kk = kv4[(kbase + 4u * sl) >> 2];
+            [[unroll]] for (uint i = 0; i < AR; ++i) s[i] += dot(subgroupShuffle(q[i][sl / 8u], sl % 8u), kk);
+        }
+        float p[AR];
+        [[unroll]] for (uint i = 0; i < AR; ++i) {
+            float si = live[i] ? s[i] * scale : NEG_INF;
+            float cm = subgroupMax(si);
+            p[i] = 0.0;
+            if (cm == NEG_INF) continue;             // uniform: row i sees none of them
+            float nm = max(m[i], cm), alpha = exp(m[i] - nm);   // 0 on its first live chunk
+            p[i] = live[i] ? exp(si - nm) : 0.0;
+            l[i] = l[i] * alpha + subgroupAdd(p[i]);
+            m[i] = nm;
+            [[unroll]] for (uint j = 0; j < VJ; ++j) acc[i][j] *= alpha;
+        }
+        uint keys = min(8u, C - c0);
+        for (uint kk = 0; kk < keys; ++kk) {
+            uint vbase = V_OFF + kvh * V_SH + (c0 + kk) * V_SC;
+            vec4 vr[VJ];
+            [[unroll]] for (uint j = 0; j < VJ; ++j)
+                vr[j] = e + 8u * j < DV / 4u ? vv4[(vbase + 4u * (e + 8u * j)) >> 2] : vec4(0.0);
+            [[unroll]] for (uint i = 0; i < AR; ++i) {
+                float pk = subgroupShuffle(p[i], kk);
+                [[unroll]] for (uint j = 0; j < VJ; ++j) acc[i][j] += pk * vr[j];
+            }
+        }
+    }
+    [[unroll]] for (uint i = 0; i < AR; ++i) {
+        uint r = r0 + i, h = kvh * GROUP + r / T;
+        if (r >= rows) break;
+        [[unroll]] for (uint j = 0; j < VJ; ++j) {
+            uint sl = e + 8u * j;
+            if (sl >= DV / 4u) continue;
+            vec4 a = acc[i][j] / l[i];               // l = 0 (all masked): NaN
+            uint o = (h * T + tr[i]) * DV + 4u * sl;
+            outb[o] = st_f32(a.x); outb[o + 1u] = st_f32(a.y); outb[o + 2u] = st_f32(a.z); outb[o + 3u] = st_f32(a.w);
+        }
+    }
 }
 #else
 

@@ -96,7 +96,8 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     info = device.device_info()
     tpk = att_lowering.split_invocations_per_key(d // (4 if d % 4 == 0 and dv % 4 == 0 else 1))
     split = att_lowering.splits_keys(info, hq * t, c, att_lowering.workgroup_size(info), tpk)
-    assert _names(plans) == ["attention"]
+    lanes = att_lowering.cpu_lanes(info, t) and d % 4 == 0 and dv % 4 == 0   # a prompt, CPU device
+    assert _names(plans) == ["attention:lanes" if lanes else "attention"]
     assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
 
