@@ -243,7 +243,7 @@ def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     dimension, 16-byte loads where every group is aligned."""
     a, b = bindings[1], bindings[2]
     lanes = cpu_lanes(ctx.caps, n) if FORCE_TILE is None else None
-    if lanes:
+    if lanes and max(cpu_lanes_groups(lanes, m, n, nb)) <= 65535:    # else the tiles' grid
         _load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
         ctx.dispatch("matmul", defines | {"VARIANT": "lanes"} | lanes, bindings, [0], spec,
                      cpu_lanes_groups(lanes, m, n, nb), note=note)
