@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import time
+import types
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,10 +170,18 @@ def compile_decoder(model, backend: str = "vulkan"):
     """torch.compile for a Decoder that this module drives: no guards on the module's
     attributes (its hundreds of weight and cache tensors), which Dynamo would check
     on every decode step. The decoder's attributes never change between steps, and
-    the Vulkan programs still check that each weight is the tensor they hold."""
+    the Vulkan programs still check that each weight is the tensor they hold.
+    Without those guards nothing tells two models apart, and Dynamo keeps its graphs
+    per code object: so each model is called through a function with a code object
+    of its own (a second model, Gemma's graph before it, failed on a rope it lacks)."""
     skip = getattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe", None)
     options = {"guard_filter_fn": skip} if skip is not None else None
-    return torch.compile(model, backend=backend, dynamic=False, options=options)
+
+    def call(*args, **kwargs):
+        return model(*args, **kwargs)
+    own = types.FunctionType(call.__code__.replace(co_name=f"{type(model).__name__}_{id(model):x}"),
+                             call.__globals__, call.__name__, call.__defaults__, call.__closure__)
+    return torch.compile(own, backend=backend, dynamic=False, options=options)
 
 
 DEFAULT_STEPS_PER_CALL = 8

@@ -448,3 +448,19 @@ def test_real_chat_template():
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nHi<|im_end|>" in text
     ids = tok.encode(text)
     assert ids[0] == tok.token_to_id("<|im_start|>")
+
+
+def test_two_models_compiled_in_one_process(llama_path, gemma_path):
+    """generate.compile_decoder skips Dynamo's guards on the modules (hundreds of
+    tensors a step), so each model must get a compiled graph of its own: Dynamo caches
+    graphs per code object, and Decoder.forward is one for every model (a Gemma graph
+    run for a llama model failed on its missing second rope, or worse)."""
+    from dynamo_vulkan.generate import compile_decoder
+    seq = torch.randint(0, 200, (1, 5), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        for path in (gemma_path, llama_path, gemma_path):
+            m, ref = _model(path), _model(path)
+            c = compile_decoder(m, backend="eager")
+            torch.testing.assert_close(c(seq, torch.tensor(0)), ref(seq, 0), rtol=1e-4, atol=1e-4)
+            nxt = seq[:, :1].clone()
+            torch.testing.assert_close(c(nxt, torch.tensor(5)), ref(nxt, 5), rtol=1e-4, atol=1e-4)
