@@ -13,7 +13,7 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 
 from dynamo_vulkan import device
 
-from .core import LoweringError, TRef, f32_bits, groups_for, lowering
+from .core import LoweringError, TRef, f32_bits, groups_for, has_cpu_lanes, lowering
 from .fusion import LOADS_LAZY, TAKES_DEFERRED, Lazy, LazyView, materialize, row_loader
 from .index import RowWrite
 
@@ -40,7 +40,7 @@ def cpu_lanes(caps: dict, rows: int) -> bool:
     """Whether a prompt's attention (rows > 1) takes the CPU_LANES variant: a CPU device
     with subgroups of 8 lanes or more (SmolLM2's 128-token prompt on lavapipe: 13.6 ms a
     layer with a workgroup of 32 per query row, CPU_ROWS rows a subgroup this way)."""
-    return rows > 1 and device.is_cpu(caps) and int(caps.get("subgroup_size", 32)) >= 8
+    return rows > 1 and has_cpu_lanes(caps)
 
 
 def workgroup_size(caps: dict) -> int:

@@ -188,14 +188,20 @@ CPU_LANES_MR = 8    # CPU_LANES matmuls (lavapipe): rows of A per workgroup, col
 CPU_LANES_NC = 12   # per lane (GGUF Q4_1 128x576 @ 3072x576: 8x12 30 GFLOP/s; 8x4 17, 4x16 22)
 
 
+def has_cpu_lanes(caps: dict) -> bool:
+    """Whether the CPU_LANES kernels (matmuls, prompt attention) serve this device: a CPU
+    device whose subgroups hold the 8 lanes they share values across."""
+    return device.is_cpu(caps) and int(caps.get("subgroup_size", 32)) >= 8
+
+
 def cpu_lanes(caps: dict, n: int) -> dict | None:
     """The CPU_LANES defines (gguf_matmul.comp, matmul.comp) for n columns of output on a
     CPU device with subgroups of 8 lanes or more (None elsewhere): CPU_LANES_NC columns a
     lane and the workgroup (a multiple of the subgroup, at most 64) that computes the
     fewest columns past n (576: 48 lanes, none)."""
-    sg = int(caps.get("subgroup_size", 32))
-    if not device.is_cpu(caps) or sg < 8:
+    if not has_cpu_lanes(caps):
         return None
+    sg = int(caps.get("subgroup_size", 32))
     wg = min(range(sg, max(sg, 64) + 1, sg), key=lambda w: (-(-n // (w * CPU_LANES_NC)) * w, -w))
     return {"CPU_LANES": 1, "CL_WG": wg, "CL_MR": CPU_LANES_MR, "CL_NC": CPU_LANES_NC}
 

@@ -243,10 +243,10 @@ def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     dimension, 16-byte loads where every group is aligned."""
     a, b = bindings[1], bindings[2]
     lanes = cpu_lanes(ctx.caps, n) if FORCE_TILE is None else None
-    if lanes and max(cpu_lanes_groups(lanes, m, n, nb)) <= 65535:    # else the tiles' grid
+    grid = cpu_lanes_groups(lanes, m, n, nb) if lanes else None
+    if grid and max(grid) <= 65535:    # else the tiles' grid
         _load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
-        ctx.dispatch("matmul", defines | {"VARIANT": "lanes"} | lanes, bindings, [0], spec,
-                     cpu_lanes_groups(lanes, m, n, nb), note=note)
+        ctx.dispatch("matmul", defines | {"VARIANT": "lanes"} | lanes, bindings, [0], spec, grid, note=note)
         return
     tile, splits, ks = choose_tile(ctx.caps, nb, m, n, k)
     defines |= {"VARIANT": tile.name} | tile.defines()

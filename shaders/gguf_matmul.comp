@@ -43,6 +43,7 @@ const uint TM = 64, TN = 64, TK = 16;
 // SmolLM2's 128x576 @ Q4_1 3072x576 on lavapipe: 44 ms with 8x8 blocks a thread
 // through shared memory, 15 ms this way.
 layout(local_size_x = CL_WG) in;
+#include "lanes8.glsl"
 void main() {
     uint m0 = gl_WorkGroupID.y * CL_MR;
     uint kbeg = gl_WorkGroupID.z * KS, kend = min(K, kbeg + KS);
@@ -56,11 +57,8 @@ void main() {
         vec4 lo[CL_NC], hi[CL_NC];      // rows past N: row N-1 again, not stored
         [[unroll]] for (uint j = 0; j < CL_NC; ++j) deq8r(rb[j], k0 / 8u, lo[j], hi[j]);
         [[unroll]] for (uint i = 0; i < CL_MR; ++i) {
-            float xv = ld_f32(xb[X_OFF + min(m0 + i, M - 1u) * X_SM + (k0 + e) * X_SK]);
-            vec4 xl = vec4(subgroupBroadcast(xv, 0u), subgroupBroadcast(xv, 1u),
-                           subgroupBroadcast(xv, 2u), subgroupBroadcast(xv, 3u));
-            vec4 xh = vec4(subgroupBroadcast(xv, 4u), subgroupBroadcast(xv, 5u),
-                           subgroupBroadcast(xv, 6u), subgroupBroadcast(xv, 7u));
+            vec4 xl, xh;
+            lanes8(ld_f32(xb[X_OFF + min(m0 + i, M - 1u) * X_SM + (k0 + e) * X_SK]), xl, xh);
             [[unroll]] for (uint j = 0; j < CL_NC; ++j) acc[i][j] += dot(lo[j], xl) + dot(hi[j], xh);
         }
     }
