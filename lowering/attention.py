@@ -170,12 +170,10 @@ def attention(ctx, q, k, v, mask, scale):
                "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
                # decode's splits load their V rows with the keys (registers permitting)
                "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
-    if device.is_cpu(ctx.caps) or splits > 1:
-        # the live range is found first: a masked chunk's skip still costs its loads and
-        # two barriers. lavapipe: 6 ms a call for 20 live keys of 2048 (SmolLM2's
-        # shapes). A GPU's decode splits: a KV cache of 2048 (generate's default) held
-        # SmolLM2's decode on the H100 at 1.81 ms a token at positions 129..185, against
-        # 0.99 with a cache of 200, as every split loaded its keys before skipping them
+    if device.is_cpu(ctx.caps):
+        # lavapipe: a masked chunk's skip still costs its mask loads and two barriers,
+        # 6 ms a call for 20 live keys of 2048 (SmolLM2's shapes), so the live range is
+        # found first
         defines["LIVE_RANGE"] = 1
     spec[-1] = split_keys
     # bindings: out, q, k, v, mask, then what the variant adds

@@ -19,8 +19,7 @@
 // is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
 // beside this kernel (same barrier level), are computed here for key P (read from
 // the scatter's index) and the caches are never read at P.
-// LIVE_RANGE (CPU devices, and decode's splits): each workgroup first finds its keys'
-// live range in the mask.
+// LIVE_RANGE (CPU devices): each workgroup first finds its keys' live range in the mask.
 // lowering/attention.py derives every parameter.
 #ifdef CPU_LANES
 #extension GL_KHR_shader_subgroup_shuffle : enable
