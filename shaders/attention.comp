@@ -81,24 +81,49 @@ float vnew(uint kvh, uint e) { return vlazy(kvh * V_RPH + e / V_W, e % V_W); }
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
 #if SPLITS > 1
-// out[row] = the splits' outputs merged by their softmax weights
+#if SPLITS > WG
+#error "the merge takes one invocation per split"
+#endif
+#define C_DVC (DV < WG ? DV : WG)     // output lanes per pass of the merge
+#define C_G (WG / C_DVC)              // groups of splits per output lane
+shared float c_w[SPLITS];
+shared float c_acc[WG];
+// out[row] = the splits' outputs merged by their softmax weights: an invocation per
+// split for the maxima and sums, then C_G invocations per output lane, each over every
+// C_G-th split, their loads issued together. (One invocation looping over every split
+// waited on each load in turn: H100, SmolLM2's decode with 64 splits, a KV cache of
+// 2048, took 37.7 us a layer, against 12.7 with 16.) Every invocation calls it.
 void combine(uint row) {
-    uint base = row * SPLITS * (DV + 2u);
-    float mx = NEG_INF;
-    for (uint s = 0; s < SPLITS; ++s) mx = max(mx, ld_f32(part_b[base + s * (DV + 2u)]));
-    float l = 0.0;
-    for (uint s = 0; s < SPLITS; ++s) {
-        uint p = base + s * (DV + 2u);
-        l += ld_f32(part_b[p + 1u]) * exp(ld_f32(part_b[p]) - mx);
+    uint base = row * SPLITS * (DV + 2u), lid = gl_LocalInvocationID.x;
+    float ms = NEG_INF, ls = 0.0;
+    if (lid < SPLITS) {
+        uint p = base + lid * (DV + 2u);
+        ms = ld_f32(part_b[p]);
+        ls = ld_f32(part_b[p + 1u]);
     }
-    for (uint d = gl_LocalInvocationID.x; d < DV; d += WG) {
+    float mx = wg_max(ms);
+    float w = lid < SPLITS ? exp(ms - mx) : 0.0;   // every key masked (mx = -inf): NaN
+    float l = wg_sum(ls * w);
+    if (lid < SPLITS) c_w[lid] = w;
+    barrier();
+    uint lane = lid % C_DVC, grp = lid / C_DVC;
+    for (uint d0 = 0u; d0 < DV; d0 += C_DVC) {
+        uint d = d0 + lane;
         float a = 0.0;
-        for (uint s = 0; s < SPLITS; ++s) {
-            uint p = base + s * (DV + 2u);
-            float w = exp(ld_f32(part_b[p]) - mx);
-            if (w > 0.0) a += ld_f32(part_b[p + 2u + d]) * w;   // a split with no live key: skip
+        if (grp < C_G && d < DV) {
+            for (uint s = grp; s < SPLITS; s += C_G) {
+                float ws = c_w[s], v = ld_f32(part_b[base + s * (DV + 2u) + 2u + d]);
+                a += ws > 0.0 ? v * ws : 0.0;         // a split with no live key: skipped
+            }
         }
-        outb[row * DV + d] = st_f32(a / l);       // l = 0 (all masked): NaN
+        c_acc[lid] = a;
+        barrier();
+        if (grp == 0u && d < DV) {
+            float t = 0.0;
+            for (uint g = 0u; g < C_G; ++g) t += c_acc[g * C_DVC + lane];
+            outb[row * DV + d] = st_f32(t / l);       // l = 0 (all masked): NaN
+        }
+        barrier();
     }
 }
 #endif
