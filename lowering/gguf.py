@@ -71,10 +71,10 @@ MV_CPU_NR = 4   # rows per thread group on a CPU device (lavapipe), where every 
 # pipelining; 264-1056 workgroups of 128-512 threads, 1-4 rows; 2026-11-23) was at best
 # equal (Q4_0 14336 x 4096: 22.4 us against 22.3; 4096 x 14336: 22.5 against 22.6) and
 # up to 2x slower (Q8_0 4096 x 14336): hiding the loads' latency is not what is missing.
-# Q4_0 14336 x 4096, taken apart (one run, 2026-11-23): 22.3 us as is, 18.5 with a decode of one
-# add per element (loads kept), 17.6 without W's loads (decode kept), 14.1 without
-# either, 18.9 without x's loads: each part costs about 4 us and they do not overlap;
-# 0.7 of copy bandwidth would be 15.8. The H100 drops to 345 MHz after about a second
+# Q4_0 14336 x 4096, taken apart (one run, 2026-11-23): 22.3 us as is, 18.5 with a
+# decode of one add per element (loads kept), 17.6 without W's loads (decode kept),
+# 14.1 without either, 18.9 without x's loads: each part costs about 4 us and they do
+# not overlap; 0.7 of copy bandwidth would be 15.8. The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
