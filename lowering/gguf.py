@@ -74,7 +74,11 @@ MV_CPU_NR = 4   # rows per thread group on a CPU device (lavapipe), where every 
 # Q4_0 14336 x 4096, taken apart (one run, 2026-11-23): 22.3 us as is, 18.5 with a
 # decode of one add per element (loads kept), 17.6 without W's loads (decode kept),
 # 14.1 without either, 18.9 without x's loads: each part costs about 4 us and they do
-# not overlap; 0.7 of copy bandwidth would be 15.8. The H100 drops to 345 MHz after about a second
+# not overlap; 0.7 of copy bandwidth would be 15.8. A thread taking 4 chunks at once (one
+# 16-byte load of a group's quants, one scale lookup; Q4_0/Q4_1/Q4_K/Q8_0, 2026-11-24) was
+# 1.05-2.1x slower at 1-4 groups a step and 1-4 rows; x's loads made contiguous across lanes
+# (a timing-only variant) changed nothing (22.4 us against 22.5 at 4096 x 14336); without
+# Q4_0's scale lookups, 20.6. The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
