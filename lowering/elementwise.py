@@ -43,6 +43,24 @@ def _coalesce(shape, stride_sets):
     return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(stride_sets))]
 
 
+def row_walk(x, out_strides, dim: int, spec: list, q: str = "q") -> tuple[list, list]:
+    """For kernels that take one row along `dim` at a time: the other dims (coalesced)
+    as KD/KI/KO spec constants appended to `spec`, and the GLSL that walks row number
+    `q` into the row's input and output word offsets ib, ob: (decls, code)."""
+    kept = [d for d in range(x.ndim) if d != dim]
+    shape, (istr, ostr) = _coalesce([x.shape[d] for d in kept],
+                                    [[x.strides[d] for d in kept], [out_strides[d] for d in kept]])
+    decls, code = [], []
+    for k in reversed(range(len(shape))):
+        cid = len(spec)
+        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
+                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
+                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
+        spec += [shape[k], istr[k], ostr[k]]
+        code.append(f"{{ uint c = {q} % KD{k}; {q} /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    return decls, code
+
+
 def _scalar_spec(value, kind: str) -> int:
     if kind == "f32":
         return f32_bits(float(value))

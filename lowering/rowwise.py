@@ -2,6 +2,7 @@
 (dynamo_vulkan.rms_norm)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -9,7 +10,7 @@ import torch
 from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
 
 from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering
-from .elementwise import _coalesce, contiguous
+from .elementwise import contiguous, row_walk
 from .fusion import EPILOGUES, TAKES_DEFERRED, Deferred, materialize
 
 aten = torch.ops.aten
@@ -19,23 +20,11 @@ WG = 128
 
 def _row_kernel(ctx: Context, mode: str, x: TRef, out: TRef, dim: int, extra: list,
                 extra_decls: dict, eps: float = 0.0, stats=()):
-    kept = [d for d in range(x.ndim) if d != dim]
-    shape, (istr, ostr) = _coalesce([x.shape[d] for d in kept],
-                                    [[x.strides[d] for d in kept], [out.strides[d] for d in kept]])
-    rows = 1
-    for d in kept:
-        rows *= x.shape[d]
+    rows = math.prod(x.shape[d] for d in range(x.ndim) if d != dim)
     n = x.shape[dim]
     spec = [WG, rows, n, x.offset, x.strides[dim], out.strides[dim], f32_bits(eps)]
-    decls, code = [], []
-    cid = 7
-    for k in reversed(range(len(shape))):
-        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
-                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
-                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
-        spec += [shape[k], istr[k], ostr[k]]
-        cid += 3
-        code.append(f"{{ uint c = q % KD{k}; q /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    decls, code = row_walk(x, out.strides, dim, spec)
+    cid = len(spec)
     for name, value in extra_decls.items():
         decls.append(f"layout(constant_id={cid}) const uint {name}=0u;")
         spec.append(value)

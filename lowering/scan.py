@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .core import Context, TRef, lowering
-from .elementwise import _coalesce
+from .elementwise import row_walk
 
 aten = torch.ops.aten
 WG = 128
@@ -30,23 +30,12 @@ def scan(ctx: Context, x: TRef, dim: int, op: str, out_kind: str) -> TRef:
     acc = "f32" if out_kind == "f32" else "i32"
     init, combine = OPS[(op, acc)]
     ostrides = out.strides if out.ndim else (1,)
-    kept = [d for d in range(x.ndim) if d != dim]
-    shape, (istr, ostr) = _coalesce([x.shape[d] for d in kept],
-                                    [[x.strides[d] for d in kept], [ostrides[d] for d in kept]])
     rows = out.numel // max(1, x.shape[dim])
     n = x.shape[dim]
     if out.numel == 0:
         return out
     spec = [WG, rows, n, x.offset, x.strides[dim], ostrides[dim]]
-    decls, code = [], []
-    cid = len(spec)
-    for k in reversed(range(len(shape))):
-        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
-                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
-                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
-        spec += [shape[k], istr[k], ostr[k]]
-        cid += 3
-        code.append(f"{{ uint c = q % KD{k}; q /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    decls, code = row_walk(x, ostrides, dim, spec)
     glsl = "float" if acc == "f32" else "int"
     load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
     defines = {"VARIANT": f"{op}_{x.kind}", "ACC_T": glsl, "INIT": f"{glsl}({init})",
@@ -123,19 +112,10 @@ def cummax(ctx, x, dim):
         dim = 0
     dim %= x.ndim
     ostr = vals.strides if vals.ndim else (1,)
-    kept = [d for d in range(x.ndim) if d != dim]
-    shape, (istr, os_) = _coalesce([x.shape[d] for d in kept],
-                                   [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
     rows = x.numel // x.shape[dim]
     spec = [WG, rows, x.shape[dim], x.offset, x.strides[dim], ostr[dim]]
-    decls, code = [], ["uint q_ = q;"]
-    for k in reversed(range(len(shape))):
-        cid = len(spec)
-        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
-                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
-                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
-        spec += [shape[k], istr[k], os_[k]]
-        code.append(f"{{ uint c = q_ % KD{k}; q_ /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    decls, code = row_walk(x, ostr, dim, spec, q="q_")
+    code.insert(0, "uint q_ = q;")
     cmp = ">=" if ctx.node.target == aten.cummax.default else "<="
     glsl = "float" if x.kind == "f32" else "int"
     takes = f"(isnan(v) || (!isnan(b) && v {cmp} b))" if x.kind == "f32" else f"(v {cmp} b)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .core import Context, TRef, contiguous_strides, groups_for, lowering
-from .elementwise import _coalesce
+from .elementwise import row_walk
 
 aten = torch.ops.aten
 WG = 64
@@ -24,22 +24,11 @@ def rank_select(ctx: Context, x: TRef, dim: int, descending: bool, k_lo: int, k_
     dim %= x.ndim
     ostr = vals.strides if vals.ndim else (1,)
     n = x.shape[dim]
-    kept = [d for d in range(x.ndim) if d != dim]
-    shape, (istr, os_) = _coalesce([x.shape[d] for d in kept],
-                                   [[x.strides[d] for d in kept], [ostr[d] for d in kept]])
     rows = x.numel // max(1, n)
     if rows * n == 0 or k_hi <= k_lo:
         return vals, idx
     spec = [WG, rows * n, n, k_hi, x.offset, x.strides[dim], ostr[dim], k_lo]
-    decls, code = [], []
-    cid = len(spec)
-    for k in reversed(range(len(shape))):
-        decls.append(f"layout(constant_id={cid}) const uint KD{k}=1u;"
-                     f"layout(constant_id={cid + 1}) const uint KI{k}=0u;"
-                     f"layout(constant_id={cid + 2}) const uint KO{k}=0u;")
-        spec += [shape[k], istr[k], os_[k]]
-        cid += 3
-        code.append(f"{{ uint c = q % KD{k}; q /= KD{k}; ib += c * KI{k}; ob += c * KO{k}; }}")
+    decls, code = row_walk(x, ostr, dim, spec)
     glsl = "float" if x.kind == "f32" else "int"
     defines = {"VARIANT": f"{x.kind}{'_desc' if descending else ''}", "VAL_T": glsl,
                "LOAD(w)": {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind],

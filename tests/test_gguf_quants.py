@@ -134,6 +134,19 @@ def test_dequantize_rejects_bad_sizes():
         dequantize(torch.zeros(18, dtype=torch.int8), "Q4_0", 1, 32)
 
 
+@pytest.mark.parametrize("cls", [GGUFLinear, GGUFEmbedding])
+def test_modules_reject_blocks_of_the_wrong_size_or_dtype(cls):
+    """The message names the weight (or the class), the type, the shape and both sizes."""
+    with pytest.raises(ValueError, match=r"^tok: Q8_0 \[2, 32\] needs 68 bytes, got 67$"):
+        cls(torch.zeros(67, dtype=torch.uint8), "Q8_0", 2, 32, name="tok")
+    with pytest.raises(ValueError, match=rf"^{cls.__name__}: Q4_0 \[1, 32\] needs 18 bytes, got 36$"):
+        cls(torch.zeros(36, dtype=torch.uint8), "Q4_0", 1, 32)
+    with pytest.raises(TypeError, match="uint8"):
+        cls(torch.zeros(18, dtype=torch.int8), "Q4_0", 1, 32)
+    m = cls(torch.zeros(2, 18, dtype=torch.uint8), "Q4_0", 2, 32)    # any shape of the right size
+    assert (m.blocks.shape, m.rows, m.cols, m.qtype) == ((36,), 2, 32, quant_info("Q4_0").ggml_type)
+
+
 # ---------------------------------------------------------------------- the custom ops
 
 

@@ -112,10 +112,11 @@ def _as_blocks(blocks) -> torch.Tensor:
     return blocks.contiguous().reshape(-1)
 
 
-class GGUFLinear(nn.Module):
-    """``y = x @ W.T (+ bias)`` with W kept as raw GGUF blocks (a uint8 buffer, not a Parameter)."""
+class _GGUFBlocksModule(nn.Module):
+    """A module holding a [rows, cols] GGUF tensor as raw blocks (a uint8 buffer named
+    `blocks`, not a Parameter), checked against the size its type and shape need."""
 
-    def __init__(self, blocks, qtype: int, rows: int, cols: int, bias: torch.Tensor | None = None, name: str | None = None):
+    def __init__(self, blocks, qtype: int, rows: int, cols: int, name: str | None = None):
         super().__init__()
         info = quant_info(qtype, name)
         self.qtype = int(info.ggml_type)
@@ -125,8 +126,16 @@ class GGUFLinear(nn.Module):
         blocks = _as_blocks(blocks)
         need = self.rows * row_nbytes(info, self.cols)
         if blocks.numel() != need:
-            raise ValueError(f"{name or 'GGUFLinear'}: {info.name} [{rows}, {cols}] needs {need} bytes, got {blocks.numel()}")
+            raise ValueError(f"{name or type(self).__name__}: {info.name} [{rows}, {cols}] needs "
+                             f"{need} bytes, got {blocks.numel()}")
         self.register_buffer("blocks", blocks)
+
+
+class GGUFLinear(_GGUFBlocksModule):
+    """``y = x @ W.T (+ bias)`` with W kept as raw GGUF blocks (a uint8 buffer, not a Parameter)."""
+
+    def __init__(self, blocks, qtype: int, rows: int, cols: int, bias: torch.Tensor | None = None, name: str | None = None):
+        super().__init__(blocks, qtype, rows, cols, name)
         if bias is not None:
             bias = bias.detach().to(torch.float32).reshape(self.rows)
             self.register_buffer("bias", bias)
@@ -170,21 +179,8 @@ class GGUFLinear(nn.Module):
         return f"in_features={self.cols}, out_features={self.rows}, qtype={self.qtype_name}, bias={self.bias is not None}"
 
 
-class GGUFEmbedding(nn.Module):
+class GGUFEmbedding(_GGUFBlocksModule):
     """A [rows, cols] lookup table kept as raw GGUF blocks; only looked-up rows are dequantized."""
-
-    def __init__(self, blocks, qtype: int, rows: int, cols: int, name: str | None = None):
-        super().__init__()
-        info = quant_info(qtype, name)
-        self.qtype = int(info.ggml_type)
-        self.rows = int(rows)
-        self.cols = int(cols)
-        self.weight_name = name
-        blocks = _as_blocks(blocks)
-        need = self.rows * row_nbytes(info, self.cols)
-        if blocks.numel() != need:
-            raise ValueError(f"{name or 'GGUFEmbedding'}: {info.name} [{rows}, {cols}] needs {need} bytes, got {blocks.numel()}")
-        self.register_buffer("blocks", blocks)
 
     @property
     def num_embeddings(self) -> int:

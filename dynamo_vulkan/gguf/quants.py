@@ -274,13 +274,18 @@ def _k_scale_min(scales: torch.Tensor):
     return sc, mn
 
 
+def _k_sub_scales(b):
+    """Q4_K/Q5_K blocks' d * scale and dmin * min per sub-block of 32, [n, 8, 1] each."""
+    n = b.shape[0]
+    sc, mn = _k_scale_min(b[:, 4:16])
+    dd = (_half(b[:, 0:2]) * sc.to(torch.float32)).reshape(n, 8, 1)
+    dm = (_half(b[:, 2:4]) * mn.to(torch.float32)).reshape(n, 8, 1)
+    return dd, dm
+
+
 def _deq_q4_k(b):
     n = b.shape[0]
-    d = _half(b[:, 0:2])
-    dmin = _half(b[:, 2:4])
-    sc, mn = _k_scale_min(b[:, 4:16])
-    dd = (d * sc.to(torch.float32)).reshape(n, 8, 1)
-    dm = (dmin * mn.to(torch.float32)).reshape(n, 8, 1)
+    dd, dm = _k_sub_scales(b)
     q = (b[:, 16:144].reshape(n, 4, 1, 32) >> _shifts(0, 4).reshape(1, 1, 2, 1)) & 0x0F
     q = q.reshape(n, 8, 32).to(torch.float32)
     return (dd * q - dm).reshape(n, QK_K)
@@ -288,11 +293,7 @@ def _deq_q4_k(b):
 
 def _deq_q5_k(b):
     n = b.shape[0]
-    d = _half(b[:, 0:2])
-    dmin = _half(b[:, 2:4])
-    sc, mn = _k_scale_min(b[:, 4:16])
-    dd = (d * sc.to(torch.float32)).reshape(n, 8, 1)
-    dm = (dmin * mn.to(torch.float32)).reshape(n, 8, 1)
+    dd, dm = _k_sub_scales(b)
     qh = ((b[:, 16:48].reshape(n, 1, 1, 32) >> _shifts(*range(8)).reshape(1, 1, 8, 1)) & 1).reshape(n, 8, 32)
     ql = ((b[:, 48:176].reshape(n, 4, 1, 32) >> _shifts(0, 4).reshape(1, 1, 2, 1)) & 0x0F).reshape(n, 8, 32)
     q = (ql | (qh << 4)).to(torch.float32)
