@@ -53,9 +53,16 @@ MV_UNROLL = 4    # at most this many chunks per mat-vec thread and loop step (lo
                  # flight together); fewer where that wastes less (mv_unroll)
 MV_CPL = 1       # neighbouring chunks per mat-vec thread (MV_UNROLL a multiple of it)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
-MV_CPU_NR = 4   # rows per thread group on a CPU device (lavapipe), where every load costs
-                # alike and x's loads are shared by the group's rows: SmolLM2's mat-vecs,
-                # Q4_1 576 x 1536 1,582 -> 762 us, Q8_0 1536 x 576 1,410 -> 888 us
+MV_CPU_NR = 16  # rows per thread group on a CPU device (lavapipe), for up to 3 rows of x
+                # (halved as those double), where every load costs alike and x's loads are
+                # shared by the group's rows; in workgroups of MV_CPU_SUBGROUPS subgroups, so
+                # a weight of few rows still spreads over the CPU's threads. SmolLM2's decode
+                # mat-vecs on a 2-core AMD EPYC (2026-11-24), 4 rows in workgroups of 128 ->
+                # 16 in 32: Q4_1 960 x 576 1,215 -> 868 us, 576 x 576 799 -> 584, 3072 x 576
+                # 3,665 -> 2,530, 576 x 1536 2,095 -> 1,498, Q8_0 49152 x 576 71 -> 54 ms (8 or
+                # 32 rows, and 16 in workgroups of 128, were slower on some of these). Before,
+                # 1 -> 4 rows: Q4_1 576 x 1536 1,582 -> 762 us on another machine.
+MV_CPU_SUBGROUPS = 4
 # The GPU settings above were swept on an H100 (2026-11-23, rows x k of 4096 x 14336,
 # 14336 x 4096, 4096 x 4096, Q4_0/Q4_K/Q6_K/Q8_0): 4 or 8 rows per workgroup, a
 # subgroup per row with 2 or 4 rows, 2 neighbouring chunks per thread, 8 chunks per
@@ -278,7 +285,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
-        wg = min(MV_WG, MAX_SUBGROUPS * sg)
+        wg = min(MV_WG, (MV_CPU_SUBGROUPS if device.is_cpu(ctx.caps) else MAX_SUBGROUPS) * sg)
         # a subgroup per row (partial sums meet in one subgroupAdd, several rows per
         # workgroup) unless there are too few rows to fill the GPU that way
         # long rows on a GPU: the workgroup's threads share each row group, and the longest
@@ -290,12 +297,17 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         long_rows = chunks >= MV_WG_CHUNKS and not device.is_cpu(ctx.caps)
         tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 and not long_rows else wg
         if device.is_cpu(ctx.caps):
-            nr = MV_CPU_NR
+            nr = max(1, MV_CPU_NR // max(1, m // 2))
         else:
             nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
+        shared = int(ctx.caps.get("max_compute_shared_memory_size", 16384)) - 1024
+        while nr > 1 and 4 * wg * (nr + 1) * m > shared:    # the partial sums' array
+            nr -= 1
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
         unroll = mv_unroll(chunks, tpr)
-        defines |= {"MROWS": m, "NR": nr, "UNROLL": unroll, "TPR": tpr, "CPL": MV_CPL}
+        # MAXWG sizes the partial sums' shared array (NR * MROWS floats an invocation: a
+        # CPU device's 16 rows of 3 rows of x in 256 would pass lavapipe's 32 KB)
+        defines |= {"MROWS": m, "NR": nr, "UNROLL": unroll, "TPR": tpr, "CPL": MV_CPL, "MAXWG": wg}
         if chunks % (tpr * unroll) == 0:
             defines["FULL_STEPS"] = 1
         if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):

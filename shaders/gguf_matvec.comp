@@ -89,7 +89,9 @@ X_LAZY
 #if UNROLL % CPL != 0
 #error "UNROLL must be a multiple of CPL"
 #endif
-#define MAXWG 256
+#ifndef MAXWG
+#define MAXWG 256     // the workgroup size at most (lowering/gguf.py sets it)
+#endif
 #ifdef NORM
 #define NSUM (NR * MROWS + MROWS)   // partial sums: the dots, then sum(x^2) per row of x
 #define NORM_SUM(v) (v)
@@ -246,7 +248,7 @@ void main() {
         }
         barrier();
         [[unroll]] for (uint i = 0; i < NR * MROWS; ++i) {
-            if (lane == i) {
+            if (lane == i % TPR) {      // TPR may be fewer than the outputs
                 float s = 0.0, ss = 0.0;
                 for (uint j = 0; j < per; ++j) s += red[slot * per + j][i];
 #ifdef NORM

@@ -347,11 +347,12 @@ def test_every_supported_type_has_a_kernel():
 
 
 @pytest.mark.parametrize("nr,unroll,wg,cpl", [(3, 1, 64, 1), (2, 3, 32, 1), (1, 4, 64, 2),
-                                             (2, 6, 32, 3)])
+                                             (2, 6, 32, 3), (16, 2, 8, 1)])
 def test_mat_vec_variants(monkeypatch, nr, unroll, wg, cpl):
     """Other mat-vec tunings (rows per workgroup, unroll, threads, neighbouring chunks per
     thread) give the same results, including workgroups whose last rows lie past the
-    weight's end and threads whose last chunks lie past the row's end."""
+    weight's end and threads whose last chunks lie past the row's end; (16, 2, 8, 1): more
+    outputs per row group (16 rows of W, fewer per row of x from 4) than its 8 threads."""
     monkeypatch.setattr(gguf_lowering, "MV_NR", nr)
     monkeypatch.setattr(gguf_lowering, "MV_CPU_NR", nr)
     monkeypatch.setattr(gguf_lowering, "MV_UNROLL", unroll)
