@@ -60,7 +60,8 @@ MV_CPU_NR = 16  # rows per thread group on a CPU device (lavapipe), for up to 3 
                 # mat-vecs on a 2-core AMD EPYC (2026-11-24), 4 rows in workgroups of 128 ->
                 # 16 in 32: Q4_1 960 x 576 1,215 -> 868 us, 576 x 576 799 -> 584, 3072 x 576
                 # 3,665 -> 2,530, 576 x 1536 2,095 -> 1,498, Q8_0 49152 x 576 71 -> 54 ms (8 or
-                # 32 rows, and 16 in workgroups of 128, were slower on some of these). Before,
+                # 32 rows, and 16 in workgroups of 128, were slower on some of these; 2 or 4
+                # neighbouring chunks a thread, or 1 chunk a step, within 5%). Before,
                 # 1 -> 4 rows: Q4_1 576 x 1536 1,582 -> 762 us on another machine.
 MV_CPU_SUBGROUPS = 4
 # The GPU settings above were swept on an H100 (2026-11-23, rows x k of 4096 x 14336,
