@@ -286,7 +286,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
-        wg = min(MV_WG, (MV_CPU_SUBGROUPS if device.is_cpu(ctx.caps) else MAX_SUBGROUPS) * sg)
+        cpu = device.is_cpu(ctx.caps)
+        wg = min(MV_WG, (MV_CPU_SUBGROUPS if cpu else MAX_SUBGROUPS) * sg)
         # a subgroup per row (partial sums meet in one subgroupAdd, several rows per
         # workgroup) unless there are too few rows to fill the GPU that way
         # long rows on a GPU: the workgroup's threads share each row group, and the longest
@@ -295,15 +296,15 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         # faster with a subgroup each). Not on lavapipe, a CPU device, where a subgroup per
         # row stays faster (Q8_0 2048 x 2048: 3.3 ms, against 5.1-8.0 ms)
         chunks = k // 8
-        long_rows = chunks >= MV_WG_CHUNKS and not device.is_cpu(ctx.caps)
+        long_rows = chunks >= MV_WG_CHUNKS and not cpu
         tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 and not long_rows else wg
-        if device.is_cpu(ctx.caps):
+        if cpu:
             nr = max(1, MV_CPU_NR // max(1, m // 2))
         else:
             nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
+        # the partial sums' shared array, 4 * wg * (nr + 1) * m bytes at most, fits
         shared = int(ctx.caps.get("max_compute_shared_memory_size", 16384)) - 1024
-        while nr > 1 and 4 * wg * (nr + 1) * m > shared:    # the partial sums' array
-            nr -= 1
+        nr = max(1, min(nr, shared // (4 * wg * m) - 1))
         spec = [wg, n, k, x2.offset, x2.strides[0], rb, row0, out_rows]
         unroll = mv_unroll(chunks, tpr)
         # MAXWG sizes the partial sums' shared array (NR * MROWS floats an invocation: a
