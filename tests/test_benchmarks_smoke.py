@@ -82,3 +82,24 @@ def test_tables_and_plots_written(run):
     for name in pngs:
         data = (out / name).read_bytes()
         assert data[:8] == PNG and len(data) > 5000, name
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("rows,cols", [(1, 32), (3, 96), (5, 256)])
+def test_cuda_matvec_split_keeps_the_weight(name, rows, cols):
+    """benchmarks/cuda_matvec.py's Triton reference reads the blocks split into quants,
+    scales and mins: the same weight as the GGUF dequantizer's, in as many bytes."""
+    import numpy as np
+    import torch
+
+    from benchmarks.cuda_matvec import dequantize_split, split_blocks
+    from benchmarks.gguf_matvec import random_blocks
+    from dynamo_vulkan.gguf.quants import dequantize, quant_info, tensor_nbytes
+
+    qt = quant_info(name).ggml_type
+    blocks = torch.from_numpy(random_blocks(name, tensor_nbytes(qt, rows, cols), np.random.default_rng(rows)))
+    q, s, m = split_blocks(name, blocks, rows, cols)
+    assert sum(t.numel() * t.element_size() for t in (q, s, m) if t is not None) == blocks.numel()
+    want = dequantize(blocks, qt, rows, cols)
+    assert torch.isfinite(want).all() and want.abs().max() > 0
+    torch.testing.assert_close(dequantize_split(name, q, s, m), want, rtol=1e-6, atol=1e-6)

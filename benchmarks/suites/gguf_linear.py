@@ -102,3 +102,32 @@ def kernel_rows(bench) -> None:
                             baseline_value=(limit, limit_name) if limit else None,
                             note=f"a chained read of the same bytes: {floor / limit:.2f} of copy"
                             if floor and limit else ""))
+    cuda_rows(bench, types, shapes, limit, limit_name)
+
+
+def cuda_rows(bench, types, shapes, limit, limit_name) -> None:
+    """The same mat-vecs in Triton on CUDA (benchmarks/cuda_matvec.py), where CUDA is: what
+    another compiler reaches on this GPU with the same fp32 arithmetic."""
+    from .. import cuda_matvec
+    why = cuda_matvec.available()
+    if why or bench.over_budget("gguf_linear", "cuda_matvec rows"):
+        if why:
+            bench.note("gguf_linear", f"no Triton reference mat-vec rows: {why}")
+        return
+    kw = {"configs": cuda_matvec.QUICK_CONFIGS, "target_bytes": 1 << 20} if bench.quick else {}
+    if bench.opts.deadline is not None:
+        import time
+        kw["budget_s"] = max(0.0, bench.opts.deadline - time.perf_counter())
+    try:
+        results = cuda_matvec.run([t for t in types if t in cuda_matvec.LAYOUT], shapes, log=log.info, **kw)
+    except Exception as e:
+        bench.note("gguf_linear", f"cuda_matvec.run failed: {type(e).__name__}: {e}")
+        return
+    for r in results:
+        us = r["us_per_matvec"] / 1e3
+        bench.add(Row("gguf_linear", f"{r['type']} {r['rows']}x{r['cols']} matvec, {r['copies']} copies",
+                      "cuda_triton", None, gpu_ms=Stat(us, us, us, us, us, 1), work=r["weight_MB"] * 1e6,
+                      unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4, limit=limit,
+                      limit_name=limit_name,
+                      note=f"benchmarks/cuda_matvec.py, the best of its configurations ({r['config']}); "
+                           "CUDA graph of chained launches, CUDA events; err is relative"))
