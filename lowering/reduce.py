@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Context, TRef, f32_bits, lowering
+from .core import Context, TRef, f32_bits, lowering, row_wg
 from .elementwise import _coalesce
 
 aten = torch.ops.aten
@@ -54,7 +54,7 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
         return out
     if r == 0 and op == "mean":          # the mean of nothing is NaN (drivers' 0 / 0 may not be)
         final = NAN
-    spec = [WG, nout, r, x.offset, f32_bits(divisor)]
+    spec = [row_wg(ctx.caps, WG, r), nout, r, x.offset, f32_bits(divisor)]
     decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if acc_kind == "f32" else "int"
     load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
@@ -205,7 +205,7 @@ def arg_reduce(ctx: Context, x: TRef, dims, largest: bool, out_shape, want_value
 def _arg_pass(ctx, x: TRef, kept, dims, largest, nout, r, idx, vals, split=None, pairs=None):
     """One argreduce dispatch; split (workgroups per output, elements each) writes a pair
     per workgroup; pairs: x holds candidate values whose indices are in that buffer."""
-    spec = [ARG_WG, nout, r, x.offset]
+    spec = [row_wg(ctx.caps, ARG_WG, split[1] if split else r), nout, r, x.offset]
     decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if x.kind == "f32" else "int"
     load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]

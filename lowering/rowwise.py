@@ -9,7 +9,7 @@ import torch
 
 from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
 
-from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering
+from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering, row_wg
 from .elementwise import contiguous, row_walk
 from .fusion import EPILOGUES, TAKES_DEFERRED, Deferred, materialize
 
@@ -22,7 +22,7 @@ def _row_kernel(ctx: Context, mode: str, x: TRef, out: TRef, dim: int, extra: li
                 extra_decls: dict, eps: float = 0.0, stats=()):
     rows = math.prod(x.shape[d] for d in range(x.ndim) if d != dim)
     n = x.shape[dim]
-    spec = [WG, rows, n, x.offset, x.strides[dim], out.strides[dim], f32_bits(eps)]
+    spec = [row_wg(ctx.caps, WG, n), rows, n, x.offset, x.strides[dim], out.strides[dim], f32_bits(eps)]
     decls, code = row_walk(x, out.strides, dim, spec)
     cid = len(spec)
     for name, value in extra_decls.items():

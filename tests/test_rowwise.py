@@ -36,3 +36,19 @@ def test_layer_norm(shape, norm, affine):
 def test_layer_norm_noncontiguous_with_stats():
     x = noncontig(torch.randn(6, 10)).t()
     check(lambda t: torch.native_layer_norm(t, (6,), None, None, 1e-5), x)
+
+
+@pytest.mark.parametrize("n", [1, 9, 4096, 4097], ids=str)
+def test_row_kernels_either_side_of_the_cpu_row_threshold(n):
+    """On a CPU device rows up to lowering/core.CPU_ROW_WG_MAX_ROW are reduced by one
+    subgroup, longer ones by the whole workgroup: both, with many rows, a strided view
+    and a row that is all -inf but one."""
+    from dynamo_vulkan.lowering.core import CPU_ROW_WG_MAX_ROW
+    assert n <= CPU_ROW_WG_MAX_ROW or n == CPU_ROW_WG_MAX_ROW + 1
+    x = torch.randn(n, 37).t()             # 37 rows of n, elements n apart... transposed view
+    x[3] = float("-inf")
+    x[3, n // 2] = 1.0
+    check(lambda t: (F.softmax(t, -1), F.log_softmax(t, -1)), x)
+    y = torch.randn(37, n) * 3 + 1
+    check(lambda t: (F.layer_norm(t, (n,)), t.sum(-1), t.var(-1), t.amax(-1), t.argmax(-1)), y)
+    check(lambda t, w: torch.ops.dynamo_vulkan.rms_norm(t, w, 1e-6), y, torch.randn(n))
