@@ -18,7 +18,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from . import cache, config, device
-from .partition import PARTITION_PREFIX, PartitionReport, partition
+from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
 from .runtime import planner, shaders
 from .runtime.program import is_kept_on_device, Program, StaleBinding
@@ -169,6 +169,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
         from .debug import dump_graph
         dump_dir = dump_graph(cfg.debug_dump, gid, original, report)
     for node in report.cpu_nodes:
+        if isinstance(node.reason, HostPlacement):
+            continue
         if cfg.fallback == "error":
             raise VulkanFallbackError(f"{node.op} ({node.name}) would run on the CPU: "
                                       f"{node.reason} (DYNAMO_VULKAN_FALLBACK=error)")

@@ -21,6 +21,12 @@ from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
 PARTITION_PREFIX = "fused_"
 
 
+class HostPlacement(str):
+    """A rule check's reason for running a node on the host that is a choice (it is faster
+    there), not a missing kernel: no fallback warning, and DYNAMO_VULKAN_FALLBACK=error
+    allows it."""
+
+
 @dataclass
 class NodeDecision:
     name: str

@@ -184,6 +184,23 @@ def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int
     return -(-k // ks), ks
 
 
+HOST_MATMUL_MIN_ROWS = 9   # rows of a product from which a CPU device runs it on the host
+
+
+def host_matmul(rows: int):
+    """Why a matrix product of `rows` rows runs on the host (a HostPlacement), or None: on
+    a CPU Vulkan device (lavapipe) unless DYNAMO_VULKAN_CPU_MATMUL=vulkan, products of
+    HOST_MATMUL_MIN_ROWS rows or more (prompts) go to torch on the same CPU (see
+    config.cpu_matmul); fewer rows (a decode step's mat-vecs, which our fused GGUF
+    kernels run faster than torch does there) stay on Vulkan."""
+    from dynamo_vulkan.config import cpu_matmul
+    from dynamo_vulkan.partition import HostPlacement
+    if rows >= HOST_MATMUL_MIN_ROWS and device.is_cpu() and cpu_matmul() == "host":
+        return HostPlacement(f"a product of {rows} rows on a CPU Vulkan device runs faster in "
+                             "torch on the host (DYNAMO_VULKAN_CPU_MATMUL=vulkan keeps it on Vulkan)")
+    return None
+
+
 CPU_ROW_WG_MAX_ROW = 4096   # row length up to which a CPU device reduces a row in one subgroup
 
 

@@ -31,7 +31,7 @@ from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 from dynamo_vulkan.runtime.plan import base_kind
 
 from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, groups_for,
-                   k_splits, lowering, meta_view)
+                   host_matmul, k_splits, lowering, meta_view)
 from .elementwise import add_slices, contiguous, ew
 from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy, RowLoader,
                      materialize, row_loader)
@@ -186,6 +186,10 @@ def _check(node) -> str | None:
         return (f"a row of its GGUF weight ({rb} bytes) exceeds the device's "
                 f"maxStorageBufferRange ({limit} bytes)")
     out = node.meta.get("val")
+    if node.target is GGUF_LINEAR and out is not None and out.ndim:
+        placed = host_matmul(out.numel() // max(1, out.shape[-1]))
+        if placed:
+            return placed
     if out is not None and out.numel() * 4 > limit:
         return (f"its output ({out.numel() * 4 / 2**20:.1f} MiB) exceeds the device's "
                 f"maxStorageBufferRange ({limit / 2**20:.0f} MiB)")

@@ -24,7 +24,7 @@ import torch
 from dynamo_vulkan import device
 
 from . import core
-from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, k_splits,
+from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, host_matmul, k_splits,
                    lowering)
 from .elementwise import add_slices
 
@@ -265,11 +265,17 @@ def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     add_slices(ctx, part, out.with_layout((nb, m, n), (m * n, n, 1), out.offset))
 
 
-@lowering(aten.mm.default, aten.bmm.default)
+def _check(node):
+    """Prompt-sized products on a CPU device run on the host (core.host_matmul)."""
+    val = node.meta.get("val")
+    return host_matmul(val.shape[-2]) if isinstance(val, torch.Tensor) and val.ndim >= 2 else None
+
+
+@lowering(aten.mm.default, aten.bmm.default, check=_check)
 def mm(ctx, a, b):
     return matmul(ctx, ctx.ref(a), ctx.ref(b))
 
 
-@lowering(aten.addmm.default, aten.baddbmm.default)
+@lowering(aten.addmm.default, aten.baddbmm.default, check=_check)
 def addmm(ctx, bias, a, b, beta=1.0, alpha=1.0):
     return matmul(ctx, ctx.ref(a), ctx.ref(b), bias, alpha, beta)

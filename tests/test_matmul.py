@@ -480,3 +480,50 @@ def test_skinny_along_k(request, plans, m, k, n, case, gpu):
     assert d.spec[0] == (sg if k <= sg else mm_lowering.MV_WG)
     assert int(defines["MROWS"]) == m and d.groups == (n, 1, nb)
     assert ("HAS_BIAS" in defines) == (case == "bias")
+
+
+def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
+    """On a CPU Vulkan device with DYNAMO_VULKAN_CPU_MATMUL at its default (host), products
+    of 9 rows or more (mm, bmm, addmm and a prompt's gguf_linear) run through torch, as
+    placements: no fallback warning, allowed under DYNAMO_VULKAN_FALLBACK=error; 8 rows or
+    fewer, and every product with DYNAMO_VULKAN_CPU_MATMUL=vulkan, stay on Vulkan; a bad
+    value is an error that names the variable."""
+    import warnings
+
+    import dynamo_vulkan
+    from dynamo_vulkan.gguf.op import GGUFLinear
+    from dynamo_vulkan.partition import HostPlacement
+
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "host")
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
+    lin = GGUFLinear.from_float(torch.randn(24, 64) * 0.1, "Q8_0")
+
+    def f(a, b, c, x):
+        return torch.relu(a @ b) @ b.t(), torch.bmm(c, c.transpose(1, 2)).softmax(-1), lin(x)
+
+    def ops_on(where, reps):
+        return sorted(n.op for r in reps for n in r.nodes if n.where == where and "relu" not in n.op
+                      and "softmax" not in n.op and n.op.startswith(("aten.mm", "aten.bmm", "aten.addmm",
+                                                                      "dynamo_vulkan.gguf")))
+    for rows, where in ((9, "cpu"), (8, "vulkan")):
+        torch._dynamo.reset()
+        args = (torch.randn(rows, 64), torch.randn(64, 32), torch.randn(2, rows, 16), torch.randn(rows, 64))
+        n = len(dynamo_vulkan.reports())
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")       # a placement warns of nothing
+            got = torch.compile(f, backend="vulkan")(*args)
+        for g, e in zip(got, f(*args)):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+        reps = dynamo_vulkan.reports()[n:]
+        placed = [n for r in reps for n in r.cpu_nodes]
+        assert ops_on(where, reps) and not ops_on("cpu" if where == "vulkan" else "vulkan", reps)
+        assert all(isinstance(p.reason, HostPlacement) and "DYNAMO_VULKAN_CPU_MATMUL" in p.reason
+                   for p in placed)
+        assert bool(placed) == (where == "cpu")
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    torch._dynamo.reset()
+    check(lambda a, b: a @ b, torch.randn(9, 64), torch.randn(64, 32))
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "blas")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="DYNAMO_VULKAN_CPU_MATMUL='blas'"):
+        torch.compile(lambda a, b: a @ b, backend="vulkan")(torch.randn(9, 64), torch.randn(64, 32))
