@@ -86,7 +86,11 @@ MV_CPU_SUBGROUPS = 4
 # 16-byte load of a group's quants, one scale lookup; Q4_0/Q4_1/Q4_K/Q8_0, 2026-11-24) was
 # 1.05-2.1x slower at 1-4 groups a step and 1-4 rows; x's loads made contiguous across lanes
 # (a timing-only variant) changed nothing (22.4 us against 22.5 at 4096 x 14336); without
-# Q4_0's scale lookups, 20.6. The H100 drops to 345 MHz after about a second
+# Q4_0's scale lookups, 20.6. On 2026-11-24: W read through L2 only (`coherent`), W not
+# read-only, 16-byte W loads from a regrouped tile, and Triton's best tile (8 rows, 2
+# neighbouring chunks) were each equal or slower; 32 registers a thread (benchmarks/
+# cuda_matvec.py: an autotuned Triton kernel gets 0.95-1.25x our time, under 0.7 of copy
+# for 4-bit types too). The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
