@@ -13,7 +13,7 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 
 from dynamo_vulkan import device
 
-from .core import LoweringError, TRef, f32_bits, groups_for, has_cpu_lanes, lowering
+from .core import LoweringError, TRef, f32_bits, groups_for, has_cpu_lanes, host_matmul, lowering
 from .fusion import LOADS_LAZY, TAKES_DEFERRED, Lazy, LazyView, materialize, row_loader
 from .index import RowWrite
 
@@ -66,7 +66,8 @@ def _check(node) -> str | None:
     q, v = node.args[0].meta.get("val"), node.args[2].meta.get("val")
     if q is not None and v is not None and max(q.shape[-1], v.shape[-1]) > MAX_DIM:
         return f"attention head dims {q.shape[-1]}/{v.shape[-1]} exceed {MAX_DIM}"
-    return None
+    # a prompt's attention on a CPU device: its two products run faster in torch
+    return host_matmul(q.shape[1]) if q is not None and q.ndim == 3 else None
 
 
 def _q_computed_on_load(user, node) -> bool:

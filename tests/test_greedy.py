@@ -139,3 +139,21 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
     assert any("the step's k/v rows computed here" in n for n in notes)
     if arch == "gemma3":
         assert any("post-norm by the last workgroup" in n for n in notes)
+
+
+def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu, monkeypatch):
+    """On a CPU device with DYNAMO_VULKAN_CPU_MATMUL=host (its default) a prompt's products
+    and attention run in torch, the decode steps' mat-vecs on Vulkan, and the caches that
+    the two graphs share stay consistent: the same tokens as eager."""
+    model, tok, _ = tiny
+    prompt = "hello the world " * 3
+    want = generate(model, prompt, tok, max_new_tokens=6, backend=None, stop_at_eos=False)
+    assert len(want.prompt_tokens) >= 9
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "host")
+    n = len(dynamo_vulkan.reports())
+    got = generate(model, prompt, tok, max_new_tokens=6, stop_at_eos=False, steps_per_call=1)
+    assert got.tokens == want.tokens
+    reps = dynamo_vulkan.reports()[n:]
+    host = {d.op for r in reps for d in r.cpu_nodes}
+    assert any("gguf_linear" in op for op in host) and any("attention" in op for op in host), host
+    assert any("gguf_linear" in d.op for r in reps for d in r.vulkan_nodes)     # the decode's
