@@ -135,6 +135,15 @@ def partition(gm: fx.GraphModule, graph_id: int):
     compute = [n for n in gm.graph.nodes if n.op == "call_function"]
     for n in compute:
         support.is_node_supported(None, n)
+    placed = next((r for r in support.reasons.values() if isinstance(r, HostPlacement)), None)
+    if placed is not None:
+        # a CPU device's prompt: torch on the host beats lavapipe at the rest of it too
+        # (its elementwise, norm and copy kernels), and one host graph has no boundaries
+        whole = HostPlacement(f"{placed}; the rest of this graph with it, since torch on the "
+                              "host runs every op of it faster than a CPU Vulkan device")
+        for n in compute:
+            if support.reasons[n] is None:
+                support.reasons[n] = whole
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     parts = partitioner.propose_partitions()
     in_part = {n for p in parts for n in p.nodes}

@@ -184,15 +184,19 @@ def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int
     return -(-k // ks), ks
 
 
-HOST_MATMUL_MIN_ROWS = 9   # rows of a product from which a CPU device runs it on the host
+# rows of a product from which a CPU device runs it (and its graph) on the host: SmolLM2's
+# prompt of 2 / 4 / 8 tokens on lavapipe (2-core AMD EPYC, 2026-11-24) took 8.0 / 9.9 /
+# 8.0 tok/s on Vulkan, 7.3 / 14.0 / 20.6 on the host (eager 6.8-7.3 / 12-13 / 21-27)
+HOST_MATMUL_MIN_ROWS = 3
 
 
 def host_matmul(rows: int):
     """Why a matrix product of `rows` rows runs on the host (a HostPlacement), or None: on
     a CPU Vulkan device (lavapipe) unless DYNAMO_VULKAN_CPU_MATMUL=vulkan, products of
     HOST_MATMUL_MIN_ROWS rows or more (prompts) go to torch on the same CPU (see
-    config.cpu_matmul); fewer rows (a decode step's mat-vecs, which our fused GGUF
-    kernels run faster than torch does there) stay on Vulkan."""
+    config.cpu_matmul), and partition.py sends the rest of their graph with them; fewer
+    rows (a decode step's mat-vecs, which our fused GGUF kernels run faster than torch
+    does there) stay on Vulkan."""
     from dynamo_vulkan.config import cpu_matmul
     from dynamo_vulkan.partition import HostPlacement
     if rows >= HOST_MATMUL_MIN_ROWS and device.is_cpu() and cpu_matmul() == "host":

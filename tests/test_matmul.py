@@ -484,10 +484,11 @@ def test_skinny_along_k(request, plans, m, k, n, case, gpu):
 
 def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
     """On a CPU Vulkan device with DYNAMO_VULKAN_CPU_MATMUL at its default (host), products
-    of 9 rows or more (mm, bmm, addmm and a prompt's gguf_linear) run through torch, as
-    placements: no fallback warning, allowed under DYNAMO_VULKAN_FALLBACK=error; 8 rows or
-    fewer, and every product with DYNAMO_VULKAN_CPU_MATMUL=vulkan, stay on Vulkan; a bad
-    value is an error that names the variable."""
+    of HOST_MATMUL_MIN_ROWS rows or more (mm, bmm, addmm and a prompt's gguf_linear) run
+    through torch, and the rest of their graph with them, as placements: no fallback
+    warning, allowed under DYNAMO_VULKAN_FALLBACK=error; fewer rows, and every product with
+    DYNAMO_VULKAN_CPU_MATMUL=vulkan, stay on Vulkan; a bad value is an error that names
+    the variable."""
     import warnings
 
     import dynamo_vulkan
@@ -505,7 +506,8 @@ def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
         return sorted(n.op for r in reps for n in r.nodes if n.where == where and "relu" not in n.op
                       and "softmax" not in n.op and n.op.startswith(("aten.mm", "aten.bmm", "aten.addmm",
                                                                       "dynamo_vulkan.gguf")))
-    for rows, where in ((9, "cpu"), (8, "vulkan")):
+    from dynamo_vulkan.lowering.core import HOST_MATMUL_MIN_ROWS as least
+    for rows, where in ((least, "cpu"), (least - 1, "vulkan")):
         torch._dynamo.reset()
         args = (torch.randn(rows, 64), torch.randn(64, 32), torch.randn(2, rows, 16), torch.randn(rows, 64))
         n = len(dynamo_vulkan.reports())
@@ -520,6 +522,7 @@ def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
         assert all(isinstance(p.reason, HostPlacement) and "DYNAMO_VULKAN_CPU_MATMUL" in p.reason
                    for p in placed)
         assert bool(placed) == (where == "cpu")
+        assert not [n for r in reps for n in r.vulkan_nodes] if where == "cpu" else not placed
     monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
     torch._dynamo.reset()
     check(lambda a, b: a @ b, torch.randn(9, 64), torch.randn(64, 32))
