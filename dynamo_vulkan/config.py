@@ -16,10 +16,10 @@ CPU_MATMUL_MODES = ("host", "vulkan")
 
 def cpu_matmul() -> str:
     """DYNAMO_VULKAN_CPU_MATMUL: where a CPU Vulkan device's (lavapipe's) prompt-sized matrix
-    products run: "host" (default), through torch on the same CPU, whose BLAS is 10-35x
-    faster than lavapipe's compiled kernels (2-core AMD EPYC, 2026-11-24: fp32 128x576 @
-    576x1536, 63.7 ms on lavapipe, 1.8 in torch); "vulkan", in our kernels (the tests
-    use it, to check them). GPUs always run them in our kernels."""
+    products, and the graphs that hold them, run: "host" (default), through torch on the
+    same CPU, whose BLAS is 10-35x faster than lavapipe's compiled kernels (2-core AMD EPYC,
+    2026-11-24: fp32 128x576 @ 576x1536, 63.7 ms on lavapipe, 1.8 in torch); "vulkan", in
+    our kernels (the tests use it, to check them). GPUs always run them in our kernels."""
     mode = os.environ.get("DYNAMO_VULKAN_CPU_MATMUL", "host").strip().lower() or "host"
     if mode not in CPU_MATMUL_MODES:
         raise ValueError(f"DYNAMO_VULKAN_CPU_MATMUL={mode!r} is not one of {CPU_MATMUL_MODES}")
