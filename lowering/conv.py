@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Context, LoweringError, TRef, groups_for, lowering
+from .core import Context, LoweringError, TRef, groups_for, host_matmul, lowering
 
 aten = torch.ops.aten
 WG = 64
@@ -63,7 +63,12 @@ def _check(node) -> str | None:
     w = node.args[1].meta["val"]
     if w.dim() - 2 > 3:
         return "convolution with more than 3 spatial dims"
-    return None
+    # a product whose rows are the output's positions: on a CPU device, torch's (oneDNN's)
+    # convolution is hundreds of times faster than ours on lavapipe (2-core AMD EPYC,
+    # 2026-11-24: 64 -> 64 channels 3x3 over 56x56, 1.3 s against 1.4 ms)
+    out = node.meta.get("val")
+    return host_matmul(out.numel() // max(1, out.shape[1])) if isinstance(out, torch.Tensor) and \
+        out.dim() >= 3 else None
 
 
 @lowering(aten.convolution.default, check=_check)

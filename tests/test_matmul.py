@@ -484,7 +484,8 @@ def test_skinny_along_k(request, plans, m, k, n, case, gpu):
 
 def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
     """On a CPU Vulkan device with DYNAMO_VULKAN_CPU_MATMUL at its default (host), products
-    of HOST_MATMUL_MIN_ROWS rows or more (mm, bmm, addmm and a prompt's gguf_linear) run
+    of HOST_MATMUL_MIN_ROWS rows or more (mm, bmm, addmm, a prompt's gguf_linear, a
+    convolution's output positions) run
     through torch, and the rest of their graph with them, as placements: no fallback
     warning, allowed under DYNAMO_VULKAN_FALLBACK=error; fewer rows, and every product with
     DYNAMO_VULKAN_CPU_MATMUL=vulkan, stay on Vulkan; a bad value is an error that names
@@ -499,17 +500,19 @@ def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
     monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
     lin = GGUFLinear.from_float(torch.randn(24, 64) * 0.1, "Q8_0")
 
-    def f(a, b, c, x):
-        return torch.relu(a @ b) @ b.t(), torch.bmm(c, c.transpose(1, 2)).softmax(-1), lin(x)
+    def f(a, b, c, x, s):
+        return (torch.relu(a @ b) @ b.t(), torch.bmm(c, c.transpose(1, 2)).softmax(-1), lin(x),
+                F.conv1d(s, torch.ones(5, 4, 1)))      # a product over s's positions
 
     def ops_on(where, reps):
         return sorted(n.op for r in reps for n in r.nodes if n.where == where and "relu" not in n.op
                       and "softmax" not in n.op and n.op.startswith(("aten.mm", "aten.bmm", "aten.addmm",
-                                                                      "dynamo_vulkan.gguf")))
+                                                                      "aten.convolution", "dynamo_vulkan.gguf")))
     from dynamo_vulkan.lowering.core import HOST_MATMUL_MIN_ROWS as least
     for rows, where in ((least, "cpu"), (least - 1, "vulkan")):
         torch._dynamo.reset()
-        args = (torch.randn(rows, 64), torch.randn(64, 32), torch.randn(2, rows, 16), torch.randn(rows, 64))
+        args = (torch.randn(rows, 64), torch.randn(64, 32), torch.randn(2, rows, 16), torch.randn(rows, 64),
+                torch.randn(1, 4, rows))
         n = len(dynamo_vulkan.reports())
         with warnings.catch_warnings():
             warnings.simplefilter("error")       # a placement warns of nothing
@@ -523,6 +526,11 @@ def test_cpu_device_runs_prompt_products_on_the_host(as_cpu, monkeypatch):
                    for p in placed)
         assert bool(placed) == (where == "cpu")
         assert not [n for r in reps for n in r.vulkan_nodes] if where == "cpu" else not placed
+    torch._dynamo.reset()           # a convolution on its own: placed by its own rule
+    n = len(dynamo_vulkan.reports())
+    torch.compile(lambda s: F.conv1d(s, torch.ones(5, 4, 1)), backend="vulkan")(torch.randn(1, 4, least))
+    convs = [d for r in dynamo_vulkan.reports()[n:] for d in r.nodes if d.op.startswith("aten.convolution")]
+    assert convs and all(d.where == "cpu" and isinstance(d.reason, HostPlacement) for d in convs)
     monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
     torch._dynamo.reset()
     check(lambda a, b: a @ b, torch.randn(9, 64), torch.randn(64, 32))
