@@ -76,27 +76,19 @@ def kernel_rows(bench) -> None:
     limit, limit_name = probes.copy_limit(bench.probes)
     types, shapes = (("Q4_0",), ((256, 512),)) if bench.quick else (TARGET_TYPES, TARGET_SHAPES)
     try:
-        import time
         kw = {"target_bytes": 1 << 20} if bench.quick else {}
-        if bench.opts.deadline is not None:
-            kw["budget_s"] = max(0.0, bench.opts.deadline - time.perf_counter())
-        results = gguf_matvec.run(types=types, shapes=shapes, modes=(True,), log=log.info, **kw)
+        results = gguf_matvec.run(types=types, shapes=shapes, modes=(True,), log=log.info,
+                                  **kw, **_budget(bench))
     except Exception as e:
         bench.note("gguf_linear", f"gguf_matvec.run failed: {type(e).__name__}: {e}")
         return
     for r in results:
-        workload = f"{r['type']} {r['rows']}x{r['cols']} matvec, {r.get('copies', '?')} copies"
-        us = r["us_per_matvec"]
-        weight_bytes = r["weight_MB"] * 1e6
         floor = r.get("read_floor_GB_per_s")
         of_floor = (f"; {r['GB_per_s'] / floor:.2f} of a chained read of the same bytes "
                     f"({floor:,.0f} GB/s, probes.ChainedRead)") if floor else ""
-        row = bench.add(Row("gguf_linear", workload, "vulkan_kernel", None,
-                            gpu_ms=Stat(us / 1e3, us / 1e3, us / 1e3, us / 1e3, us / 1e3, 1),
-                            work=weight_bytes, unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4,
-                            limit=limit, limit_name=limit_name,
-                            note=f"benchmarks/gguf_matvec.py, {r.get('mode', '')} {r.get('variant', '')}; "
-                                 f"err is relative; median GPU time{of_floor}"))
+        row = _kernel_row(bench, r, "vulkan_kernel", limit, limit_name,
+                          f"benchmarks/gguf_matvec.py, {r.get('mode', '')} {r.get('variant', '')}; "
+                          f"err is relative; median GPU time{of_floor}")
         bench.target(Target(f"GGUF mat-vec {r['type']} {r['rows']}x{r['cols']}: GB/s vs copy bandwidth",
                             ("gguf_linear", row.workload, "vulkan_kernel"), 0.7,
                             baseline_value=(limit, limit_name) if limit else None,
@@ -110,24 +102,38 @@ def cuda_rows(bench, types, shapes, limit, limit_name) -> None:
     another compiler reaches on this GPU with the same fp32 arithmetic."""
     from .. import cuda_matvec
     why = cuda_matvec.available()
-    if why or bench.over_budget("gguf_linear", "cuda_matvec rows"):
-        if why:
-            bench.note("gguf_linear", f"no Triton reference mat-vec rows: {why}")
+    if why:
+        bench.note("gguf_linear", f"no Triton reference mat-vec rows: {why}")
+        return
+    if bench.over_budget("gguf_linear", "cuda_matvec rows"):
         return
     kw = {"configs": cuda_matvec.QUICK_CONFIGS, "target_bytes": 1 << 20} if bench.quick else {}
-    if bench.opts.deadline is not None:
-        import time
-        kw["budget_s"] = max(0.0, bench.opts.deadline - time.perf_counter())
     try:
-        results = cuda_matvec.run([t for t in types if t in cuda_matvec.LAYOUT], shapes, log=log.info, **kw)
+        results = cuda_matvec.run([t for t in types if t in cuda_matvec.LAYOUT], shapes, log=log.info,
+                                  **kw, **_budget(bench))
     except Exception as e:
         bench.note("gguf_linear", f"cuda_matvec.run failed: {type(e).__name__}: {e}")
         return
     for r in results:
-        us = r["us_per_matvec"] / 1e3
-        bench.add(Row("gguf_linear", f"{r['type']} {r['rows']}x{r['cols']} matvec, {r['copies']} copies",
-                      "cuda_triton", None, gpu_ms=Stat(us, us, us, us, us, 1), work=r["weight_MB"] * 1e6,
-                      unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4, limit=limit,
-                      limit_name=limit_name,
-                      note=f"benchmarks/cuda_matvec.py, the best of its configurations ({r['config']}); "
-                           "CUDA graph of chained launches, CUDA events; err is relative"))
+        _kernel_row(bench, r, "cuda_triton", limit, limit_name,
+                    f"benchmarks/cuda_matvec.py, the best of its configurations ({r['config']}); "
+                    "CUDA graph of chained launches, CUDA events; err is relative")
+
+
+def _budget(bench) -> dict:
+    """run()'s budget_s: the seconds left before the harness's deadline (none: no limit)."""
+    if bench.opts.deadline is None:
+        return {}
+    import time
+    return {"budget_s": max(0.0, bench.opts.deadline - time.perf_counter())}
+
+
+def _kernel_row(bench, r: dict, backend: str, limit, limit_name, note: str) -> Row:
+    """A row for one mat-vec measurement of gguf_matvec.run or cuda_matvec.run (the same
+    workload name for both, so they sit side by side): its time, GB/s of weight bytes
+    against the copy limit, and relative error."""
+    ms = r["us_per_matvec"] / 1e3
+    return bench.add(Row("gguf_linear", f"{r['type']} {r['rows']}x{r['cols']} matvec, {r['copies']} copies",
+                         backend, None, gpu_ms=Stat(ms, ms, ms, ms, ms, 1), work=r["weight_MB"] * 1e6,
+                         unit="GB/s", err=r["max_rel_err"], ref_scale=1.0, tol=1e-4, limit=limit,
+                         limit_name=limit_name, note=note))
