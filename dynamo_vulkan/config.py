@@ -12,6 +12,7 @@ FALLBACK_MODES = ("warn", "error", "silent")
 # on the cores a polling thread would take.
 DEFAULT_FENCE_SPIN_US = 1000
 CPU_MATMUL_MODES = ("host", "vulkan")
+INT_DOT_MODES = ("auto", "on", "off")
 
 
 def cpu_matmul() -> str:
@@ -23,6 +24,17 @@ def cpu_matmul() -> str:
     mode = os.environ.get("DYNAMO_VULKAN_CPU_MATMUL", "host").strip().lower() or "host"
     if mode not in CPU_MATMUL_MODES:
         raise ValueError(f"DYNAMO_VULKAN_CPU_MATMUL={mode!r} is not one of {CPU_MATMUL_MODES}")
+    return mode
+
+
+def int_dot() -> str:
+    """DYNAMO_VULKAN_INT_DOT: the GGUF mat-vec's integer-dot path (x as three int8 planes,
+    fp32-accurate; lowering/gguf.py). "auto" (default): on GPUs created with
+    shaderIntegerDotProduct, for weights of at least gguf.INT_DOT_MIN_WEIGHTS; "on": for
+    every eligible mat-vec (an error where the device lacks the feature); "off": never."""
+    mode = os.environ.get("DYNAMO_VULKAN_INT_DOT", "auto").strip().lower() or "auto"
+    if mode not in INT_DOT_MODES:
+        raise ValueError(f"DYNAMO_VULKAN_INT_DOT={mode!r} is not one of {INT_DOT_MODES}")
     return mode
 
 
@@ -38,7 +50,7 @@ class Config:
 
     def key(self) -> str:
         """The parts of the config that change a compiled program."""
-        return f"dev{self.device_index}"
+        return f"dev{self.device_index}-cpu_matmul:{cpu_matmul()}-int_dot:{int_dot()}"
 
 
 def _flag(name: str, default: str) -> bool:

@@ -179,6 +179,10 @@ def device_info(index: int | None = None) -> dict:
     })
     info.update(_vulkaninfo(index))
     info["subgroup_size"] = _probe_subgroup_size(mgr)
+    # shaderIntegerDotProduct enabled when the device was created (kp patch 7; the flag is
+    # the last created device's, and manager() above created this one or found it made)
+    import kp
+    info["integer_dot_product"] = bool(getattr(kp, "integer_dot_product", lambda: False)())
     _info[index] = info
     return info
 

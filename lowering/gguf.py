@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from dynamo_vulkan import device
+from dynamo_vulkan import config, device
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
 from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
@@ -92,6 +92,19 @@ MV_CPU_SUBGROUPS = 4
 # cuda_matvec.py: an autotuned Triton kernel gets 0.95-1.25x our time, under 0.7 of copy
 # for 4-bit types too). The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
+# The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
+# shaderIntegerDotProduct, kp patch 7): x quantized into three int8 planes per block of 32
+# (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7 against float64 on the H100,
+# where an fp32 matmul of the same dequantized weight gets 4e-7), then 8 packed dot products
+# per plane and block instead of decoding and multiplying every element. H100, 2026-11-24,
+# Q4_0 chained like benchmarks/gguf_matvec.py: 14336 x 4096 16.9 us against the fp32 kernel's
+# 22.2 (0.66 of copy against 0.50), 4096 x 14336 17.1-17.3 against 22.6, 4096 x 4096 8.35
+# against 9.84, before the planes' own dispatch (a barrier level: so only for big weights).
+INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
+INT_DOT_MIN_WEIGHTS = 32 << 20   # rows x cols from which "auto" takes it
+INT_DOT_WG = 64
+INT_DOT_NR = 2
+XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
@@ -290,7 +303,10 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M:
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2,
+                                      fused=norm is not None or loader is not None or post_norm is not None):
+        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, note)
+    elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
         sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
@@ -371,6 +387,44 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         ctx.dispatch("gguf_matmul", defines, [part, x2, w], [0], spec + [ks],
                      (groups[0], groups[1], splits), note=f"{note}, K in {splits} splits")
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
+
+
+def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
+                 fused: bool) -> bool:
+    """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
+    unit stride, no prologue or post-norm fused in, a type it decodes, rows of W starting on
+    16 bytes, and a device created with shaderIntegerDotProduct."""
+    mode = config.int_dot()
+    if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or \
+            SHADER_TYPES.get(qtype) not in INT_DOT_TYPES:
+        return False
+    if not ctx.caps.get("integer_dot_product"):
+        if mode == "on":
+            raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "
+                                "without shaderIntegerDotProduct (it lacks "
+                                "VK_KHR_shader_integer_dot_product, or kp was built without "
+                                "scripts/patch_kp.py's patch 7: run scripts/setup.sh)")
+        return False
+    return mode == "on" or (not device.is_cpu(ctx.caps) and n * k >= INT_DOT_MIN_WEIGHTS)
+
+
+def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int, k: int,
+                  rb: int, row0: int, residual: TRef | None, note: str) -> None:
+    """x's int8 planes (gguf_xplanes), then the integer-dot mat-vec into out[0, row0..]."""
+    nb = k // 32
+    planes = ctx.empty((1, nb * 28), "i32")
+    ctx.dispatch("gguf_xplanes", {"NIBBLES": int(defines["VARIANT"] != "Q8_0")}, [planes, x2], [0],
+                 [XPLANES_WG, nb, 1, x2.offset, x2.strides[0]], groups_for(nb, XPLANES_WG),
+                 note=f"[1x{k}] as int8 planes")
+    bindings = [out, planes, w]
+    defines = defines | {"NR": INT_DOT_NR}
+    if residual is not None:
+        defines["RESIDUAL"] = 1
+        bindings.append(residual)
+        note += " + residual"
+    ctx.dispatch("gguf_matvec_idot", defines, bindings, [0],
+                 [INT_DOT_WG, n, k, rb, row0, residual.offset if residual is not None else 0],
+                 groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
 
 
 def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: int, n: int,

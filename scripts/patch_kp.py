@@ -11,6 +11,7 @@
 5. Small device-local buffers share memory blocks (see below): GPU memory per tensor.
 6. One fence per Sequence, and an optional spin before the blocking wait (see below):
    submit latency.
+7. Integer dot products enabled where the device has them (see below).
 Idempotent: running it twice changes nothing.
 """
 import pathlib
@@ -473,11 +474,61 @@ if "set_fence_spin_us" not in text:
     text = text.replace(module, "#include <atomic>\nnamespace kp {\nextern std::atomic<uint64_t> gFenceSpinNs;\n"
                         "extern std::atomic<bool> gFenceReuse;\n}\n" + module + fence_binding, 1)
     main.write_text(text)
+# 7. Integer dot products (VK_KHR_shader_integer_dot_product): kp enables no device
+#    features, and a shader may use OpSDot/OpSUDot only where the device was created with
+#    shaderIntegerDotProduct. Where the device has the extension and the feature, the
+#    device is now created with both; kp.integer_dot_product() says whether it was (the
+#    GGUF mat-vec's int8-plane path, lowering/gguf.py, is chosen only then).
+mgr_cpp = src / "src" / "Manager.cpp"
+mtext = mgr_cpp.read_text()
+old_create = """    vk::DeviceCreateInfo deviceCreateInfo(vk::DeviceCreateFlags(),
+                                          deviceQueueCreateInfos.size(),
+                                          deviceQueueCreateInfos.data(),
+                                          {},
+                                          {},
+                                          validExtensions.size(),
+                                          validExtensions.data());
+"""
+new_create = """    // dynamo_vulkan patch 7: integer dot products where the device has them
+    vk::PhysicalDeviceShaderIntegerDotProductFeatures dotFeatures;
+    const char* dotExt = "VK_KHR_shader_integer_dot_product";
+    bool dotOn = false;
+    if (uniqueExtensionNames.count(dotExt) != 0) {
+        vk::PhysicalDeviceFeatures2 features2;
+        features2.pNext = &dotFeatures;
+        physicalDevice.getFeatures2(&features2);
+        dotOn = dotFeatures.shaderIntegerDotProduct == VK_TRUE;
+        dotFeatures.pNext = nullptr;
+        bool listed = false;
+        for (const char* e : validExtensions)
+            listed = listed || std::string(e) == dotExt;
+        if (dotOn && !listed)
+            validExtensions.push_back(dotExt);
+    }
+    gIntegerDotProduct = dotOn;
+""" + old_create + """    if (dotOn)
+        deviceCreateInfo.pNext = &dotFeatures;
+"""
+if "gIntegerDotProduct" not in mtext:
+    if old_create not in mtext or '#include "kompute/Manager.hpp"\n' not in mtext:
+        sys.exit("patch_kp: Manager.cpp is not kp 0.9.0's (anchor missing)")
+    mtext = mtext.replace('#include "kompute/Manager.hpp"\n', '#include "kompute/Manager.hpp"\n'
+                          '#include <atomic>\nnamespace kp {\nstd::atomic<bool> gIntegerDotProduct{ false };\n}\n', 1)
+    mgr_cpp.write_text(mtext.replace(old_create, new_create, 1))
+text = main.read_text()
+if "integer_dot_product" not in text:
+    module = "PYBIND11_MODULE(kp, m)\n{\n"
+    if module not in text:
+        sys.exit("patch_kp: module definition not found in python/src/main.cpp")
+    text = text.replace(module, "namespace kp {\nextern std::atomic<bool> gIntegerDotProduct;\n}\n" + module +
+                        '    m.def("integer_dot_product", []() { return kp::gIntegerDotProduct.load(); },\n'
+                        '          "Whether the last device created has shaderIntegerDotProduct enabled.");\n', 1)
+    main.write_text(text)
 # a marker the setup scripts probe to know this build carries every patch above
 text = main.read_text()
 if "dynamo_vulkan_patches" not in text:
     module = "PYBIND11_MODULE(kp, m)\n{\n"
     if module not in text:
         sys.exit("patch_kp: module definition not found in python/src/main.cpp")
-    text = text.replace(module, module + '    m.attr("dynamo_vulkan_patches") = 6;\n', 1)
+    text = text.replace(module, module + '    m.attr("dynamo_vulkan_patches") = 7;\n', 1)
     main.write_text(text)

@@ -1,0 +1,71 @@
+// The GGUF mat-vec for one row of x with integer dot products (Q4_0, Q4_1, Q8_0):
+// out[n] = sum_k x[k] * W[n, k], x given as three int8 planes per block of 32
+// (gguf_xplanes.comp), so a block's 32 products are 8 packed dot products per plane
+// (gguf_blocks.glsl gb_dot3) and a few scalar ops, where the fp32 kernel
+// (gguf_matvec.comp) decodes and multiplies every element. Exact integer sums, then
+//   block = d * (s0 * (I0 - off * A0) + s1 * (254 I1 + I2 - off * A1)) + m * (s0 A0 + s1 A1),
+// so the result is x's planes times W to fp32 rounding. A workgroup's threads share NR
+// rows of W (x's planes loaded once for them), each thread a block at a time, partial
+// sums meeting through subgroupAdd and shared memory. RESIDUAL adds a tensor.
+#extension GL_EXT_spirv_intrinsics : require
+#extension GL_EXT_control_flow_attributes : enable
+#include "common.glsl"
+#include "int_dot.glsl"
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint N = 1;
+layout(constant_id = 2) const uint K = 32;
+layout(constant_id = 3) const uint ROW_BYTES = 0;
+layout(constant_id = 4) const uint OUT_OFF = 0;   // output column of W's first row
+layout(constant_id = 5) const uint RES_OFF = 0;   // RESIDUAL: offset
+BUFFER(0, outb)
+layout(set = 0, binding = 1) readonly buffer XPlanes { uvec4 xp4[]; };
+#define WQ_BINDING 2
+IN_BUFFER(WQ_BINDING, wq)
+#ifdef RESIDUAL
+IN_BUFFER(3, resb)
+#endif
+#define GB_INT_DOT 1
+#include "gguf_blocks.glsl"
+#ifndef NR
+#define NR 2
+#endif
+#ifndef MAXSG
+#define MAXSG 64
+#endif
+shared float red[MAXSG][NR];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    uint n0 = flat_workgroup() * NR;
+    float acc[NR];
+    uint ro[NR];
+    [[unroll]] for (uint r = 0; r < NR; ++r) { acc[r] = 0.0; ro[r] = min(n0 + r, N - 1u) * ROW_BYTES; }
+    for (uint b = lid; b < NB; b += wg) {
+        uvec4 xp[6];
+        [[unroll]] for (uint i = 0; i < 6u; ++i) xp[i] = xp4[7u * b + i];
+        uvec4 meta = xp4[7u * b + 6u];
+        vec2 s = uintBitsToFloat(meta.xy);
+        ivec2 sums = ivec2(meta.zw);
+        vec2 xs = vec2(s.x * float(sums.x), s.y * float(sums.y));   // the block's sum of x
+        [[unroll]] for (uint r = 0; r < NR; ++r) {
+            ivec3 i3 = gb_dot3(ro[r], b, xp);
+            vec2 dm = gb_dot_dm(ro[r], b);
+            float f = s.x * float(i3.x - GB_DOT_OFF * sums.x) +
+                      s.y * float(254 * i3.y + i3.z - GB_DOT_OFF * sums.y);
+            acc[r] += dm.x * f + dm.y * (xs.x + xs.y);
+        }
+    }
+    [[unroll]] for (uint r = 0; r < NR; ++r) {
+        float t = subgroupAdd(acc[r]);
+        if (subgroupElect()) red[gl_SubgroupID][r] = t;
+    }
+    barrier();
+    if (lid < NR && n0 + lid < N) {
+        float t = 0.0;
+        for (uint j = 0; j < gl_NumSubgroups; ++j) t += red[j][lid];
+#ifdef RESIDUAL
+        t += ld_f32(resb[RES_OFF + OUT_OFF + n0 + lid]);
+#endif
+        outb[OUT_OFF + n0 + lid] = st_f32(t);
+    }
+}

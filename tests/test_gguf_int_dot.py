@@ -1,0 +1,143 @@
+"""The integer-dot GGUF mat-vec (gguf_xplanes + gguf_matvec_idot: x as three int8 planes,
+packed dot products) against the CPU op, forced on with DYNAMO_VULKAN_INT_DOT=on (lavapipe
+is created with shaderIntegerDotProduct by kp patch 7): odd row counts, one row, offset x,
+a residual, a weight split over buffers, x with zero, tiny and huge blocks; and which
+mat-vecs take it."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dynamo_vulkan import device
+from dynamo_vulkan.gguf import GGUFLinear
+from dynamo_vulkan.gguf.op import gguf_linear
+from dynamo_vulkan.gguf.quants import quant_info
+from dynamo_vulkan.lowering import gguf as gguf_lowering
+from gguf_fixtures import blocks_of
+from vk import check, compiled
+
+TYPES = gguf_lowering.INT_DOT_TYPES
+
+
+@pytest.fixture(autouse=True)
+def _int_dot_on(monkeypatch):
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
+    if not device.device_info().get("integer_dot_product"):
+        pytest.fail("the test device was created without shaderIntegerDotProduct "
+                    "(kp without patch 7? run scripts/setup.sh)")
+
+
+def _tol(expected: torch.Tensor) -> dict:
+    """fp32 accuracy: the planes hold x to ~2^-24 of each block's largest value."""
+    return {"rtol": 2e-5, "atol": 2e-5 * float(expected.abs().max())}
+
+
+def _kernels(plans) -> list[str]:
+    return [d.name.split(":")[0] for p in plans for d in p.dispatches]
+
+
+class Residual(torch.nn.Module):
+    def __init__(self, lin):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, x, r):
+        return self.lin(x) + r
+
+
+@pytest.mark.parametrize("name", TYPES)
+@pytest.mark.parametrize("rows,cols", [(1, 256), (7, 512), (65, 768)])
+def test_matches_cpu(plans, name, rows, cols):
+    torch.manual_seed(0)
+    lin = GGUFLinear(blocks_of(name, rows, cols, rows), quant_info(name).ggml_type, rows, cols)
+    for x in (torch.randn(1, cols), torch.randn(1, cols + 3)[:, 3:], torch.randn(1, 1, cols)):
+        with torch.no_grad():
+            check(lin, x, **_tol(lin(x)))
+    assert _kernels(plans[-1:]) == ["gguf_xplanes", "gguf_matvec_idot"]
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_residual_is_added_by_the_kernel(plans, name):
+    torch.manual_seed(1)
+    rows, cols = 33, 256
+    model = Residual(GGUFLinear(blocks_of(name, rows, cols, 5), quant_info(name).ggml_type, rows, cols))
+    x, r = torch.randn(1, cols), torch.randn(1, rows)
+    with torch.no_grad():
+        check(model, x, r, **_tol(model(x, r)))
+    assert _kernels(plans[-1:]) == ["gguf_xplanes", "gguf_matvec_idot"]
+    assert plans[-1].dispatches[-1].note.endswith("+ residual (integer dot products)")
+
+
+def test_blocks_of_zeros_tiny_and_huge_values(plans):
+    """Each block has its own scale: a block of zeros, one of 1e-30 and one of 1e30 beside
+    normal ones keep fp32 accuracy (per block, relative to its own largest value)."""
+    torch.manual_seed(2)
+    name, rows, cols = "Q8_0", 16, 256
+    lin = GGUFLinear(blocks_of(name, rows, cols, 7), quant_info(name).ggml_type, rows, cols)
+    x = torch.randn(1, cols)
+    x[0, :32] = 0
+    x[0, 32:64] *= 1e-30
+    huge = x.clone()
+    huge[0, 64:96] *= 1e30
+    with torch.no_grad():
+        check(lin, x, **_tol(lin(x)))
+        torch.testing.assert_close(compiled(lin)(huge), lin(huge), rtol=2e-5, atol=0)
+    assert "gguf_matvec_idot" in _kernels(plans)
+
+
+def test_split_weight_writes_each_chunks_columns(plans, monkeypatch):
+    """A weight over the buffer limit: one plane dispatch and one mat-vec per chunk, each
+    writing its rows' columns of the output."""
+    info = device.device_info()
+    monkeypatch.setitem(info, "max_storage_buffer_range", 40 * 272)
+    monkeypatch.setitem(info, "name", f"{info['name']} (test limit {40 * 272})")
+    torch.manual_seed(3)
+    name, rows, cols = "Q8_0", 101, 256
+    lin = GGUFLinear(blocks_of(name, rows, cols, 9), quant_info(name).ggml_type, rows, cols)
+    x = torch.randn(1, cols)
+    with torch.no_grad():
+        check(lin, x, **_tol(lin(x)))
+    names = _kernels(plans[-1:])
+    assert names.count("gguf_matvec_idot") == 3 and names.count("gguf_xplanes") == 3, names
+
+
+def _plan(name: str, rows: int, cols: int, m: int = 1):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_vulkan.runtime import planner
+    qt = quant_info(name).ggml_type
+    args = [torch.randn(m, cols), blocks_of(name, rows, cols, 1)]
+    gm = make_fx(lambda x, b: gguf_linear(x, b, qt, rows, cols))(*args)
+    planner.specialise(gm, args)
+    return planner.lower(gm, args, [False, True], device.device_info())
+
+
+def test_which_matvecs_take_it(monkeypatch):
+    kernels = lambda *a: [d.name.split(":")[0] for d in _plan(*a).dispatches]  # noqa: E731
+    assert kernels("Q4_0", 8, 256) == ["gguf_xplanes", "gguf_matvec_idot"]
+    assert kernels("Q4_0", 8, 256, 2) == ["gguf_matvec"]         # two rows of x
+    assert kernels("Q4_1", 8, 96) == ["gguf_matvec"]             # rows not on 16 bytes
+    assert kernels("Q6_K", 8, 256) == ["gguf_matvec"]            # no integer decoding
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "off")
+    assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")          # lavapipe: a CPU device
+    assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
+    info = device.device_info()
+    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
+    assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]            # below INT_DOT_MIN_WEIGHTS
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_WEIGHTS", 8 * 256)
+    assert kernels("Q4_0", 8, 256) == ["gguf_xplanes", "gguf_matvec_idot"]
+
+
+def test_modes_and_a_device_without_the_feature(monkeypatch):
+    from dynamo_vulkan import config
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "sometimes")
+    with pytest.raises(ValueError, match="DYNAMO_VULKAN_INT_DOT='sometimes'"):
+        config.int_dot()
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
+    monkeypatch.setitem(device.device_info(), "integer_dot_product", False)
+    with pytest.raises(Exception, match="without shaderIntegerDotProduct"):
+        _plan("Q4_0", 8, 256)
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
+    assert [d.name.split(":")[0] for d in _plan("Q4_0", 8, 256).dispatches] == ["gguf_matvec"]
