@@ -93,15 +93,19 @@ MV_CPU_SUBGROUPS = 4
 # for 4-bit types too). The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 # The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
-# shaderIntegerDotProduct, kp patch 7): x quantized into three int8 planes per block of 32
-# (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7 against float64 on the H100,
-# where an fp32 matmul of the same dequantized weight gets 4e-7), then 8 packed dot products
-# per plane and block instead of decoding and multiplying every element. H100, 2026-11-24,
-# Q4_0 chained like benchmarks/gguf_matvec.py: 14336 x 4096 16.9 us against the fp32 kernel's
-# 22.2 (0.66 of copy against 0.50), 4096 x 14336 17.1-17.3 against 22.6, 4096 x 4096 8.35
-# against 9.84, before the planes' own dispatch (a barrier level: so only for big weights).
+# shaderIntegerDotProduct, kp patch 7; DYNAMO_VULKAN_INT_DOT=on): x quantized into three
+# int8 planes per block of 32 (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7
+# against float64 on the H100, where an fp32 matmul of the same dequantized weight gets
+# 4e-7), then 8 packed dot products per plane and block instead of decoding and
+# multiplying every element. H100, 2026-11-24, chained as in benchmarks/gguf_matvec.py:
+# the mat-vec alone (a scratch kernel of the same loop) took 16.9 us for Q4_0 14336 x 4096
+# against the fp32 kernel's 22.2 (0.66 of copy against 0.50) and 17.1-17.3 at 4096 x 14336
+# against 22.6; but with the planes' dispatch before each mat-vec (one invocation per
+# block, a barrier level of its own) the pair took 24.9 / 25.8 us (Q4_1 24.5 / 25.4 against
+# 23.2 / 23.2; Q8_0, two 16-byte loads a block, 32.5 / 34.1 against 27.5 / 28.3), and at
+# 4096 x 4096 16.2 against 9.8. So it is off by default: it pays only once the planes are
+# made by the kernel that produces x and shared by the mat-vecs that read it.
 INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
-INT_DOT_MIN_WEIGHTS = 32 << 20   # rows x cols from which "auto" takes it
 INT_DOT_WG = 64
 INT_DOT_NR = 2
 XPLANES_WG = 64
@@ -303,8 +307,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2,
-                                      fused=norm is not None or loader is not None or post_norm is not None):
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, rb, x2, fused=norm is not None or
+                                      loader is not None or post_norm is not None):
         _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, note)
     elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
@@ -389,23 +393,19 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
 
 
-def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
-                 fused: bool) -> bool:
-    """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
+def _use_int_dot(ctx: Context, qtype: int, m: int, rb: int, x2: TRef, fused: bool) -> bool:
+    """Whether a mat-vec takes the integer-dot path (config.int_dot() "on"): one row of x with
     unit stride, no prologue or post-norm fused in, a type it decodes, rows of W starting on
     16 bytes, and a device created with shaderIntegerDotProduct."""
-    mode = config.int_dot()
-    if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or \
+    if config.int_dot() == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or \
             SHADER_TYPES.get(qtype) not in INT_DOT_TYPES:
         return False
     if not ctx.caps.get("integer_dot_product"):
-        if mode == "on":
-            raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "
-                                "without shaderIntegerDotProduct (it lacks "
-                                "VK_KHR_shader_integer_dot_product, or kp was built without "
-                                "scripts/patch_kp.py's patch 7: run scripts/setup.sh)")
-        return False
-    return mode == "on" or (not device.is_cpu(ctx.caps) and n * k >= INT_DOT_MIN_WEIGHTS)
+        raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "
+                            "without shaderIntegerDotProduct (it lacks "
+                            "VK_KHR_shader_integer_dot_product, or kp was built without "
+                            "scripts/patch_kp.py's patch 7: run scripts/setup.sh)")
+    return True
 
 
 def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int, k: int,
