@@ -233,18 +233,14 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
 // element order); gb_dot_dm gives (d, m) with the block's element = d * (q - GB_DOT_OFF)
 // + m. Rows of W must start on 16 bytes (the lowering checks).
 #if defined(QTYPE_Q4_0) || defined(QTYPE_Q4_1)
-#define GB_DOT_NIBBLES 1
+#define GB_DOT4 SUDOT4
 layout(set = 0, binding = WQ_BINDING) readonly buffer WqDot { uvec4 wqd[]; };
-ivec3 gb_dot3(uint ro, uint b, uvec4 xp[6]) {
+// the block's quants as 8 words of bytes, in the order x's plane words pair with them
+void gb_dot_q(uint ro, uint b, out uvec4 q0, out uvec4 q1) {
     uvec4 q = wqd[(ro + 16u * b) >> 4];
     uvec4 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
-    ivec3 r;
-    [[unroll]] for (uint p = 0; p < 3; ++p) {
-        uvec4 a = xp[2 * p], c = xp[2 * p + 1];
-        r[p] = SUDOT4(a.x, lo.x) + SUDOT4(a.y, hi.x) + SUDOT4(a.z, lo.y) + SUDOT4(a.w, hi.y)
-             + SUDOT4(c.x, lo.z) + SUDOT4(c.y, hi.z) + SUDOT4(c.z, lo.w) + SUDOT4(c.w, hi.w);
-    }
-    return r;
+    q0 = uvec4(lo.x, hi.x, lo.y, hi.y);
+    q1 = uvec4(lo.z, hi.z, lo.w, hi.w);
 }
 #if defined(QTYPE_Q4_0)
 const int GB_DOT_OFF = 8;
@@ -254,24 +250,29 @@ const int GB_DOT_OFF = 0;
 vec2 gb_dot_dm(uint ro, uint b) { return unpackHalf2x16(gb_w(ro + 16u * NB + 4u * b)); }
 #endif
 #elif defined(QTYPE_Q8_0)
-#define GB_DOT_NIBBLES 0
+#define GB_DOT4 SDOT4
 layout(set = 0, binding = WQ_BINDING) readonly buffer WqDot { uvec4 wqd[]; };
-ivec3 gb_dot3(uint ro, uint b, uvec4 xp[6]) {
+void gb_dot_q(uint ro, uint b, out uvec4 q0, out uvec4 q1) {
     uint i = (ro + 32u * b) >> 4;
-    uvec4 q0 = wqd[i], q1 = wqd[i + 1u];
-    ivec3 r;
-    [[unroll]] for (uint p = 0; p < 3; ++p) {
-        uvec4 a = xp[2 * p], c = xp[2 * p + 1];
-        r[p] = SDOT4(a.x, q0.x) + SDOT4(a.y, q0.y) + SDOT4(a.z, q0.z) + SDOT4(a.w, q0.w)
-             + SDOT4(c.x, q1.x) + SDOT4(c.y, q1.y) + SDOT4(c.z, q1.z) + SDOT4(c.w, q1.w);
-    }
-    return r;
+    q0 = wqd[i];
+    q1 = wqd[i + 1u];
 }
 const int GB_DOT_OFF = 0;
 vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 32u * NB + 2u * b), 0.0); }
 #else
 #error "gguf_blocks.glsl: no integer dot products for this type"
 #endif
+ivec3 gb_dot3(uint ro, uint b, uvec4 xp[6]) {
+    uvec4 q0, q1;
+    gb_dot_q(ro, b, q0, q1);
+    ivec3 r;
+    [[unroll]] for (uint p = 0; p < 3; ++p) {
+        uvec4 a = xp[2 * p], c = xp[2 * p + 1];
+        r[p] = GB_DOT4(a.x, q0.x) + GB_DOT4(a.y, q0.y) + GB_DOT4(a.z, q0.z) + GB_DOT4(a.w, q0.w)
+             + GB_DOT4(c.x, q1.x) + GB_DOT4(c.y, q1.y) + GB_DOT4(c.z, q1.z) + GB_DOT4(c.w, q1.w);
+    }
+    return r;
+}
 #endif
 const uint CPB = QK / 8u;   // chunks of 8 per block
 #ifndef GB_AFFINE
