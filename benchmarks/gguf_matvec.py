@@ -66,13 +66,16 @@ def _program(name, rows, cols, m, copies, chained, rng):
     nbytes = tensor_nbytes(qt, rows, cols)
     data = torch.from_numpy(random_blocks(name, nbytes * copies, rng))
     blocks = [data[i * nbytes:(i + 1) * nbytes] for i in range(copies)]
-    x = torch.randn(m, cols)
+    # each mat-vec its own x, so nothing made from x (the integer-dot path's planes) is
+    # shared between them: a decoder's mat-vecs mostly read an x of their own
+    x = torch.randn(copies, m, cols)
     ctx = Context(device.device_info())
     plan = ctx.plan
-    xr = TRef(ctx.buffer(x.numel(), "input", "f32"), (m, cols), (cols, 1), 0, "f32")
-    plan.inputs.append(InputSpec(xr.buf, str(x.dtype), tuple(x.shape), False))
+    xbuf = ctx.buffer(x.numel(), "input", "f32")
+    plan.inputs.append(InputSpec(xbuf, str(x.dtype), tuple(x.shape), False))
     outs = []
-    for b in blocks:
+    for i, b in enumerate(blocks):
+        xr = TRef(xbuf, (m, cols), (cols, 1), i * m * cols, "f32")
         kind = packed_kind(qt, cols)
         w = TRef(ctx.buffer(words_of(kind, nbytes), "param", kind), (nbytes,), (1,), 0, kind)
         plan.inputs.append(InputSpec(w.buf, str(b.dtype), tuple(b.shape), True))
@@ -92,6 +95,8 @@ def kernel_config(prog) -> str:
     d = next(d for d in prog.plan.dispatches if d.name.startswith("gguf_matvec"))
     from dynamo_vulkan.runtime.shaders import head_defines
     defs = head_defines(prog.plan.sources[d.spirv_key])
+    if d.name.startswith("gguf_matvec_idot"):
+        return f"idot NR={defs.get('NR')} WG={d.spec[0]}"
     return f"NR={defs.get('NR')} TPR={defs.get('TPR')} WG={d.spec[0]} U={defs.get('UNROLL')}"
 
 
@@ -128,7 +133,8 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     floor_gbps = floor.gbps(calls)["gbps"] if chained else None   # at once: as warm
     floor.close()
     qt = quant_info(name).ggml_type
-    ref = gguf_linear(args[0], args[-1 if chained else 1], qt, rows, cols)   # what outs[0] holds
+    last = -1 if chained else 0          # what outs[0] holds: the last weight's, or the first's
+    ref = gguf_linear(args[0][last], args[last if chained else 1], qt, rows, cols)
     err = float((outs[0] - ref).abs().max() / ref.abs().max())
     return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,

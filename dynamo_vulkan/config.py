@@ -12,7 +12,7 @@ FALLBACK_MODES = ("warn", "error", "silent")
 # on the cores a polling thread would take.
 DEFAULT_FENCE_SPIN_US = 1000
 CPU_MATMUL_MODES = ("host", "vulkan")
-INT_DOT_MODES = ("off", "on")
+INT_DOT_MODES = ("auto", "on", "off")
 
 
 def cpu_matmul() -> str:
@@ -29,11 +29,11 @@ def cpu_matmul() -> str:
 
 def int_dot() -> str:
     """DYNAMO_VULKAN_INT_DOT: the GGUF mat-vec's integer-dot path (x as three int8 planes,
-    fp32-accurate; lowering/gguf.py): "off" (default), or "on" for every eligible one-row
-    mat-vec (an error where the device lacks shaderIntegerDotProduct). Off by default: its
-    mat-vec is 1.3x faster than the fp32 kernel on an H100, but the planes' own dispatch
-    costs more than that saves (lowering/gguf.py has the figures)."""
-    mode = os.environ.get("DYNAMO_VULKAN_INT_DOT", "off").strip().lower() or "off"
+    fp32-accurate; lowering/gguf.py). "auto" (default): on GPUs created with
+    shaderIntegerDotProduct, for the weights where it measured faster (gguf.INT_DOT_AUTO);
+    "on": for every eligible one-row mat-vec (an error where the device lacks the
+    feature); "off": never."""
+    mode = os.environ.get("DYNAMO_VULKAN_INT_DOT", "auto").strip().lower() or "auto"
     if mode not in INT_DOT_MODES:
         raise ValueError(f"DYNAMO_VULKAN_INT_DOT={mode!r} is not one of {INT_DOT_MODES}")
     return mode

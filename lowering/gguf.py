@@ -93,19 +93,25 @@ MV_CPU_SUBGROUPS = 4
 # for 4-bit types too). The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 # The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
-# shaderIntegerDotProduct, kp patch 7; DYNAMO_VULKAN_INT_DOT=on): x quantized into three
-# int8 planes per block of 32 (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7
+# shaderIntegerDotProduct, kp patch 7; config.int_dot()): x quantized into three int8
+# planes per block of 32 (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7
 # against float64 on the H100, where an fp32 matmul of the same dequantized weight gets
 # 4e-7), then 8 packed dot products per plane and block instead of decoding and
-# multiplying every element. H100, 2026-11-24, chained as in benchmarks/gguf_matvec.py:
-# the mat-vec alone (a scratch kernel of the same loop) took 16.9 us for Q4_0 14336 x 4096
-# against the fp32 kernel's 22.2 (0.66 of copy against 0.50) and 17.1-17.3 at 4096 x 14336
-# against 22.6; but with the planes' dispatch before each mat-vec (one invocation per
-# block, a barrier level of its own) the pair took 24.9 / 25.8 us (Q4_1 24.5 / 25.4 against
-# 23.2 / 23.2; Q8_0, two 16-byte loads a block, 32.5 / 34.1 against 27.5 / 28.3), and at
-# 4096 x 4096 16.2 against 9.8. So it is off by default: it pays only once the planes are
-# made by the kernel that produces x and shared by the mat-vecs that read it.
+# multiplying every element. H100, 2026-11-24, chained as in benchmarks/gguf_matvec.py,
+# us for 4096 x 4096 / 4096 x 14336 / 14336 x 4096, fp32 kernel -> integer dots:
+#   the planes made for each mat-vec (a kernel and a barrier level, ~3 us):
+#     Q4_0 9.86 / 22.77 / 22.29 -> 13.06 / 22.91 / 22.09
+#     Q4_1 10.40 / 23.40 / 23.49 -> 12.77 / 22.40 / 21.67
+#     Q8_0 11.21 / 28.32 / 27.78 -> 14.42 / 31.36 / 29.31
+#   the planes shared by many mat-vecs of one x (q, k, v; gate, up):
+#     Q4_0 -> 9.45 / 19.89 / 19.09, Q4_1 -> 9.24 / 19.33 / 18.77, Q8_0 -> 11.41 / 28.61 / 26.62
+# (the mat-vec alone: Q4_0 14336 x 4096 16.9 us, 0.66 of copy against 0.50). So "auto" takes
+# it for Q4_0 and Q4_1 weights of at least INT_DOT_AUTO_WEIGHTS on a GPU, even or ahead
+# when the planes are not shared. A serial planes kernel (one invocation per block) cost
+# 5-6 us more: eight invocations per block now.
 INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
+INT_DOT_AUTO = ("Q4_0", "Q4_1")     # the types "auto" takes it for
+INT_DOT_AUTO_WEIGHTS = 32 << 20    # rows x cols from which "auto" takes it
 INT_DOT_WG = 64
 INT_DOT_NR = 2
 XPLANES_WG = 64
@@ -307,7 +313,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, rb, x2, fused=norm is not None or
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2, fused=norm is not None or
                                       loader is not None or post_norm is not None):
         _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, note)
     elif m <= MATVEC_M:
@@ -393,13 +399,18 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
 
 
-def _use_int_dot(ctx: Context, qtype: int, m: int, rb: int, x2: TRef, fused: bool) -> bool:
-    """Whether a mat-vec takes the integer-dot path (config.int_dot() "on"): one row of x with
+def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
+                 fused: bool) -> bool:
+    """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
     unit stride, no prologue or post-norm fused in, a type it decodes, rows of W starting on
-    16 bytes, and a device created with shaderIntegerDotProduct."""
-    if config.int_dot() == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or \
-            SHADER_TYPES.get(qtype) not in INT_DOT_TYPES:
+    16 bytes, a device created with shaderIntegerDotProduct; for "auto", a GPU and a
+    weight of a type and size where it measured faster."""
+    mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
+    if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or name not in INT_DOT_TYPES:
         return False
+    if mode == "auto":
+        return bool(ctx.caps.get("integer_dot_product")) and not device.is_cpu(ctx.caps) and \
+            name in INT_DOT_AUTO and n * k >= INT_DOT_AUTO_WEIGHTS
     if not ctx.caps.get("integer_dot_product"):
         raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "
                             "without shaderIntegerDotProduct (it lacks "
@@ -410,12 +421,18 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, rb: int, x2: TRef, fused: boo
 
 def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int, k: int,
                   rb: int, row0: int, residual: TRef | None, note: str) -> None:
-    """x's int8 planes (gguf_xplanes), then the integer-dot mat-vec into out[0, row0..]."""
+    """x's int8 planes (gguf_xplanes), then the integer-dot mat-vec into out[0, row0..].
+    Mat-vecs of the same x (q, k and v; gate and up; a split weight's chunks) share one
+    planes dispatch, unless a dispatch since has written x's buffer."""
     nb = k // 32
-    planes = ctx.empty((1, nb * 28), "i32")
-    ctx.dispatch("gguf_xplanes", {"NIBBLES": int(defines["VARIANT"] != "Q8_0")}, [planes, x2], [0],
-                 [XPLANES_WG, nb, 1, x2.offset, x2.strides[0]], groups_for(nb, XPLANES_WG),
-                 note=f"[1x{k}] as int8 planes")
+    nibbles = int(defines["VARIANT"] != "Q8_0")
+    memo = ctx.__dict__.setdefault("_xplanes", {})
+    key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles)
+    planes, since = memo.get(key, (None, 0))
+    if planes is None or any(d.bindings[i] == x2.buf for d in ctx.plan.dispatches[since:]
+                             for i in d.writes):
+        planes = _emit_planes(ctx, x2, nb, nibbles, k)
+        memo[key] = (planes, len(ctx.plan.dispatches))
     bindings = [out, planes, w]
     defines = defines | {"NR": INT_DOT_NR}
     if residual is not None:
@@ -425,6 +442,15 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     ctx.dispatch("gguf_matvec_idot", defines, bindings, [0],
                  [INT_DOT_WG, n, k, rb, row0, residual.offset if residual is not None else 0],
                  groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
+
+
+def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int) -> TRef:
+    """gguf_xplanes: x's one row as int8 planes, 28 words per block of 32."""
+    planes = ctx.empty((1, nb * 28), "i32")
+    ctx.dispatch("gguf_xplanes", {"NIBBLES": nibbles, "MAXWG": XPLANES_WG}, [planes, x2], [0],
+                 [XPLANES_WG, nb, 1, x2.offset, x2.strides[0]], groups_for(8 * nb, XPLANES_WG),
+                 note=f"[1x{k}] as int8 planes")
+    return planes
 
 
 def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: int, n: int,

@@ -2,10 +2,12 @@
 // (gguf_matvec_idot.comp): with s = max|x| / 127 over the block, x = s * (a0 + a1 / 254 +
 // a2 / 254^2) to within s / 254^2 / 2, about 2^-24 of the block's largest value, so the
 // mat-vec keeps fp32 accuracy (no activation quantization error of the 8-bit kind).
-// One invocation per block of one row of x. Out, per block: 7 uvec4 = planes 0..2 (8
-// words each, the bytes in the order the weight's quants sit: NIBBLES, the even elements
-// of each 8 in one word and the odd in the next, else element order), then s0 = s,
-// s1 = s / 254^2 (as float bits) and the plane sums A0 = sum a0, A1 = sum(254 a1 + a2).
+// Eight invocations per block of one row of x, invocation l making word l of each plane
+// (4 elements); the block's max and plane sums meet in shared memory. Out, per block: 7
+// uvec4 = planes 0..2 (8 words each, the bytes in the order the weight's quants sit:
+// NIBBLES, the even elements of each 8 in one word and the odd in the next, else element
+// order), then s0 = s, s1 = s / 254^2 (as float bits) and the plane sums A0 = sum a0,
+// A1 = sum(254 a1 + a2).
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -18,41 +20,54 @@ IN_BUFFER(1, xb)
 #ifndef NIBBLES
 #define NIBBLES 0
 #endif
+#ifndef MAXWG
+#define MAXWG 256
+#endif
+shared float smax[MAXWG];
+shared int sa0[MAXWG], sa1[MAXWG];
 
-// element of the block for byte e of plane word j
-uint elem(uint j, uint e) { return NIBBLES != 0 ? 8u * (j >> 1) + 2u * e + (j & 1u) : 4u * j + e; }
+uint packed_bytes(ivec4 a) {
+    uvec4 u = uvec4(a) & 0xFFu;
+    return u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
+}
 
 void main() {
-    uint g = flat_invocation();
-    if (g >= NB * M) return;
-    uint m = g / NB, b = g % NB, xo = X_OFF + m * X_SM + 32u * b;
-    float v[32];
+    uint lid = gl_LocalInvocationID.x, g = flat_invocation(), l = g & 7u, blk = g >> 3;
+    bool live = blk < NB * M;          // no early return: the barriers need every invocation
+    uint m = min(blk, NB * M - 1u) / NB, b = min(blk, NB * M - 1u) % NB;
+    uint xo = X_OFF + m * X_SM + 32u * b;
+    // word l's 4 elements: NIBBLES, elements 8 (l / 2) + 2 e + l % 2; else 4 l + e
+    uint e0 = NIBBLES != 0 ? 8u * (l >> 1) + (l & 1u) : 4u * l, de = NIBBLES != 0 ? 2u : 1u;
+    vec4 v = vec4(ld_f32(xb[xo + e0]), ld_f32(xb[xo + e0 + de]), ld_f32(xb[xo + e0 + 2u * de]),
+                  ld_f32(xb[xo + e0 + 3u * de]));
+    vec4 av = abs(v);
+    smax[lid] = max(max(av.x, av.y), max(av.z, av.w));
+    barrier();
+    uint first = lid & ~7u;
     float amax = 0.0;
-    [[unroll]] for (uint i = 0; i < 32u; ++i) { v[i] = ld_f32(xb[xo + i]); amax = max(amax, abs(v[i])); }
+    [[unroll]] for (uint i = 0; i < 8u; ++i) amax = max(amax, smax[first + i]);
     float s = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
-    int a0s = 0, a1s = 0;
-    uint o = 28u * g;
-    [[unroll]] for (uint j = 0; j < 8u; ++j) {
-        uint w0 = 0u, w1 = 0u, w2 = 0u;
-        [[unroll]] for (uint e = 0; e < 4u; ++e) {
-            float t = v[elem(j, e)] * inv;
-            float a0 = clamp(roundEven(t), -127.0, 127.0);
-            float r = (t - a0) * 254.0;
-            float a1 = clamp(roundEven(r), -127.0, 127.0);
-            float a2 = clamp(roundEven((r - a1) * 254.0), -127.0, 127.0);
-            ivec3 a = ivec3(a0, a1, a2);
-            a0s += a.x;
-            a1s += 254 * a.y + a.z;
-            w0 |= (uint(a.x) & 0xFFu) << (8u * e);
-            w1 |= (uint(a.y) & 0xFFu) << (8u * e);
-            w2 |= (uint(a.z) & 0xFFu) << (8u * e);
-        }
-        outb[o + j] = w0;
-        outb[o + 8u + j] = w1;
-        outb[o + 16u + j] = w2;
+    vec4 t = v * inv;
+    vec4 a0 = clamp(roundEven(t), -127.0, 127.0);
+    vec4 r = (t - a0) * 254.0;
+    vec4 a1 = clamp(roundEven(r), -127.0, 127.0);
+    vec4 a2 = clamp(roundEven((r - a1) * 254.0), -127.0, 127.0);
+    ivec4 i0 = ivec4(a0), i1 = ivec4(a1), i2 = ivec4(a2);
+    uint o = 28u * blk;
+    if (live) {
+        outb[o + l] = packed_bytes(i0);
+        outb[o + 8u + l] = packed_bytes(i1);
+        outb[o + 16u + l] = packed_bytes(i2);
     }
-    outb[o + 24u] = floatBitsToUint(s);
-    outb[o + 25u] = floatBitsToUint(s / 64516.0);
-    outb[o + 26u] = uint(a0s);
-    outb[o + 27u] = uint(a1s);
+    sa0[lid] = i0.x + i0.y + i0.z + i0.w;
+    sa1[lid] = 254 * (i1.x + i1.y + i1.z + i1.w) + (i2.x + i2.y + i2.z + i2.w);
+    barrier();
+    if (live && l == 0u) {
+        int s0 = 0, s1 = 0;
+        [[unroll]] for (uint i = 0; i < 8u; ++i) { s0 += sa0[first + i]; s1 += sa1[first + i]; }
+        outb[o + 24u] = floatBitsToUint(s);
+        outb[o + 25u] = floatBitsToUint(s / 64516.0);
+        outb[o + 26u] = uint(s0);
+        outb[o + 27u] = uint(s1);
+    }
 }

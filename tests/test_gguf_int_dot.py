@@ -87,8 +87,8 @@ def test_blocks_of_zeros_tiny_and_huge_values(plans):
 
 
 def test_split_weight_writes_each_chunks_columns(plans, monkeypatch):
-    """A weight over the buffer limit: one plane dispatch and one mat-vec per chunk, each
-    writing its rows' columns of the output."""
+    """A weight over the buffer limit: one mat-vec per chunk, each writing its rows' columns
+    of the output, all reading one planes dispatch."""
     info = device.device_info()
     monkeypatch.setitem(info, "max_storage_buffer_range", 40 * 272)
     monkeypatch.setitem(info, "name", f"{info['name']} (test limit {40 * 272})")
@@ -99,7 +99,33 @@ def test_split_weight_writes_each_chunks_columns(plans, monkeypatch):
     with torch.no_grad():
         check(lin, x, **_tol(lin(x)))
     names = _kernels(plans[-1:])
-    assert names.count("gguf_matvec_idot") == 3 and names.count("gguf_xplanes") == 3, names
+    assert names.count("gguf_matvec_idot") == 3 and names.count("gguf_xplanes") == 1, names
+
+
+class SameX(torch.nn.Module):
+    """Three linears of one x (q, k, v) and one of another."""
+
+    def __init__(self, name: str, cols: int):
+        super().__init__()
+        qt = quant_info(name).ggml_type
+        self.lins = torch.nn.ModuleList(GGUFLinear(blocks_of(name, r, cols, r), qt, r, cols)
+                                        for r in (16, 9, 9, 5))
+
+    def forward(self, x, y):
+        q, k, v, o = self.lins
+        return q(x), k(x), v(x), o(y)
+
+
+@pytest.mark.parametrize("name", ["Q4_1", "Q8_0"])
+def test_matvecs_of_one_x_share_its_planes(plans, name):
+    torch.manual_seed(4)
+    model = SameX(name, 256)
+    x, y = torch.randn(1, 256), torch.randn(1, 256)
+    with torch.no_grad():
+        expected = model(x, y)
+        check(model, x, y, **_tol(torch.cat(expected, 1)))
+    names = _kernels(plans[-1:])
+    assert names.count("gguf_matvec_idot") == 4 and names.count("gguf_xplanes") == 2, names
 
 
 def _plan(name: str, rows: int, cols: int, m: int = 1):
@@ -114,16 +140,28 @@ def _plan(name: str, rows: int, cols: int, m: int = 1):
 
 
 def test_which_matvecs_take_it(monkeypatch):
-    """With DYNAMO_VULKAN_INT_DOT=on: one-row mat-vecs of the types it decodes whose rows
-    start on 16 bytes; none when it is off, which is the default."""
+    """"on": one-row mat-vecs of the types it decodes whose rows start on 16 bytes. "auto"
+    (the default): on a GPU, Q4_0/Q4_1 weights of INT_DOT_AUTO_WEIGHTS or more. "off": none."""
     kernels = lambda *a: [d.name.split(":")[0] for d in _plan(*a).dispatches]  # noqa: E731
-    assert kernels("Q4_0", 8, 256) == ["gguf_xplanes", "gguf_matvec_idot"]
+    idot = ["gguf_xplanes", "gguf_matvec_idot"]
+    assert kernels("Q4_0", 8, 256) == idot
+    assert kernels("Q8_0", 8, 256) == idot
     assert kernels("Q4_0", 8, 256, 2) == ["gguf_matvec"]         # two rows of x
     assert kernels("Q4_1", 8, 96) == ["gguf_matvec"]             # rows not on 16 bytes
     assert kernels("Q6_K", 8, 256) == ["gguf_matvec"]            # no integer decoding
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "off")
     assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
-    monkeypatch.delenv("DYNAMO_VULKAN_INT_DOT")                  # off by default
+    monkeypatch.delenv("DYNAMO_VULKAN_INT_DOT")                  # auto
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 256)
+    assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]            # lavapipe: a CPU device
+    info = device.device_info()
+    monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
+    monkeypatch.setitem(info, "name", f"{info['name']} (as a GPU)")
+    assert kernels("Q4_0", 8, 256) == idot
+    assert kernels("Q4_1", 8, 256) == idot
+    assert kernels("Q8_0", 8, 256) == ["gguf_matvec"]            # not faster for Q8_0
+    assert kernels("Q4_0", 7, 256) == ["gguf_matvec"]            # under the size
+    monkeypatch.setitem(info, "integer_dot_product", False)
     assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
 
 
@@ -136,5 +174,5 @@ def test_modes_and_a_device_without_the_feature(monkeypatch):
     monkeypatch.setitem(device.device_info(), "integer_dot_product", False)
     with pytest.raises(Exception, match="without shaderIntegerDotProduct"):
         _plan("Q4_0", 8, 256)
-    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "off")
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
     assert [d.name.split(":")[0] for d in _plan("Q4_0", 8, 256).dispatches] == ["gguf_matvec"]
