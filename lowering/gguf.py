@@ -105,12 +105,14 @@ MV_CPU_SUBGROUPS = 4
 #     Q8_0 11.21 / 28.32 / 27.78 -> 14.42 / 31.36 / 29.31
 #   the planes shared by many mat-vecs of one x (q, k, v; gate, up):
 #     Q4_0 -> 9.45 / 19.89 / 19.09, Q4_1 -> 9.24 / 19.33 / 18.77, Q8_0 -> 11.41 / 28.61 / 26.62
-# (the mat-vec alone: Q4_0 14336 x 4096 16.9 us, 0.66 of copy against 0.50). So "auto" takes
-# it for Q4_0 and Q4_1 weights of at least INT_DOT_AUTO_WEIGHTS on a GPU, even or ahead
-# when the planes are not shared. A serial planes kernel (one invocation per block) cost
-# 5-6 us more: eight invocations per block now.
+# (the mat-vec alone: Q4_0 14336 x 4096 16.9 us, 0.66 of copy against 0.50). Again, in
+# one run of benchmarks/gguf_matvec.py, unshared, fp32 -> integer dots at 4096 x 14336 /
+# 14336 x 4096: Q4_0 22.60 / 22.24 -> 23.02 / 22.49, Q4_1 23.42 / 23.81 -> 22.49 / 21.99.
+# So "auto" takes it for Q4_1 weights of at least INT_DOT_AUTO_WEIGHTS on a GPU (Q4_0 and
+# Q8_0 only gain where x's planes are shared: DYNAMO_VULKAN_INT_DOT=on). A serial planes
+# kernel (one invocation per block) cost 5-6 us more: eight invocations per block now.
 INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
-INT_DOT_AUTO = ("Q4_0", "Q4_1")     # the types "auto" takes it for
+INT_DOT_AUTO = ("Q4_1",)     # the types "auto" takes it for
 INT_DOT_AUTO_WEIGHTS = 32 << 20    # rows x cols from which "auto" takes it
 INT_DOT_WG = 64
 INT_DOT_NR = 2
