@@ -111,6 +111,10 @@ MV_CPU_SUBGROUPS = 4
 # So "auto" takes it for Q4_1 weights of at least INT_DOT_AUTO_WEIGHTS on a GPU (Q4_0 and
 # Q8_0 only gain where x's planes are shared: DYNAMO_VULKAN_INT_DOT=on). A serial planes
 # kernel (one invocation per block) cost 5-6 us more: eight invocations per block now.
+# An RMSNorm prologue goes into the planes (made once for the mat-vecs reading them):
+# torch.compile of rms_norm -> gate, up (14336 x 4096 each), H100 wall time per call,
+# Q4_1 148.4 / 144.0 -> 132.4 / 130.5 us; q, k, v (4096 x 4096, 2 x 1024 x 4096) 105.6 ->
+# 106.3 (so not for weights under INT_DOT_AUTO_WEIGHTS).
 INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
 INT_DOT_AUTO = ("Q4_1",)     # the types "auto" takes it for
 INT_DOT_AUTO_WEIGHTS = 32 << 20    # rows x cols from which "auto" takes it
@@ -315,9 +319,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2, fused=norm is not None or
-                                      loader is not None or post_norm is not None):
-        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, note)
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2,
+                                      fused=loader is not None or post_norm is not None):
+        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, note)
     elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
@@ -404,7 +408,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
 def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
                  fused: bool) -> bool:
     """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
-    unit stride, no prologue or post-norm fused in, a type it decodes, rows of W starting on
+    unit stride, no activation prologue or post-norm fused in (an RMSNorm prologue goes
+    into x's planes), a type it decodes, rows of W starting on
     16 bytes, a device created with shaderIntegerDotProduct; for "auto", a GPU and a
     weight of a type and size where it measured faster."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
@@ -422,18 +427,21 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: 
 
 
 def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int, k: int,
-                  rb: int, row0: int, residual: TRef | None, note: str) -> None:
-    """x's int8 planes (gguf_xplanes), then the integer-dot mat-vec into out[0, row0..].
-    Mat-vecs of the same x (q, k and v; gate and up; a split weight's chunks) share one
-    planes dispatch, unless a dispatch since has written x's buffer."""
+                  rb: int, row0: int, residual: TRef | None, norm, note: str) -> None:
+    """x's int8 planes (gguf_xplanes; with norm, of x RMS-normalised), then the
+    integer-dot mat-vec into out[0, row0..]. Mat-vecs of the same x and norm (q, k and v;
+    gate and up; a split weight's chunks) share one planes dispatch, unless a dispatch
+    since has written x's buffer or the norm's weight."""
     nb = k // 32
     nibbles = int(defines["VARIANT"] != "Q8_0")
     memo = ctx.__dict__.setdefault("_xplanes", {})
-    key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles)
+    read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
+    key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
+           None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
     planes, since = memo.get(key, (None, 0))
-    if planes is None or any(d.bindings[i] == x2.buf for d in ctx.plan.dispatches[since:]
+    if planes is None or any(d.bindings[i] in read for d in ctx.plan.dispatches[since:]
                              for i in d.writes):
-        planes = _emit_planes(ctx, x2, nb, nibbles, k)
+        planes = _emit_planes(ctx, x2, nb, nibbles, k, norm)
         memo[key] = (planes, len(ctx.plan.dispatches))
     bindings = [out, planes, w]
     defines = defines | {"NR": INT_DOT_NR}
@@ -446,12 +454,18 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                  groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
 
 
-def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int) -> TRef:
-    """gguf_xplanes: x's one row as int8 planes, 28 words per block of 32."""
+def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm) -> TRef:
+    """gguf_xplanes: x's one row as int8 planes, 28 words per block of 32; with norm
+    (weight TRef, eps), of x RMS-normalised."""
     planes = ctx.empty((1, nb * 28), "i32")
-    ctx.dispatch("gguf_xplanes", {"NIBBLES": nibbles, "MAXWG": XPLANES_WG}, [planes, x2], [0],
-                 [XPLANES_WG, nb, 1, x2.offset, x2.strides[0]], groups_for(8 * nb, XPLANES_WG),
-                 note=f"[1x{k}] as int8 planes")
+    defines, bindings = {"NIBBLES": nibbles, "MAXWG": XPLANES_WG}, [planes, x2]
+    if norm is not None:
+        defines["NORM"] = 1
+        bindings.append(norm[0])
+    ctx.dispatch("gguf_xplanes", defines, bindings, [0],
+                 [XPLANES_WG, nb, 1, x2.offset, x2.strides[0], f32_bits(norm[1]) if norm else 0],
+                 groups_for(8 * nb, XPLANES_WG),
+                 note=("rms_norm + " if norm is not None else "") + f"[1x{k}] as int8 planes")
     return planes
 
 

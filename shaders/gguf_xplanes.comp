@@ -8,6 +8,10 @@
 // NIBBLES, the even elements of each 8 in one word and the odd in the next, else element
 // order), then s0 = s, s1 = s / 254^2 (as float bits) and the plane sums A0 = sum a0,
 // A1 = sum(254 a1 + a2).
+// NORM: the planes are of x RMS-normalised (x * nw * rsqrt(mean(x^2) + eps), the rowwise
+// kernel's RMS_NORM HAS_WEIGHT formula): each workgroup sums x^2 over the whole row
+// (one row of x), the planes hold x * nw and the scales carry the rsqrt, so the mat-vecs
+// that read them need no norm of their own.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -15,8 +19,13 @@ layout(constant_id = 1) const uint NB = 1;       // blocks per row
 layout(constant_id = 2) const uint M = 1;        // rows of x
 layout(constant_id = 3) const uint X_OFF = 0;
 layout(constant_id = 4) const uint X_SM = 0;     // x row stride, in words
+layout(constant_id = 5) const uint EPS_BITS = 0; // NORM: eps
 BUFFER(0, outb)
 IN_BUFFER(1, xb)
+#ifdef NORM
+IN_BUFFER(2, nwb)      // the norm's weight, 32 NB floats from word 0
+#include "wg_reduce.glsl"
+#endif
 #ifndef NIBBLES
 #define NIBBLES 0
 #endif
@@ -40,6 +49,17 @@ void main() {
     uint e0 = NIBBLES != 0 ? 8u * (l >> 1) + (l & 1u) : 4u * l, de = NIBBLES != 0 ? 2u : 1u;
     vec4 v = vec4(ld_f32(xb[xo + e0]), ld_f32(xb[xo + e0 + de]), ld_f32(xb[xo + e0 + 2u * de]),
                   ld_f32(xb[xo + e0 + 3u * de]));
+    float rn = 1.0;      // NORM: rsqrt(mean(x^2) + eps)
+#ifdef NORM
+    float ss = 0.0;
+    for (uint k = lid; k < 32u * NB; k += gl_WorkGroupSize.x) {
+        float xv = ld_f32(xb[X_OFF + m * X_SM + k]);
+        ss += xv * xv;
+    }
+    rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
+    uint wo = 32u * b + e0;
+    v *= vec4(ld_f32(nwb[wo]), ld_f32(nwb[wo + de]), ld_f32(nwb[wo + 2u * de]), ld_f32(nwb[wo + 3u * de]));
+#endif
     vec4 av = abs(v);
     smax[lid] = max(max(av.x, av.y), max(av.z, av.w));
     barrier();
@@ -65,8 +85,8 @@ void main() {
     if (live && l == 0u) {
         int s0 = 0, s1 = 0;
         [[unroll]] for (uint i = 0; i < 8u; ++i) { s0 += sa0[first + i]; s1 += sa1[first + i]; }
-        outb[o + 24u] = floatBitsToUint(s);
-        outb[o + 25u] = floatBitsToUint(s / 64516.0);
+        outb[o + 24u] = floatBitsToUint(s * rn);
+        outb[o + 25u] = floatBitsToUint(s / 64516.0 * rn);
         outb[o + 26u] = uint(s0);
         outb[o + 27u] = uint(s1);
     }

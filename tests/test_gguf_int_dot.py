@@ -176,3 +176,36 @@ def test_modes_and_a_device_without_the_feature(monkeypatch):
         _plan("Q4_0", 8, 256)
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
     assert [d.name.split(":")[0] for d in _plan("Q4_0", 8, 256).dispatches] == ["gguf_matvec"]
+
+
+class NormQKV(torch.nn.Module):
+    """q, k and v of one RMS-normalised x, v with a residual."""
+
+    def __init__(self, name: str, cols: int):
+        super().__init__()
+        qt = quant_info(name).ggml_type
+        self.nw = torch.nn.Parameter(torch.rand(cols) + 0.5, requires_grad=False)
+        self.lins = torch.nn.ModuleList(GGUFLinear(blocks_of(name, r, cols, r), qt, r, cols)
+                                        for r in (16, 8, 8))
+
+    def forward(self, x, r):
+        from dynamo_vulkan.fused import rms_norm
+        h = rms_norm(x, self.nw, 1e-6)
+        q, k, v = self.lins
+        return q(h), k(h), v(h) + r
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name):
+    """Planned as for a GPU (where a norm folds into the mat-vecs that read it): the norm
+    is computed once, by the planes kernel, for all three mat-vecs."""
+    torch.manual_seed(5)
+    model = NormQKV(name, 512)
+    x, r = torch.randn(1, 512) * 3, torch.randn(1, 8)
+    with torch.no_grad():
+        expected = model(x, r)
+        check(model, x, r, **_tol(torch.cat(expected, 1)))
+    names = _kernels(plans[-1:])
+    assert sorted(names) == ["gguf_matvec_idot"] * 3 + ["gguf_xplanes"], names
+    notes = [d.note for d in plans[-1].dispatches]
+    assert notes[0].startswith("rms_norm + ") and notes[0].endswith("as int8 planes"), notes
