@@ -61,12 +61,20 @@ void main() {
     v *= vec4(ld_f32(nwb[wo]), ld_f32(nwb[wo + de]), ld_f32(nwb[wo + 2u * de]), ld_f32(nwb[wo + 3u * de]));
 #endif
     vec4 av = abs(v);
-    smax[lid] = max(max(av.x, av.y), max(av.z, av.w));
+    // a NaN (which max() may drop) is marked -1 and makes the block's scales NaN, so the
+    // mat-vec's sums come out NaN as the fp32 kernel's do (an infinity gives an infinite
+    // scale, and the sums infinities or NaN)
+    smax[lid] = any(isnan(v)) ? -1.0 : max(max(av.x, av.y), max(av.z, av.w));
     barrier();
     uint first = lid & ~7u;
     float amax = 0.0;
-    [[unroll]] for (uint i = 0; i < 8u; ++i) amax = max(amax, smax[first + i]);
-    float s = amax / 127.0, inv = amax > 0.0 ? 127.0 / amax : 0.0;
+    bool nan_in = false;
+    [[unroll]] for (uint i = 0; i < 8u; ++i) {
+        amax = max(amax, smax[first + i]);
+        nan_in = nan_in || smax[first + i] < 0.0;
+    }
+    float s = nan_in ? uintBitsToFloat(0x7fc00000u) : amax / 127.0;
+    float inv = amax > 0.0 && !nan_in ? 127.0 / amax : 0.0;
     vec4 t = v * inv;
     vec4 a0 = clamp(roundEven(t), -127.0, 127.0);
     vec4 r = (t - a0) * 254.0;

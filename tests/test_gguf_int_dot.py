@@ -71,7 +71,8 @@ def test_residual_is_added_by_the_kernel(plans, name):
 
 def test_blocks_of_zeros_tiny_and_huge_values(plans):
     """Each block has its own scale: a block of zeros, one of 1e-30 and one of 1e30 beside
-    normal ones keep fp32 accuracy (per block, relative to its own largest value)."""
+    normal ones keep fp32 accuracy (per block, relative to its own largest value); a NaN
+    in x makes every output NaN, as in eager."""
     torch.manual_seed(2)
     name, rows, cols = "Q8_0", 16, 256
     lin = GGUFLinear(blocks_of(name, rows, cols, 7), quant_info(name).ggml_type, rows, cols)
@@ -80,10 +81,15 @@ def test_blocks_of_zeros_tiny_and_huge_values(plans):
     x[0, 32:64] *= 1e-30
     huge = x.clone()
     huge[0, 64:96] *= 1e30
+    nan = x.clone()
+    nan[0, 100] = float("nan")
     with torch.no_grad():
         check(lin, x, **_tol(lin(x)))
-        torch.testing.assert_close(compiled(lin)(huge), lin(huge), rtol=2e-5, atol=0)
+        f = compiled(lin)
+        torch.testing.assert_close(f(huge), lin(huge), rtol=2e-5, atol=0)
+        got = f(nan)
     assert "gguf_matvec_idot" in _kernels(plans)
+    assert got.isnan().all(), got       # as eager: every row's dot meets the NaN
 
 
 def test_split_weight_writes_each_chunks_columns(plans, monkeypatch):
