@@ -319,9 +319,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2,
-                                      fused=loader is not None or post_norm is not None):
-        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, note)
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2, fused=post_norm is not None):
+        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note)
     elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
@@ -408,8 +407,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
 def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
                  fused: bool) -> bool:
     """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
-    unit stride, no activation prologue or post-norm fused in (an RMSNorm prologue goes
-    into x's planes), a type it decodes, rows of W starting on
+    unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
+    planes), a type it decodes, rows of W starting on
     16 bytes, a device created with shaderIntegerDotProduct; for "auto", a GPU and a
     weight of a type and size where it measured faster."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
@@ -427,21 +426,26 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: 
 
 
 def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int, k: int,
-                  rb: int, row0: int, residual: TRef | None, norm, note: str) -> None:
-    """x's int8 planes (gguf_xplanes; with norm, of x RMS-normalised), then the
-    integer-dot mat-vec into out[0, row0..]. Mat-vecs of the same x and norm (q, k and v;
-    gate and up; a split weight's chunks) share one planes dispatch, unless a dispatch
-    since has written x's buffer or the norm's weight."""
+                  rb: int, row0: int, residual: TRef | None, norm, loader: RowLoader | None,
+                  note: str) -> None:
+    """x's int8 planes (gguf_xplanes; with norm, of x RMS-normalised; with loader, of the
+    elementwise expression it computes), then the integer-dot mat-vec into out[0, row0..].
+    Mat-vecs of the same x (and norm, or loader) share one planes dispatch (q, k and v;
+    gate and up; a split weight's chunks), unless a dispatch since has written a buffer
+    the planes read."""
     nb = k // 32
     nibbles = int(defines["VARIANT"] != "Q8_0")
     memo = ctx.__dict__.setdefault("_xplanes", {})
-    read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
-    key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
-           None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
+    if loader is not None:
+        read, key = {b.buf for b in loader.buffers}, ("loader", id(loader), nibbles)
+    else:
+        read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
+        key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
+               None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
     planes, since = memo.get(key, (None, 0))
     if planes is None or any(d.bindings[i] in read for d in ctx.plan.dispatches[since:]
                              for i in d.writes):
-        planes = _emit_planes(ctx, x2, nb, nibbles, k, norm)
+        planes = _emit_planes(ctx, x2, nb, nibbles, k, norm, loader)
         memo[key] = (planes, len(ctx.plan.dispatches))
     bindings = [out, planes, w]
     defines = defines | {"NR": INT_DOT_NR}
@@ -454,18 +458,27 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                  groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
 
 
-def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm) -> TRef:
+def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,
+                 loader: RowLoader | None) -> TRef:
     """gguf_xplanes: x's one row as int8 planes, 28 words per block of 32; with norm
-    (weight TRef, eps), of x RMS-normalised."""
+    (weight TRef, eps), of x RMS-normalised; with loader, of its expression (x2 is then
+    only the shape; the loader's bindings from loader.base, the places before them
+    filled with its first buffer, unread)."""
     planes = ctx.empty((1, nb * 28), "i32")
-    defines, bindings = {"NIBBLES": nibbles, "MAXWG": XPLANES_WG}, [planes, x2]
+    defines = {"NIBBLES": nibbles, "MAXWG": XPLANES_WG}
+    bindings = [planes, loader.buffers[0] if loader is not None else x2]
+    prefix = ""
     if norm is not None:
         defines["NORM"] = 1
         bindings.append(norm[0])
+        prefix = "rms_norm + "
+    if loader is not None:
+        bindings += [loader.buffers[0]] * (loader.base - len(bindings)) + loader.buffers
+        defines["X_LAZY"] = loader.decls
+        prefix = "elementwise + "
     ctx.dispatch("gguf_xplanes", defines, bindings, [0],
                  [XPLANES_WG, nb, 1, x2.offset, x2.strides[0], f32_bits(norm[1]) if norm else 0],
-                 groups_for(8 * nb, XPLANES_WG),
-                 note=("rms_norm + " if norm is not None else "") + f"[1x{k}] as int8 planes")
+                 groups_for(8 * nb, XPLANES_WG), note=f"{prefix}[1x{k}] as int8 planes")
     return planes
 
 

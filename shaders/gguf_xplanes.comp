@@ -11,7 +11,8 @@
 // NORM: the planes are of x RMS-normalised (x * nw * rsqrt(mean(x^2) + eps), the rowwise
 // kernel's RMS_NORM HAS_WEIGHT formula): each workgroup sums x^2 over the whole row
 // (one row of x), the planes hold x * nw and the scales carry the rsqrt, so the mat-vecs
-// that read them need no norm of their own.
+// that read them need no norm of their own. X_LAZY: x is an elementwise expression
+// (silu(gate) * up), computed as it is loaded (fusion.row_loader), once for all readers.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -25,6 +26,12 @@ IN_BUFFER(1, xb)
 #ifdef NORM
 IN_BUFFER(2, nwb)      // the norm's weight, 32 NB floats from word 0
 #include "wg_reduce.glsl"
+#endif
+#ifdef X_LAZY
+X_LAZY
+#define XLOAD(m, k) xlazy(m, k)
+#else
+#define XLOAD(m, k) ld_f32(xb[X_OFF + (m) * X_SM + (k)])
 #endif
 #ifndef NIBBLES
 #define NIBBLES 0
@@ -44,16 +51,15 @@ void main() {
     uint lid = gl_LocalInvocationID.x, g = flat_invocation(), l = g & 7u, blk = g >> 3;
     bool live = blk < NB * M;          // no early return: the barriers need every invocation
     uint m = min(blk, NB * M - 1u) / NB, b = min(blk, NB * M - 1u) % NB;
-    uint xo = X_OFF + m * X_SM + 32u * b;
     // word l's 4 elements: NIBBLES, elements 8 (l / 2) + 2 e + l % 2; else 4 l + e
     uint e0 = NIBBLES != 0 ? 8u * (l >> 1) + (l & 1u) : 4u * l, de = NIBBLES != 0 ? 2u : 1u;
-    vec4 v = vec4(ld_f32(xb[xo + e0]), ld_f32(xb[xo + e0 + de]), ld_f32(xb[xo + e0 + 2u * de]),
-                  ld_f32(xb[xo + e0 + 3u * de]));
+    uint k0 = 32u * b + e0;
+    vec4 v = vec4(XLOAD(m, k0), XLOAD(m, k0 + de), XLOAD(m, k0 + 2u * de), XLOAD(m, k0 + 3u * de));
     float rn = 1.0;      // NORM: rsqrt(mean(x^2) + eps)
 #ifdef NORM
     float ss = 0.0;
     for (uint k = lid; k < 32u * NB; k += gl_WorkGroupSize.x) {
-        float xv = ld_f32(xb[X_OFF + m * X_SM + k]);
+        float xv = XLOAD(m, k);
         ss += xv * xv;
     }
     rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));

@@ -215,3 +215,29 @@ def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name):
     assert sorted(names) == ["gguf_matvec_idot"] * 3 + ["gguf_xplanes"], names
     notes = [d.note for d in plans[-1].dispatches]
     assert notes[0].startswith("rms_norm + ") and notes[0].endswith("as int8 planes"), notes
+
+
+class GatedDown(torch.nn.Module):
+    """A down projection of silu(gate) * up, with a residual (a decoder's FFN end)."""
+
+    def __init__(self, name: str, cols: int):
+        super().__init__()
+        self.down = GGUFLinear(blocks_of(name, 24, cols, 11), quant_info(name).ggml_type, 24, cols)
+
+    def forward(self, g, u, r):
+        return self.down(torch.nn.functional.silu(g) * u) + r
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_elementwise_producer_goes_into_the_planes(as_gpu, plans, name):
+    """Planned as for a GPU (where an elementwise producer folds into the mat-vec's load):
+    silu(gate) * up is computed by the planes kernel as it loads x, no kernel of its own."""
+    torch.manual_seed(6)
+    model = GatedDown(name, 768)
+    g, u, r = torch.randn(1, 768), torch.randn(1, 768), torch.randn(1, 24)
+    with torch.no_grad():
+        check(model, g, u, r, **_tol(model(g, u, r)))
+    assert _kernels(plans[-1:]) == ["gguf_xplanes", "gguf_matvec_idot"]
+    notes = [d.note for d in plans[-1].dispatches]
+    assert notes[0].startswith("elementwise + "), notes
+    assert notes[1].endswith("+ residual (integer dot products)"), notes
