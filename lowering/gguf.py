@@ -114,7 +114,10 @@ MV_CPU_SUBGROUPS = 4
 # An RMSNorm prologue goes into the planes (made once for the mat-vecs reading them):
 # torch.compile of rms_norm -> gate, up (14336 x 4096 each), H100 wall time per call,
 # Q4_1 148.4 / 144.0 -> 132.4 / 130.5 us; q, k, v (4096 x 4096, 2 x 1024 x 4096) 105.6 ->
-# 106.3 (so not for weights under INT_DOT_AUTO_WEIGHTS).
+# 106.3 (so not for weights under INT_DOT_AUTO_WEIGHTS). An elementwise prologue goes in
+# too (computed once, where the fp32 kernel's X_LAZY recomputes it in each of its 2,048 row
+# groups): a whole FFN (norm, gate, up, silu * up, down 4096 x 14336, residual) in Q4_1,
+# 247.7 / 256.0 / 253.7 -> 150.2 / 193.4 / 169.1 us per call.
 INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
 INT_DOT_AUTO = ("Q4_1",)     # the types "auto" takes it for
 INT_DOT_AUTO_WEIGHTS = 32 << 20    # rows x cols from which "auto" takes it
