@@ -117,10 +117,18 @@ MV_CPU_SUBGROUPS = 4
 # 106.3 (so not for weights under INT_DOT_AUTO_WEIGHTS). An elementwise prologue goes in
 # too (computed once, where the fp32 kernel's X_LAZY recomputes it in each of its 2,048 row
 # groups): a whole FFN (norm, gate, up, silu * up, down 4096 x 14336, residual) in Q4_1,
-# 247.7 / 256.0 / 253.7 -> 150.2 / 193.4 / 169.1 us per call.
+# 247.7 / 256.0 / 253.7 -> 150.2 / 193.4 / 169.1 us per call; Q4_0 269.2 -> 190.6, Q8_0
+# 234.6 -> 175.0, and at 2048 x 8192 (16.8M weights) Q4_1 169.6 -> 156.2. So "auto" takes
+# it wherever a prologue is folded in, from INT_DOT_PROLOGUE_WEIGHTS and rows of
+# INT_DOT_PROLOGUE_COLS (SmolLM2's and Gemma 3's heads, rows of 576 and 640, keep the
+# fp32 kernel: unmeasured there).
 INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
-INT_DOT_AUTO = ("Q4_1",)     # the types "auto" takes it for
-INT_DOT_AUTO_WEIGHTS = 32 << 20    # rows x cols from which "auto" takes it
+INT_DOT_AUTO = ("Q4_1",)     # the types "auto" takes it for, x read as it is
+INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
+# with a prologue (an RMSNorm or elementwise producer, which the planes compute once):
+# every INT_DOT_TYPES weight of this many rows x cols, rows of at least this many
+INT_DOT_PROLOGUE_WEIGHTS = 16 << 20
+INT_DOT_PROLOGUE_COLS = 2048
 INT_DOT_WG = 64
 INT_DOT_NR = 2
 XPLANES_WG = 64
@@ -322,7 +330,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2, fused=post_norm is not None):
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2, fused=post_norm is not None,
+                                      prologue=norm is not None or loader is not None):
         _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note)
     elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
@@ -408,18 +417,22 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
 
 
 def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
-                 fused: bool) -> bool:
+                 fused: bool, prologue: bool) -> bool:
     """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
     unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
     planes), a type it decodes, rows of W starting on
     16 bytes, a device created with shaderIntegerDotProduct; for "auto", a GPU and a
-    weight of a type and size where it measured faster."""
+    weight of a type and size where it measured faster (larger ones, and only Q4_1,
+    where no prologue's recomputation is saved)."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
     if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or name not in INT_DOT_TYPES:
         return False
     if mode == "auto":
-        return bool(ctx.caps.get("integer_dot_product")) and not device.is_cpu(ctx.caps) and \
-            name in INT_DOT_AUTO and n * k >= INT_DOT_AUTO_WEIGHTS
+        if not ctx.caps.get("integer_dot_product") or device.is_cpu(ctx.caps):
+            return False
+        if prologue:
+            return n * k >= INT_DOT_PROLOGUE_WEIGHTS and k >= INT_DOT_PROLOGUE_COLS
+        return name in INT_DOT_AUTO and n * k >= INT_DOT_AUTO_WEIGHTS
     if not ctx.caps.get("integer_dot_product"):
         raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "
                             "without shaderIntegerDotProduct (it lacks "

@@ -241,3 +241,23 @@ def test_elementwise_producer_goes_into_the_planes(as_gpu, plans, name):
     notes = [d.note for d in plans[-1].dispatches]
     assert notes[0].startswith("elementwise + "), notes
     assert notes[1].endswith("+ residual (integer dot products)"), notes
+
+
+def test_auto_takes_it_where_a_prologue_is_folded_in(as_gpu, plans, monkeypatch):
+    """"auto" on a GPU: a mat-vec with an elementwise (or norm) prologue takes it for every
+    type from INT_DOT_PROLOGUE_WEIGHTS and rows of INT_DOT_PROLOGUE_COLS; without one,
+    Q8_0 keeps the fp32 kernel (the sizes set small here, to fit the test's weights)."""
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_COLS", 768)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 24 * 512)
+    torch.manual_seed(7)
+    for cols, want in ((768, ["gguf_xplanes", "gguf_matvec_idot"]), (512, ["gguf_matvec"])):
+        model = GatedDown("Q8_0", cols)     # 512: rows too short for it
+        g, u, r = torch.randn(1, cols), torch.randn(1, cols), torch.randn(1, 24)
+        with torch.no_grad():
+            check(model, g, u, r, **_tol(model(g, u, r)))
+        assert _kernels(plans[-1:]) == want, cols
+    with torch.no_grad():
+        check(model.down, g, **_tol(model.down(g)))     # no prologue: Q8_0 stays fp32
+    assert _kernels(plans[-1:]) == ["gguf_matvec"]
