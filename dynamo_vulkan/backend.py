@@ -125,7 +125,8 @@ class VulkanSubgraph(torch.nn.Module):
                     for r, a in zip(self.resident, args)]
         info = device.device_info(self.cfg.device_index)
         pkey = cache.digest("plan", self.graph_text, key, resident, shaders.sources_hash(),
-                            info.get("name"), info.get("driver_info"), self.cfg.key())
+                            info.get("name"), info.get("driver_info"),
+                            info.get("integer_dot_product"), self.cfg.key())
         plan = cache.memory_get("plan", pkey)
         if plan is not None:
             cache.count("plan", "memory_hits")
