@@ -141,6 +141,29 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
         assert any("post-norm by the last workgroup" in n for n in notes)
 
 
+INT_DOT_TYPES = {f"blk.{i}.{t}.weight": q for i in (0, 1) for t, q in (
+    ("attn_q", "Q4_0"), ("attn_k", "Q4_0"), ("attn_v", "Q8_0"), ("attn_output", "Q4_1"),
+    ("ffn_gate", "Q4_1"), ("ffn_up", "Q4_1"), ("ffn_down", "Q8_0"))} | {"output.weight": "Q4_1"}
+
+
+def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypatch):
+    """DYNAMO_VULKAN_INT_DOT=on, planned as for a GPU: every decode mat-vec of the types it
+    decodes reads x's int8 planes, made once per x with the RMSNorm or silu(gate) * up
+    folded in, across k steps per call and their in-place cache writes; eager's tokens."""
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=INT_DOT_TYPES)
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=4, warmup=False)
+    assert got.tokens == want.tokens
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("gguf_xplanes")]
+    assert any(n.startswith("rms_norm + ") for n in notes), notes
+    assert any(n.startswith("elementwise + ") for n in notes), notes
+    idot = [d for p in plans for d in p.dispatches if d.name.startswith("gguf_matvec_idot")]
+    assert len(idot) >= 7 * 2 * 4, len(idot)     # 7 weights a layer, 2 layers, 4 steps
+
+
 def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu, monkeypatch):
     """On a CPU device with DYNAMO_VULKAN_CPU_MATMUL=host (its default) a prompt's products
     and attention run in torch, the decode steps' mat-vecs on Vulkan, and the caches that
