@@ -14,7 +14,7 @@ from dynamo_vulkan.gguf.op import gguf_linear
 from dynamo_vulkan.gguf.quants import quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from gguf_fixtures import blocks_of
-from vk import check, compiled
+from vk import check, compiled, require_int_dot
 
 TYPES = gguf_lowering.INT_DOT_TYPES
 
@@ -23,9 +23,7 @@ TYPES = gguf_lowering.INT_DOT_TYPES
 def _int_dot_on(monkeypatch):
     monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
-    if not device.device_info().get("integer_dot_product"):
-        pytest.fail("the test device was created without shaderIntegerDotProduct "
-                    "(kp without patch 7? run scripts/setup.sh)")
+    require_int_dot()
 
 
 def _tol(expected: torch.Tensor) -> dict:

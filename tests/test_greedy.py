@@ -18,6 +18,7 @@ from dynamo_vulkan.lowering import decompositions  # noqa: E402
 from dynamo_vulkan.runtime import planner  # noqa: E402
 
 from gguf_fixtures import write_tiny_model  # noqa: E402
+from vk import require_int_dot  # noqa: E402
 
 PROMPT = "hello the world"
 
@@ -150,6 +151,7 @@ def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypa
     """DYNAMO_VULKAN_INT_DOT=on, planned as for a GPU: every decode mat-vec of the types it
     decodes reads x's int8 planes, made once per x with the RMSNorm or silu(gate) * up
     folded in, across k steps per call and their in-place cache writes; eager's tokens."""
+    require_int_dot()
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=INT_DOT_TYPES)
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)

@@ -1,6 +1,7 @@
 """Shared by the kernel tests: compile with backend="vulkan", compare with eager."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import dynamo_vulkan
@@ -34,3 +35,14 @@ def noncontig(t: torch.Tensor) -> torch.Tensor:
     view = wide[..., ::2]
     view.copy_(t)
     return view
+
+
+def require_int_dot() -> None:
+    """Fail where kp lacks patch 7 (a setup fault: run scripts/setup.sh); skip on a device
+    that has no integer dot products at all (lavapipe and the H100 have them)."""
+    import kp
+    if not hasattr(kp, "integer_dot_product"):
+        pytest.fail("kp was built without scripts/patch_kp.py's patch 7: run scripts/setup.sh")
+    from dynamo_vulkan import device
+    if not device.device_info().get("integer_dot_product"):
+        pytest.skip("the Vulkan device has no VK_KHR_shader_integer_dot_product")
