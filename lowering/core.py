@@ -98,6 +98,7 @@ class Context:
         self.residual = None            # a TRef the next EPILOGUES op may add to its output
         self.residual_added = False     # ... and did
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
+        self.xplanes: dict = {}         # x's int8 planes made so far (gguf._emit_int_dot)
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:

@@ -420,8 +420,8 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: 
                  fused: bool, prologue: bool) -> bool:
     """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
     unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
-    planes), a type it decodes, rows of W starting on
-    16 bytes, a device created with shaderIntegerDotProduct; for "auto", a GPU and a
+    planes), a type it decodes, rows of W starting on 16 bytes, a device created with
+    shaderIntegerDotProduct; for "auto", a GPU and a
     weight of a type and size where it measured faster (larger ones, and only Q4_1,
     where no prologue's recomputation is saved)."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
@@ -451,18 +451,19 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     the planes read."""
     nb = k // 32
     nibbles = int(defines["VARIANT"] != "Q8_0")
-    memo = ctx.__dict__.setdefault("_xplanes", {})
-    if loader is not None:
-        read, key = {b.buf for b in loader.buffers}, ("loader", id(loader), nibbles)
+    if loader is not None:     # the same expression of the same operands
+        read = {b.buf for b in loader.buffers}
+        key = ("loader", loader.decls, loader.base, nibbles,
+               tuple((b.buf, b.offset, b.strides, b.shape) for b in loader.buffers))
     else:
         read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
         key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
                None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
-    planes, since = memo.get(key, (None, 0))
+    planes, since = ctx.xplanes.get(key, (None, 0))
     if planes is None or any(d.bindings[i] in read for d in ctx.plan.dispatches[since:]
                              for i in d.writes):
         planes = _emit_planes(ctx, x2, nb, nibbles, k, norm, loader)
-        memo[key] = (planes, len(ctx.plan.dispatches))
+        ctx.xplanes[key] = (planes, len(ctx.plan.dispatches))
     bindings = [out, planes, w]
     defines = defines | {"NR": INT_DOT_NR}
     if residual is not None:
