@@ -15,16 +15,21 @@ CPU_MATMUL_MODES = ("host", "vulkan")
 INT_DOT_MODES = ("auto", "on", "off")
 
 
+def _mode(var: str, modes: tuple) -> str:
+    """One of `modes` from environment variable `var` (unset or empty: the first)."""
+    mode = os.environ.get(var, modes[0]).strip().lower() or modes[0]
+    if mode not in modes:
+        raise ValueError(f"{var}={mode!r} is not one of {modes}")
+    return mode
+
+
 def cpu_matmul() -> str:
     """DYNAMO_VULKAN_CPU_MATMUL: where a CPU Vulkan device's (lavapipe's) prompt-sized matrix
     products, and the graphs that hold them, run: "host" (default), through torch on the
     same CPU, whose BLAS is 10-35x faster than lavapipe's compiled kernels (2-core AMD EPYC,
     2026-11-24: fp32 128x576 @ 576x1536, 63.7 ms on lavapipe, 1.8 in torch); "vulkan", in
     our kernels (the tests use it, to check them). GPUs always run them in our kernels."""
-    mode = os.environ.get("DYNAMO_VULKAN_CPU_MATMUL", "host").strip().lower() or "host"
-    if mode not in CPU_MATMUL_MODES:
-        raise ValueError(f"DYNAMO_VULKAN_CPU_MATMUL={mode!r} is not one of {CPU_MATMUL_MODES}")
-    return mode
+    return _mode("DYNAMO_VULKAN_CPU_MATMUL", CPU_MATMUL_MODES)
 
 
 def int_dot() -> str:
@@ -35,10 +40,7 @@ def int_dot() -> str:
     gguf.INT_DOT_AUTO*);
     "on": for every eligible one-row mat-vec (an error where the device lacks the
     feature); "off": never."""
-    mode = os.environ.get("DYNAMO_VULKAN_INT_DOT", "auto").strip().lower() or "auto"
-    if mode not in INT_DOT_MODES:
-        raise ValueError(f"DYNAMO_VULKAN_INT_DOT={mode!r} is not one of {INT_DOT_MODES}")
-    return mode
+    return _mode("DYNAMO_VULKAN_INT_DOT", INT_DOT_MODES)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ import torch
 from dynamo_vulkan import device
 
 from . import core
-from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, host_matmul, k_splits,
-                   lowering)
+from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, host_matmul,
+                   k_splits, lowering)
 from .elementwise import add_slices
 
 aten = torch.ops.aten

@@ -63,8 +63,7 @@ void main() {
         ss += xv * xv;
     }
     rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
-    uint wo = 32u * b + e0;
-    v *= vec4(ld_f32(nwb[wo]), ld_f32(nwb[wo + de]), ld_f32(nwb[wo + 2u * de]), ld_f32(nwb[wo + 3u * de]));
+    v *= vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
 #endif
     vec4 av = abs(v);
     // a NaN (which max() may drop) is marked -1 and makes the block's scales NaN, so the

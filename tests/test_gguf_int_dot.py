@@ -14,7 +14,7 @@ from dynamo_vulkan.gguf.op import gguf_linear
 from dynamo_vulkan.gguf.quants import quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from gguf_fixtures import blocks_of
-from vk import check, compiled, require_int_dot
+from vk import check, compiled, lowered_plan, require_int_dot
 
 TYPES = gguf_lowering.INT_DOT_TYPES
 
@@ -133,14 +133,9 @@ def test_matvecs_of_one_x_share_its_planes(plans, name):
 
 
 def _plan(name: str, rows: int, cols: int, m: int = 1):
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from dynamo_vulkan.runtime import planner
     qt = quant_info(name).ggml_type
-    args = [torch.randn(m, cols), blocks_of(name, rows, cols, 1)]
-    gm = make_fx(lambda x, b: gguf_linear(x, b, qt, rows, cols))(*args)
-    planner.specialise(gm, args)
-    return planner.lower(gm, args, [False, True], device.device_info())
+    return lowered_plan(lambda x, b: gguf_linear(x, b, qt, rows, cols),
+                        [torch.randn(m, cols), blocks_of(name, rows, cols, 1)], [False, True])
 
 
 def test_which_matvecs_take_it(monkeypatch):

@@ -15,7 +15,7 @@ from dynamo_vulkan.gguf.quants import QUANT_TYPES, quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from dynamo_vulkan.runtime.program import Resident
 from gguf_fixtures import blocks_of
-from vk import check, compiled, noncontig
+from vk import check, compiled, lowered_plan, noncontig
 
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -89,22 +89,10 @@ def _check_every_shape(name):
         check(model, xs, ids2d, ids_nc, **tolerances(k, expected))
 
 
-def _lower(fn, args, resident):
-    """The plan the planner lowers for fn(*args)."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from dynamo_vulkan import device
-    from dynamo_vulkan.runtime import planner
-
-    gm = make_fx(fn)(*args)
-    planner.specialise(gm, args)
-    return planner.lower(gm, args, resident, device.device_info())
-
-
 def _plan_of(module: GGUFLinear, m: int):
     """The plan the planner lowers for module(randn(m, cols)), blocks resident."""
-    return _lower(lambda x, b: gguf_linear(x, b, module.qtype, module.rows, module.cols),
-                  [torch.randn(m, module.cols), module.blocks], [False, True])
+    return lowered_plan(lambda x, b: gguf_linear(x, b, module.qtype, module.rows, module.cols),
+                        [torch.randn(m, module.cols), module.blocks], [False, True])
 
 
 @pytest.mark.parametrize("plan_as,cpu_lanes", [("as_gpu", False), ("as_cpu", True)])
@@ -299,7 +287,7 @@ def test_split_weight_passed_as_a_graph_input(small_limit):
 
     def fn(x, ids, b):
         return gguf_linear(x, b, qt, rows, k) * 2, gguf_embedding(ids, b, qt, rows, k)
-    plan = _lower(fn, [x, ids, b], [False] * 3)
+    plan = lowered_plan(fn, [x, ids, b], [False] * 3)
     assert plan.inputs[2].chunks == [(plan.inputs[2].buffer, 0, 71 * 144),
                                      (plan.inputs[2].chunks[1][0], 71 * 144, 19 * 144)]
     assert {plan.buffers[c[0]].role for c in plan.inputs[2].chunks} == {"input"}

@@ -37,6 +37,18 @@ def noncontig(t: torch.Tensor) -> torch.Tensor:
     return view
 
 
+def lowered_plan(fn, args, resident):
+    """The plan the planner lowers for fn(*args) (resident: which args stay on the GPU)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from dynamo_vulkan import device
+    from dynamo_vulkan.runtime import planner
+
+    gm = make_fx(fn)(*args)
+    planner.specialise(gm, args)
+    return planner.lower(gm, args, resident, device.device_info())
+
+
 def require_int_dot() -> None:
     """Fail where kp lacks patch 7 (a setup fault: run scripts/setup.sh); skip on a device
     that has no integer dot products at all (lavapipe and the H100 have them)."""
