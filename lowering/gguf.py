@@ -109,7 +109,8 @@ MV_CPU_SUBGROUPS = 4
 # one run of benchmarks/gguf_matvec.py, unshared, fp32 -> integer dots at 4096 x 14336 /
 # 14336 x 4096: Q4_0 22.60 / 22.24 -> 23.02 / 22.49, Q4_1 23.42 / 23.81 -> 22.49 / 21.99.
 # So "auto" takes it for Q4_1 weights of at least INT_DOT_AUTO_WEIGHTS on a GPU (Q4_0 and
-# Q8_0 only gain where x's planes are shared: DYNAMO_VULKAN_INT_DOT=on). A serial planes
+# Q8_0 only gain where x's planes are shared: DYNAMO_VULKAN_INT_DOT=on; Q4_K and Q6_K
+# below). A serial planes
 # kernel (one invocation per block) cost 5-6 us more: eight invocations per block now.
 # An RMSNorm prologue goes into the planes (made once for the mat-vecs reading them):
 # torch.compile of rms_norm -> gate, up (14336 x 4096 each), H100 wall time per call,
@@ -121,9 +122,21 @@ MV_CPU_SUBGROUPS = 4
 # 234.6 -> 175.0, and at 2048 x 8192 (16.8M weights) Q4_1 169.6 -> 156.2. So "auto" takes
 # it wherever a prologue is folded in, from INT_DOT_PROLOGUE_WEIGHTS and rows of
 # INT_DOT_PROLOGUE_COLS (SmolLM2's and Gemma 3's heads, rows of 576 and 640, keep the
-# fp32 kernel: unmeasured there).
-INT_DOT_TYPES = ("Q4_0", "Q4_1", "Q8_0")
-INT_DOT_AUTO = ("Q4_1",)     # the types "auto" takes it for, x read as it is
+# fp32 kernel: unmeasured there). Q4_K and Q6_K (a Q4_K_M file's types), H100, 2026-11-24,
+# planes made for each mat-vec, 4096 x 4096 / 4096 x 14336 / 14336 x 4096: Q4_K 11.64 /
+# 28.01 / 27.67 -> 13.60 / 22.22 / 21.91 us, Q6_K 12.89 / 35.43 / 31.97 -> 14.57 / 27.65 /
+# 26.57; a whole FFN at those widths (Q4_K gate and up, Q6_K down) 270.2 -> 208.0 us a
+# call. Not folding the prologues into the fp32 kernel at all (norm, silu * up: a kernel
+# of their own) changed nothing at any width (the same FFN 243.2 against 231.2-242.1;
+# Q4_0 220.0 against 217.0-221.3; 2048 x 8192, 1024 x 4096, 640 x 2048 and 576 x 1536
+# within 2%), so the prologues stay folded where this path is not taken. Its workgroup
+# (INT_DOT_WG threads, INT_DOT_NR rows) swept the same day for Q4_0/Q4_K/Q6_K at the three
+# shapes: 32-256 threads, 1-4 rows, 2 blocks a thread and step; none was better at every
+# shape and type than 64 x 2 by more than the runs' noise (5-10%).
+# the types it decodes, and whether x's planes hold their bytes in nibble order (the
+# 4-bit types: gguf_xplanes.comp NIBBLES) or element order
+INT_DOT_TYPES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q8_0": 0, "Q6_K": 0}
+INT_DOT_AUTO = ("Q4_1", "Q4_K", "Q6_K")     # the types "auto" takes it for, x read as it is
 INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
 # with a prologue (an RMSNorm or elementwise producer, which the planes compute once):
 # every INT_DOT_TYPES weight of this many rows x cols, rows of at least this many
@@ -330,7 +343,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
-    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, rb, x2, fused=post_norm is not None,
+    if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, x2, fused=post_norm is not None,
                                       prologue=norm is not None or loader is not None):
         _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note)
     elif m <= MATVEC_M:
@@ -416,16 +429,16 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
 
 
-def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, rb: int, x2: TRef,
+def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
                  fused: bool, prologue: bool) -> bool:
     """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
     unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
-    planes), a type it decodes, rows of W starting on 16 bytes, a device created with
+    planes), a type it decodes, a device created with
     shaderIntegerDotProduct; for "auto", a GPU and a
-    weight of a type and size where it measured faster (larger ones, and only Q4_1,
-    where no prologue's recomputation is saved)."""
+    weight of a type and size where it measured faster (larger ones, and only Q4_1, Q4_K
+    and Q6_K where no prologue's recomputation is saved)."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
-    if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or rb % 16 or name not in INT_DOT_TYPES:
+    if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or name not in INT_DOT_TYPES:
         return False
     if mode == "auto":
         if not ctx.caps.get("integer_dot_product") or device.is_cpu(ctx.caps):
@@ -450,7 +463,7 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     gate and up; a split weight's chunks), unless a dispatch since has written a buffer
     the planes read."""
     nb = k // 32
-    nibbles = int(defines["VARIANT"] != "Q8_0")
+    nibbles = INT_DOT_TYPES[defines["VARIANT"]]
     if loader is not None:     # the same expression of the same operands
         read = {b.buf for b in loader.buffers}
         key = ("loader", loader.decls, loader.base, nibbles,

@@ -172,15 +172,19 @@ const uint QK = 256, QB = 144, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_AFFINE 1
 layout(set = 0, binding = WQ_BINDING) readonly buffer WqVec4 { uvec4 wq4[]; };
-vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
-    uint w = gb_w(ro + 4u * ch), j = (ch >> 2) & 7u;
-    uvec4 s = wq4[(ro + 128u * NB + 16u * (ch >> 5)) >> 4];
+// (a, b) of sub-block j (32 elements) of block blk: its elements are a * q + b
+vec2 gb_q4k_ab(uint ro, uint blk, uint j) {
+    uvec4 s = wq4[(ro + 128u * NB + 16u * blk) >> 4];
     vec2 dm = unpackHalf2x16(s.x);
     uint b = (j < 4u ? s.y : s.z) >> (8u * (j & 3u)), h = s.w >> (4u * j);
     float sc = float((b & 0xFu) | ((h & 3u) << 4)), mn = float(((b >> 4) & 0xFu) | ((h & 0xCu) << 2));
+    return vec2(dm.x * sc, -dm.y * mn);
+}
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch);
     lo = gb_nib4(w, 0.0);
     hi = gb_nib4(w >> 16, 0.0);
-    return vec2(dm.x * sc, -dm.y * mn);
+    return gb_q4k_ab(ro, ch >> 5, (ch >> 2) & 7u);
 }
 #elif defined(QTYPE_Q5_K)
 // d, dmin, scales[12] (eight 6-bit scales and mins), qh[32], qs[128].
@@ -226,53 +230,87 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
 #error "gguf_blocks.glsl: define one QTYPE_<name>"
 #endif
 #ifdef GB_INT_DOT
-// Integer dot products of one block with x held as three int8 planes (gguf_xplanes.comp,
-// int_dot.glsl): gb_dot3 gives I_p = sum_i q_i * a_p,i over the block's 32 quants for
-// planes p = 0..2, the quants as stored (Q4_0, Q4_1: nibbles, x's bytes in nibble order,
-// the even elements of each 8 in one word and the odd in the next; Q8_0: signed bytes in
-// element order); gb_dot_dm gives (d, m) with the block's element = d * (q - GB_DOT_OFF)
-// + m. Rows of W must start on 16 bytes (the lowering checks).
-#if defined(QTYPE_Q4_0) || defined(QTYPE_Q4_1)
-#define GB_DOT4 SUDOT4
+// Integer dot products of one block of 32 elements (block b of its row; for the K-quants,
+// sub-block b % 8 of block b / 8) with x held as three int8 planes (gguf_xplanes.comp,
+// int_dot.glsl). gb_dot_qx gives P with sum_i q_i x_i = s0 P.x + s1 P.y over the block's
+// integer quants q (the K-quants' sub-block scales applied), from x's plane words xp (their
+// bytes in the order the quants sit: GB_DOT_NIBBLES, the even elements of each 8 in one
+// word and the odd in the next, for the 4-bit types; else element order) and the planes'
+// sums A (gguf_xplanes.comp); gb_dot_dm gives (d, m) with the block's element d * q + m.
+// Sums of integers are exact; Q6_K's, scaled per 16 elements, are joined in fp32.
 layout(set = 0, binding = WQ_BINDING) readonly buffer WqDot { uvec4 wqd[]; };
-// the block's quants as 8 words of bytes, in the order x's plane words pair with them
-void gb_dot_q(uint ro, uint b, out uvec4 q0, out uvec4 q1) {
-    uvec4 q = wqd[(ro + 16u * b) >> 4];
-    uvec4 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
-    q0 = uvec4(lo.x, hi.x, lo.y, hi.y);
-    q1 = uvec4(lo.z, hi.z, lo.w, hi.w);
+// 16 bytes at byte o of a row (o on 16 bytes of the row's start): one load where rows
+// start on 16 bytes, else four words
+uvec4 gb_w16(uint o) {
+    return (ROW_BYTES & 15u) == 0u ? wqd[o >> 4] : uvec4(gb_w(o), gb_w(o + 4u), gb_w(o + 8u), gb_w(o + 12u));
 }
+// x's plane p (words xp[2p], xp[2p + 1]) against the block's quants as 8 words of bytes
+#define GB_DOT8(DOT4, a, c, q0, q1) (DOT4(a.x, q0.x) + DOT4(a.y, q0.y) + DOT4(a.z, q0.z) + \
+    DOT4(a.w, q0.w) + DOT4(c.x, q1.x) + DOT4(c.y, q1.y) + DOT4(c.z, q1.z) + DOT4(c.w, q1.w))
+// the integer sums (I0, 254 I1 + I2) of planes against quants q0, q1 read with offset off
+// (element = q - off): exact in int32 for 8-bit quants and below
+vec2 gb_dot_planes(uvec4 q0, uvec4 q1, bool q_signed, int off, uvec4 xp[6], ivec2 sums) {
+    ivec3 r;
+    [[unroll]] for (uint p = 0; p < 3; ++p)
+        r[p] = q_signed ? GB_DOT8(SDOT4, xp[2 * p], xp[2 * p + 1], q0, q1)
+                        : GB_DOT8(SUDOT4, xp[2 * p], xp[2 * p + 1], q0, q1);
+    return vec2(r.x - off * sums.x, 254 * r.y + r.z - off * sums.y);
+}
+#if defined(QTYPE_Q4_0) || defined(QTYPE_Q4_1) || defined(QTYPE_Q4_K)
+#define GB_DOT_NIBBLES 1
 #if defined(QTYPE_Q4_0)
 const int GB_DOT_OFF = 8;
 vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 16u * NB + 2u * b), 0.0); }
-#else
+#elif defined(QTYPE_Q4_1)
 const int GB_DOT_OFF = 0;
 vec2 gb_dot_dm(uint ro, uint b) { return unpackHalf2x16(gb_w(ro + 16u * NB + 4u * b)); }
-#endif
-#elif defined(QTYPE_Q8_0)
-#define GB_DOT4 SDOT4
-layout(set = 0, binding = WQ_BINDING) readonly buffer WqDot { uvec4 wqd[]; };
-void gb_dot_q(uint ro, uint b, out uvec4 q0, out uvec4 q1) {
-    uint i = (ro + 32u * b) >> 4;
-    q0 = wqd[i];
-    q1 = wqd[i + 1u];
-}
+#else
 const int GB_DOT_OFF = 0;
+vec2 gb_dot_dm(uint ro, uint b) { return gb_q4k_ab(ro, b >> 3, b & 7u); }
+#endif
+vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
+    uvec4 q = gb_w16(ro + 16u * b);
+    uvec4 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
+    return gb_dot_planes(uvec4(lo.x, hi.x, lo.y, hi.y), uvec4(lo.z, hi.z, lo.w, hi.w), false,
+                         GB_DOT_OFF, xp, sums);
+}
+#elif defined(QTYPE_Q8_0)
+#define GB_DOT_NIBBLES 0
+vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
+    return gb_dot_planes(gb_w16(ro + 32u * b), gb_w16(ro + 32u * b + 16u), true, 0, xp, sums);
+}
 vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 32u * NB + 2u * b), 0.0); }
+#elif defined(QTYPE_Q6_K)
+#define GB_DOT_NIBBLES 0
+// chunk c's 8 values q - 32 as two words of signed bytes (elements 0..3, 4..7), from its
+// low-nibble word w and its high-bit word h shifted as deq8a shifts it
+uvec2 gb_q6k_bytes(uint w, uint h) {
+    uvec2 t = (uvec2((w & 0x0F0F0F0Fu) | (h & 0xF0F0F0F0u),
+                     ((w >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0xF0F0F0F0u)) & 0x3F3F3F3Fu) ^ 0x20202020u;
+    return t | ((t & 0x20202020u) * 6u);     // 6-bit two's complement, sign-extended per byte
+}
+vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
+    uvec4 w = gb_w16(ro + 16u * b);
+    uint hb = ro + 128u * NB + 8u * b, h0 = gb_w(hb), h1 = gb_w(hb + 4u);
+    uvec2 c0 = gb_q6k_bytes(w.x, h0), c1 = gb_q6k_bytes(w.y, h0 << 4);
+    uvec2 c2 = gb_q6k_bytes(w.z, h1), c3 = gb_q6k_bytes(w.w, h1 << 4);
+    uvec4 q0 = uvec4(c0, c1), q1 = uvec4(c2, c3);
+    // elements 0..15 and 16..31 have scales of their own: bytes 2j, 2j + 1 of block b / 8's
+    uint so = ro + 192u * NB + 16u * (b >> 3) + 2u * (b & 7u);
+    uint sw = wq[so >> 2] >> ((so & 2u) << 3);
+    int sc0 = int(sw << 24) >> 24, sc1 = int(sw << 16) >> 24;
+    ivec3 j;
+    [[unroll]] for (uint p = 0; p < 3; ++p) {
+        uvec4 a = xp[2 * p], c = xp[2 * p + 1];
+        j[p] = sc0 * (SDOT4(a.x, q0.x) + SDOT4(a.y, q0.y) + SDOT4(a.z, q0.z) + SDOT4(a.w, q0.w)) +
+               sc1 * (SDOT4(c.x, q1.x) + SDOT4(c.y, q1.y) + SDOT4(c.z, q1.z) + SDOT4(c.w, q1.w));
+    }
+    return vec2(float(j.x), 254.0 * float(j.y) + float(j.z));   // 254 j1 may pass 2^31
+}
+vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 208u * NB + 2u * (b >> 3)), 0.0); }
 #else
 #error "gguf_blocks.glsl: no integer dot products for this type"
 #endif
-ivec3 gb_dot3(uint ro, uint b, uvec4 xp[6]) {
-    uvec4 q0, q1;
-    gb_dot_q(ro, b, q0, q1);
-    ivec3 r;
-    [[unroll]] for (uint p = 0; p < 3; ++p) {
-        uvec4 a = xp[2 * p], c = xp[2 * p + 1];
-        r[p] = GB_DOT4(a.x, q0.x) + GB_DOT4(a.y, q0.y) + GB_DOT4(a.z, q0.z) + GB_DOT4(a.w, q0.w)
-             + GB_DOT4(c.x, q1.x) + GB_DOT4(c.y, q1.y) + GB_DOT4(c.z, q1.z) + GB_DOT4(c.w, q1.w);
-    }
-    return r;
-}
 #endif
 const uint CPB = QK / 8u;   // chunks of 8 per block
 #ifndef GB_AFFINE

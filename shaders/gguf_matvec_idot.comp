@@ -1,9 +1,10 @@
-// The GGUF mat-vec for one row of x with integer dot products (Q4_0, Q4_1, Q8_0):
+// The GGUF mat-vec for one row of x with integer dot products (Q4_0, Q4_1, Q8_0, Q4_K,
+// Q6_K):
 // out[n] = sum_k x[k] * W[n, k], x given as three int8 planes per block of 32
 // (gguf_xplanes.comp), so a block's 32 products are 8 packed dot products per plane
-// (gguf_blocks.glsl gb_dot3) and a few scalar ops, where the fp32 kernel
-// (gguf_matvec.comp) decodes and multiplies every element. Exact integer sums, then
-//   block = d * (s0 * (I0 - off * A0) + s1 * (254 I1 + I2 - off * A1)) + m * (s0 A0 + s1 A1),
+// (gguf_blocks.glsl gb_dot_qx) and a few scalar ops, where the fp32 kernel
+// (gguf_matvec.comp) decodes and multiplies every element. Exact integer sums P
+// (gguf_blocks.glsl gb_dot_qx), then block = d * (s0 P0 + s1 P1) + m * (s0 A0 + s1 A1),
 // so the result is x's planes times W to fp32 rounding. A workgroup's threads share NR
 // rows of W (x's planes loaded once for them), each thread a block at a time, partial
 // sums meeting through subgroupAdd and shared memory. RESIDUAL adds a tensor.
@@ -40,19 +41,16 @@ void main() {
     float acc[NR];
     uint ro[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) { acc[r] = 0.0; ro[r] = min(n0 + r, N - 1u) * ROW_BYTES; }
-    for (uint b = lid; b < NB; b += wg) {
+    for (uint b = lid; b < K / 32u; b += wg) {
         uvec4 xp[6];
         [[unroll]] for (uint i = 0; i < 6u; ++i) xp[i] = xp4[7u * b + i];
         uvec4 meta = xp4[7u * b + 6u];
         vec2 s = uintBitsToFloat(meta.xy);
         ivec2 sums = ivec2(meta.zw);
-        vec2 xs = vec2(s.x * float(sums.x), s.y * float(sums.y));   // the block's sum of x
+        float xs = s.x * float(sums.x) + s.y * float(sums.y);   // the block's sum of x
         [[unroll]] for (uint r = 0; r < NR; ++r) {
-            ivec3 i3 = gb_dot3(ro[r], b, xp);
-            vec2 dm = gb_dot_dm(ro[r], b);
-            float f = s.x * float(i3.x - GB_DOT_OFF * sums.x) +
-                      s.y * float(254 * i3.y + i3.z - GB_DOT_OFF * sums.y);
-            acc[r] += dm.x * f + dm.y * (xs.x + xs.y);
+            vec2 p = gb_dot_qx(ro[r], b, xp, sums), dm = gb_dot_dm(ro[r], b);
+            acc[r] += dm.x * (s.x * p.x + s.y * p.y) + dm.y * xs;
         }
     }
     [[unroll]] for (uint r = 0; r < NR; ++r) {

@@ -44,8 +44,13 @@ class Residual(torch.nn.Module):
         return self.lin(x) + r
 
 
-@pytest.mark.parametrize("name", TYPES)
-@pytest.mark.parametrize("rows,cols", [(1, 256), (7, 512), (65, 768)])
+# rows of W on 16 bytes, and not (Q6_K at 256 and 768 columns; the rest at 96: every
+# 16-byte read then made of words, or of halves where rows start on 2 bytes)
+SHAPES = [(name, rows, cols) for name in TYPES for rows, cols in (
+    (1, 256), (7, 512), (65, 768)) + (() if name.endswith("_K") else ((9, 96),))]
+
+
+@pytest.mark.parametrize("name,rows,cols", SHAPES)
 def test_matches_cpu(plans, name, rows, cols):
     torch.manual_seed(0)
     lin = GGUFLinear(blocks_of(name, rows, cols, rows), quant_info(name).ggml_type, rows, cols)
@@ -139,15 +144,17 @@ def _plan(name: str, rows: int, cols: int, m: int = 1):
 
 
 def test_which_matvecs_take_it(monkeypatch):
-    """"on": one-row mat-vecs of the types it decodes whose rows start on 16 bytes. "auto"
-    (the default): on a GPU, Q4_1 weights of INT_DOT_AUTO_WEIGHTS or more. "off": none."""
+    """"on": one-row mat-vecs of the types it decodes. "auto"
+    (the default): on a GPU, Q4_1, Q4_K and Q6_K weights of INT_DOT_AUTO_WEIGHTS or more.
+    "off": none."""
     kernels = lambda *a: [d.name.split(":")[0] for d in _plan(*a).dispatches]  # noqa: E731
     idot = ["gguf_xplanes", "gguf_matvec_idot"]
     assert kernels("Q4_0", 8, 256) == idot
     assert kernels("Q8_0", 8, 256) == idot
     assert kernels("Q4_0", 8, 256, 2) == ["gguf_matvec"]         # two rows of x
-    assert kernels("Q4_1", 8, 96) == ["gguf_matvec"]             # rows not on 16 bytes
-    assert kernels("Q6_K", 8, 256) == ["gguf_matvec"]            # no integer decoding
+    assert kernels("Q4_K", 8, 256) == idot
+    assert kernels("Q6_K", 8, 256) == idot
+    assert kernels("Q5_0", 8, 256) == ["gguf_matvec"]            # no integer decoding
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "off")
     assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
     monkeypatch.delenv("DYNAMO_VULKAN_INT_DOT")                  # auto
@@ -157,6 +164,8 @@ def test_which_matvecs_take_it(monkeypatch):
     assert kernels("Q4_1", 8, 256) == ["gguf_matvec"]            # a CPU device (lavapipe)
     monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU")
     assert kernels("Q4_1", 8, 256) == idot
+    assert kernels("Q4_K", 8, 256) == idot
+    assert kernels("Q6_K", 8, 256) == idot
     assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]            # not faster unshared
     assert kernels("Q8_0", 8, 256) == ["gguf_matvec"]
     assert kernels("Q4_1", 7, 256) == ["gguf_matvec"]            # under the size
