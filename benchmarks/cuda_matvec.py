@@ -13,8 +13,9 @@ stream (each waits on the one before: chained); a CUDA graph replays them, so
 launch costs are the GPU's own, and CUDA events time each round.
 
 On an H100 (2026-11-24, the best of CONFIGS each), in us per mat-vec, beside
-benchmarks/gguf_matvec.py's Vulkan kernel run right after it (whose figures carry
-kp's per-dispatch timestamps, about 1.1 us each); "of copy": of torch's copy
+benchmarks/gguf_matvec.py's Vulkan kernel run right after it (whose figures then
+carried kp's per-dispatch timestamps, about 1.1 us each; it no longer writes them);
+"of copy": of torch's copy
 bandwidth measured on an H100 that day, 2,955 GB/s.
 
     type  shape       Triton  (of copy)  Vulkan

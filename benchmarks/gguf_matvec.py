@@ -2,19 +2,23 @@
 
 One Program holds L copies of a weight shape (distinct GPU buffers, together
 well past the GPU's L2 cache, so every read comes from DRAM) and one mat-vec
-dispatch per copy. GPU timestamps around the dispatches give the time:
-  - "chained": every dispatch writes the same output, so a barrier orders them
-    (a decoder's layers: no overlap between kernels);
-  - "overlapped": independent dispatches, which the GPU may overlap.
+dispatch per copy, that chain recorded R times over:
+  - "chained": every dispatch writes the same output, which shares its buffer with
+    every x, so a barrier orders all the dispatches (a decoder's layers, each x made
+    from the last output: no overlap between kernels, the integer-dot path's planes
+    kernel included);
+  - "overlapped": independent dispatches, which the GPU may overlap (a barrier
+    between the rounds, which write the same outputs again).
+The time per mat-vec is the difference of the wall times of the chain recorded 2R and
+R times, over R * L: the submit, uploads and read-back cancel, and no GPU timestamp is
+written between the kernels. kp's timestamps (written after every op, ALL_COMMANDS)
+cost each chained op about 1.1 us that a decode step does not pay, and the integer-dot
+path, two ops a mat-vec, twice: on the H100 (2026-11-24) a chained read of 9.4 MB took
+6.68 us with them against 5.58 without, Q8_0 4096 x 4096 mat-vecs 11.14 against 9.11.
 Weights are random bytes with modest fp16 scales (speed does not depend on the
 values); the first weight's result is checked against the CPU op. Beside each
-chained figure: a kernel that only streams the same bytes, chained the same way
-(benchmarks/probes.py ChainedRead), the most any mat-vec of that weight can do.
-kp writes a timestamp (ALL_COMMANDS) after every op it records, which costs each chained
-op about 1.1 us that a decode step does not pay: on the H100 (2026-11-24), against the
-difference of wall times of 4 and 8 rounds without timestamps, a chained read of 9.4 MB
-took 6.68 us against 5.58, of 33 MB 14.19 against 12.99, of 62 MB 23.55 against 22.37;
-Q8_0 4096 x 4096 mat-vecs 11.14 against 9.11. Both figures here carry it alike.
+chained figure: a kernel that only streams the same bytes, chained and timed the same
+way (benchmarks/probes.py ChainedRead), the most any mat-vec of that weight can do.
 
     python benchmarks/gguf_matvec.py [--types Q4_0,Q8_0] [--shapes 4096x4096]
         [--variants 1x128x4,2x64x2] [--modes chained] [--out DIR]
@@ -37,6 +41,7 @@ import torch
 TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K")   # F16 / F32 also work (as a reference)
 SHAPES = ((4096, 4096), (4096, 14336), (14336, 4096))   # (rows, cols) of W
 TARGET_BYTES = 192 << 20     # weights per measurement (H200 L2: 60 MB)
+ROUNDS = 4       # the chain of mat-vecs recorded 4 and 8 times: the time is their difference
 WARMUP_S = 0.3   # seconds of the measured submits first (uploads, first-use costs)
 HEAT_S = 0.5     # then of a dense load (probes.ChainedRead.heat), so clocks are up
 
@@ -52,41 +57,57 @@ def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarra
     return blocks(name, nbytes // quant_info(name).type_size, rng).reshape(-1)
 
 
-def _program(name, rows, cols, m, copies, chained, rng):
-    """A Plan + Program of `copies` mat-vecs, its args, and the blocks' bytes."""
+def _weights(name, rows, cols, m, copies, rng):
+    """The args of a chain of `copies` mat-vecs (x, then each weight's blocks) and the
+    bytes of one weight. Each mat-vec has its own x, so nothing made from x (the
+    integer-dot path's planes) is shared between them: a decoder's mat-vecs mostly read
+    an x of their own."""
+    from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
+    nbytes = tensor_nbytes(quant_info(name).ggml_type, rows, cols)
+    data = torch.from_numpy(random_blocks(name, nbytes * copies, rng))
+    return [torch.randn(copies, m, cols), *(data[i * nbytes:(i + 1) * nbytes] for i in range(copies))], nbytes
+
+
+def _program(name, rows, cols, args, chained, rounds=1):
+    """A Program of `rounds` times the chain of mat-vecs of `args` (_weights), and the
+    args it takes. Chained, the output and every x share one buffer (the output first),
+    so each dispatch waits behind a barrier for the one before, as in a decoder, where x
+    is made from the last output: the integer-dot path's planes kernel too, which would
+    otherwise run beside the mat-vec before it."""
     from dynamo_vulkan import device
     from dynamo_vulkan.gguf.gpu_layout import packed_kind
-    from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
-    from dynamo_vulkan.lowering.core import Context, TRef, contiguous_strides
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering.core import Context, TRef
     from dynamo_vulkan.lowering.gguf import emit_linear
     from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, words_of
     from dynamo_vulkan.runtime.program import Program
 
     qt = quant_info(name).ggml_type
-    nbytes = tensor_nbytes(qt, rows, cols)
-    data = torch.from_numpy(random_blocks(name, nbytes * copies, rng))
-    blocks = [data[i * nbytes:(i + 1) * nbytes] for i in range(copies)]
-    # each mat-vec its own x, so nothing made from x (the integer-dot path's planes) is
-    # shared between them: a decoder's mat-vecs mostly read an x of their own
-    x = torch.randn(copies, m, cols)
+    x, blocks = args[0], args[1:]
+    copies, m = x.shape[0], x.shape[1]
     ctx = Context(device.device_info())
     plan = ctx.plan
-    xbuf = ctx.buffer(x.numel(), "input", "f32")
-    plan.inputs.append(InputSpec(xbuf, str(x.dtype), tuple(x.shape), False))
-    outs = []
-    for i, b in enumerate(blocks):
-        xr = TRef(xbuf, (m, cols), (cols, 1), i * m * cols, "f32")
-        kind = packed_kind(qt, cols)
-        w = TRef(ctx.buffer(words_of(kind, nbytes), "param", kind), (nbytes,), (1,), 0, kind)
-        plan.inputs.append(InputSpec(w.buf, str(b.dtype), tuple(b.shape), True))
-        if not outs or not chained:
-            outs.append(ctx.empty((m, rows), "f32"))
-        emit_linear(ctx, outs[-1], xr, w, qt, rows, cols)
+    head = m * rows if chained else 0          # the output's words before x's
+    xin = torch.cat([torch.zeros(head), x.reshape(-1)]) if chained else x
+    xbuf = ctx.buffer(xin.numel(), "input", "f32")
+    plan.inputs.append(InputSpec(xbuf, str(xin.dtype), tuple(xin.shape), False))
+    kind = packed_kind(qt, cols)
+    ws = []
+    for b in blocks:
+        ws.append(TRef(ctx.buffer(words_of(kind, b.numel()), "param", kind), (b.numel(),), (1,), 0, kind))
+        plan.inputs.append(InputSpec(ws[-1].buf, str(b.dtype), tuple(b.shape), True))
+    outs = [TRef(xbuf, (m, rows), (rows, 1), 0, "f32")] if chained else \
+        [ctx.empty((m, rows), "f32") for _ in range(copies)]
+    for _ in range(rounds):
+        ctx.xplanes.clear()            # each round makes x's planes again, as the first did
+        for i, w in enumerate(ws):
+            xr = TRef(xbuf, (m, cols), (cols, 1), head + i * m * cols, "f32")
+            emit_linear(ctx, outs[0 if chained else i], xr, w, qt, rows, cols)
     for o in outs:
-        plan.buffers[o.buf].role = "output"
+        if not chained:
+            plan.buffers[o.buf].role = "output"
         plan.outputs.append(OutputSpec(o.buf, "torch.float32", (m, rows)))
-    args = [x, *blocks]
-    return Program(plan, args, profile=True), args, nbytes
+    return Program(plan, [xin, *blocks]), [xin, *blocks]
 
 
 def kernel_config(prog) -> str:
@@ -102,34 +123,36 @@ def kernel_config(prog) -> str:
 
 def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
             target_bytes=TARGET_BYTES, warmup_s=WARMUP_S, heat_s=HEAT_S) -> dict:
-    """GPU time of all mat-vecs in one submit: median and best of `calls`, after
-    `warmup_s` seconds of the same submits and `heat_s` of a dense load (the GPU's
-    clocks up); chained, beside a chained read of the same bytes, timed right after."""
+    """Time per mat-vec: the difference of the median wall times of the chain recorded
+    2 * ROUNDS and ROUNDS times (`calls` submits each, alternated), after `warmup_s`
+    seconds of the same submits and `heat_s` of a dense load (the GPU's clocks up);
+    chained, beside a chained read of the same bytes, timed right after."""
     from dynamo_vulkan import device
     from dynamo_vulkan.gguf.op import gguf_linear
     from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
-    logging.getLogger("dynamo_vulkan.profile").setLevel(logging.WARNING)   # no table per call
     rng = np.random.default_rng(seed)
     nbytes = tensor_nbytes(quant_info(name).ggml_type, rows, cols)
     copies = max(4, math.ceil(target_bytes / nbytes))
-    prog, args, nbytes = _program(name, rows, cols, m, copies, chained, rng)
+    args, nbytes = _weights(name, rows, cols, m, copies, rng)
+    progs = {r: _program(name, rows, cols, args, chained, r) for r in (ROUNDS, 2 * ROUNDS)}
+    pargs = progs[ROUNDS][1]
+    progs = {r: p for r, (p, _) in progs.items()}
     from benchmarks.probes import ChainedRead
     floor = ChainedRead(nbytes, copies)       # made before the warm-up; also its load
-    period = device.device_info().get("timestamp_period_ns", 1.0)
-    ops = [i for i, label in enumerate(prog._labels) if label and label.startswith("gguf_")]
-    spans = []
-    t_end = time.perf_counter() + warmup_s
-    while len(spans) < 3 or time.perf_counter() < t_end:      # warm-up (uploads, clocks)
-        outs = prog(args)
-        spans.append(0.0)
+    t_end, n = time.perf_counter() + warmup_s, 0
+    while n < 3 or time.perf_counter() < t_end:      # warm-up (uploads, clocks)
+        for p in progs.values():
+            outs = p(pargs)
+        n += 1
     if not device.is_cpu():              # a CPU device has no clocks to bring up
         floor.heat(heat_s)
-    spans = []
+    walls = {r: [] for r in progs}
     for _ in range(calls):
-        outs = prog(args)
-        ts = np.array(prog.sequence.get_timestamps(), dtype=np.float64) * period
-        spans.append((ts[ops[-1] + 1] - ts[ops[0]]) * 1e-9)   # start of first .. end of last
-    span, best = float(np.median(spans)), float(np.min(spans))
+        for r, p in progs.items():
+            t0 = time.perf_counter()
+            outs = p(pargs)
+            walls[r].append(time.perf_counter() - t0)
+    per = (float(np.median(walls[2 * ROUNDS])) - float(np.median(walls[ROUNDS]))) / (ROUNDS * copies)
     floor_gbps = floor.gbps(calls)["gbps"] if chained else None   # at once: as warm
     floor.close()
     qt = quant_info(name).ggml_type
@@ -138,9 +161,8 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     err = float((outs[0] - ref).abs().max() / ref.abs().max())
     return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
-            "us_per_matvec": span / copies * 1e6, "GB_per_s": nbytes * copies / span / 1e9,
-            "best_us_per_matvec": best / copies * 1e6, "best_GB_per_s": nbytes * copies / best / 1e9,
-            "max_rel_err": err, "kernel": kernel_config(prog),
+            "us_per_matvec": per * 1e6, "GB_per_s": nbytes / per / 1e9,
+            "max_rel_err": err, "kernel": kernel_config(progs[ROUNDS]),
             "read_floor_GB_per_s": floor_gbps}
 
 
@@ -166,11 +188,10 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                         r["variant"] = r["kernel"] + f" CPL={lowering.MV_CPL}"
                         rows_out.append(r)
                         log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
-                            f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s "
-                            f"(best {r['best_GB_per_s']:7.1f}"
-                            + (f", {r['GB_per_s'] / r['read_floor_GB_per_s']:.2f} of a chained read"
-                               if r["read_floor_GB_per_s"] else "") + ")"
-                            f"  err {r['max_rel_err']:.1e}")
+                            f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s"
+                            + (f" ({r['GB_per_s'] / r['read_floor_GB_per_s']:.2f} of a chained read)"
+                               if r["read_floor_GB_per_s"] else "")
+                            + f"  err {r['max_rel_err']:.1e}")
     finally:
         lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved
     return rows_out

@@ -58,13 +58,11 @@ class ChainedRead:
     def __init__(self, nbytes: int, copies: int):
         import kp
 
-        from dynamo_vulkan import device_info
         from dynamo_vulkan.device import manager
         from dynamo_vulkan.runtime.program import SHADER_READ, SHADER_WRITE, STAGE_COMPUTE
         from dynamo_vulkan.runtime.shaders import compile_source
 
         self.nbytes, self.copies = max(16, nbytes // 16 * 16), copies
-        self.period = float(device_info().get("timestamp_period_ns", 1.0))
         mgr = manager()
         storage = kp.TensorTypes.storage
         self.tensors = [mgr.tensor_t(np.zeros(self.nbytes // 4, np.uint32), tensor_type=storage)
@@ -87,7 +85,7 @@ class ChainedRead:
             seq.eval()                   # first-use costs
             return seq
         self._sequence = sequence
-        self.seq = sequence(1, 2 * copies + 2)
+        self.walled: dict = {}           # rounds -> the sequences gbps times
         self.busy = None
 
     def heat(self, seconds: float) -> None:
@@ -101,16 +99,26 @@ class ChainedRead:
         while time.perf_counter() < t_end:
             self.busy.eval()
 
-    def gbps(self, calls: int = 10) -> dict:
-        """Median of `calls` submits (kp timestamps), as GB/s of the bytes read."""
-        per = []
+    def gbps(self, calls: int = 10, rounds: int = 4) -> dict:
+        """GB/s of the bytes read: the difference of the median wall times of the reads
+        recorded 2 * rounds and `rounds` times (`calls` submits each, alternated), over
+        rounds * copies reads (no GPU timestamp between them, as benchmarks/gguf_matvec.py
+        times its mat-vecs)."""
+        import time
+        seqs = self.walled.get(rounds)
+        if seqs is None:
+            seqs = self.walled[rounds] = [self._sequence(r, 0) for r in (rounds, 2 * rounds)]
+        walls: list[list[float]] = [[], []]
         for _ in range(calls):
-            self.seq.eval()
-            per.append(_seconds_per_op(self.seq, self.copies, self.period))
-        s = float(np.median(per))
+            for w, seq in zip(walls, seqs):
+                t0 = time.perf_counter()
+                seq.eval()
+                w.append(time.perf_counter() - t0)
+        s = (float(np.median(walls[1])) - float(np.median(walls[0]))) / (rounds * self.copies)
         return {"bytes": self.nbytes, "copies": self.copies, "us": s * 1e6, "gbps": self.nbytes / s / 1e9,
                 "how": f"{self.copies} buffers read in turn (uvec4, {self.groups} workgroups), a "
-                       f"barrier between, median of {calls} submits, kp timestamps"}
+                       f"barrier between, recorded {rounds} and {2 * rounds} times: the difference "
+                       f"of the median wall times of {calls} submits each"}
 
     def close(self):
         for t in self.tensors:

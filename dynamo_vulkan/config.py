@@ -36,8 +36,8 @@ def int_dot() -> str:
     """DYNAMO_VULKAN_INT_DOT: the GGUF mat-vec's integer-dot path (x as three int8 planes,
     fp32-accurate; lowering/gguf.py). "auto" (default): on GPUs created with
     shaderIntegerDotProduct, for the weights where it measured faster (big ones with a
-    norm or elementwise prologue folded in, or big Q4_1, Q4_K and Q6_K ones:
-    gguf.INT_DOT_PROLOGUE_*, gguf.INT_DOT_AUTO*);
+    norm or elementwise prologue folded in, or big ones of the 4-bit and 6-bit types:
+    gguf.INT_DOT_*);
     "on": for every eligible one-row mat-vec (an error where the device lacks the
     feature); "off": never."""
     return _mode("DYNAMO_VULKAN_INT_DOT", INT_DOT_MODES)

@@ -97,51 +97,47 @@ MV_CPU_SUBGROUPS = 4
 # planes per block of 32 (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7
 # against float64 on the H100, where an fp32 matmul of the same dequantized weight gets
 # 4e-7), then 8 packed dot products per plane and block instead of decoding and
-# multiplying every element. H100, 2026-11-24, chained as in benchmarks/gguf_matvec.py,
-# us for 4096 x 4096 / 4096 x 14336 / 14336 x 4096, fp32 kernel -> integer dots:
-#   the planes made for each mat-vec (a kernel and a barrier level, ~3 us):
-#     Q4_0 9.86 / 22.77 / 22.29 -> 13.06 / 22.91 / 22.09
-#     Q4_1 10.40 / 23.40 / 23.49 -> 12.77 / 22.40 / 21.67
-#     Q8_0 11.21 / 28.32 / 27.78 -> 14.42 / 31.36 / 29.31
-#   the planes shared by many mat-vecs of one x (q, k, v; gate, up):
-#     Q4_0 -> 9.45 / 19.89 / 19.09, Q4_1 -> 9.24 / 19.33 / 18.77, Q8_0 -> 11.41 / 28.61 / 26.62
-# (the mat-vec alone: Q4_0 14336 x 4096 16.9 us, 0.66 of copy against 0.50). Again, in
-# one run of benchmarks/gguf_matvec.py, unshared, fp32 -> integer dots at 4096 x 14336 /
-# 14336 x 4096: Q4_0 22.60 / 22.24 -> 23.02 / 22.49, Q4_1 23.42 / 23.81 -> 22.49 / 21.99.
-# So "auto" takes it for Q4_1 weights of at least INT_DOT_AUTO_WEIGHTS on a GPU (Q4_0 and
-# Q8_0 only gain where x's planes are shared: DYNAMO_VULKAN_INT_DOT=on; Q4_K and Q6_K
-# below). A serial planes
-# kernel (one invocation per block) cost 5-6 us more: eight invocations per block now.
-# An RMSNorm prologue goes into the planes (made once for the mat-vecs reading them):
-# torch.compile of rms_norm -> gate, up (14336 x 4096 each), H100 wall time per call,
+# multiplying every element. H100, 2026-11-24, benchmarks/gguf_matvec.py (chained, every
+# dispatch behind a barrier, the planes made for each mat-vec, no GPU timestamps between
+# kernels), us for 4096 x 4096 / 4096 x 14336 / 14336 x 4096, fp32 kernel -> integer dots:
+#   Q4_0 9.71 / 23.56 / 23.13 -> 11.18 / 22.97 / 21.11
+#   Q4_1 9.95 / 24.12 / 24.23 -> 11.15 / 22.71 / 19.37
+#   Q8_0 10.05 / 26.44 / 26.39 -> 13.93 / 30.30 / 27.18
+#   Q4_K 11.42 / 28.36 / 26.03 -> 11.56 / 21.06 / 21.18
+#   Q6_K 12.35 / 36.30 / 31.48 -> 12.87 / 27.41 / 23.56
+# The planes' kernel and barrier cost about 4 us of that (the same mat-vecs with each
+# planes kernel beside the mat-vec before it: Q4_K 16.94 / 16.27 us at the large shapes).
+# So "auto" takes it for INT_DOT_AUTO types from INT_DOT_AUTO_WEIGHTS (not Q8_0, whose
+# fp32 kernel streams its bytes well). Where mat-vecs share x's planes (q, k, v; gate,
+# up) or fold a prologue into them, the planes pay for themselves sooner: an RMSNorm
+# (normalising x once for every mat-vec that reads it, where the fp32 kernel normalises in
+# every row group) or an elementwise producer (silu(gate) * up) goes into the planes
+# kernel. torch.compile wall time per call, H100: rms_norm -> gate, up (14336 x 4096 each)
 # Q4_1 148.4 / 144.0 -> 132.4 / 130.5 us; q, k, v (4096 x 4096, 2 x 1024 x 4096) 105.6 ->
-# 106.3 (so not for weights under INT_DOT_AUTO_WEIGHTS). An elementwise prologue goes in
-# too (computed once, where the fp32 kernel's X_LAZY recomputes it in each of its 2,048 row
-# groups): a whole FFN (norm, gate, up, silu * up, down 4096 x 14336, residual) in Q4_1,
-# 247.7 / 256.0 / 253.7 -> 150.2 / 193.4 / 169.1 us per call; Q4_0 269.2 -> 190.6, Q8_0
-# 234.6 -> 175.0, and at 2048 x 8192 (16.8M weights) Q4_1 169.6 -> 156.2. So "auto" takes
-# it wherever a prologue is folded in, from INT_DOT_PROLOGUE_WEIGHTS and rows of
-# INT_DOT_PROLOGUE_COLS (SmolLM2's and Gemma 3's heads, rows of 576 and 640, keep the
-# fp32 kernel: unmeasured there). Q4_K and Q6_K (a Q4_K_M file's types), H100, 2026-11-24,
-# planes made for each mat-vec, 4096 x 4096 / 4096 x 14336 / 14336 x 4096: Q4_K 11.64 /
-# 28.01 / 27.67 -> 13.60 / 22.22 / 21.91 us, Q6_K 12.89 / 35.43 / 31.97 -> 14.57 / 27.65 /
-# 26.57; a whole FFN at those widths (Q4_K gate and up, Q6_K down) 270.2 -> 208.0 us a
-# call. Not folding the prologues into the fp32 kernel at all (norm, silu * up: a kernel
-# of their own) changed nothing at any width (the same FFN 243.2 against 231.2-242.1;
-# Q4_0 220.0 against 217.0-221.3; 2048 x 8192, 1024 x 4096, 640 x 2048 and 576 x 1536
-# within 2%), so the prologues stay folded where this path is not taken. Its workgroup
-# (INT_DOT_WG threads, INT_DOT_NR rows) swept the same day for Q4_0/Q4_K/Q6_K at the three
-# shapes: 32-256 threads, 1-4 rows, 2 blocks a thread and step; none was better at every
-# shape and type than 64 x 2 by more than the runs' noise (5-10%).
+# 106.3; a whole FFN (norm, gate, up, silu * up, down 4096 x 14336, residual) Q4_1 247.7 /
+# 256.0 / 253.7 -> 150.2 / 193.4 / 169.1, Q4_0 269.2 -> 190.6, Q8_0 234.6 -> 175.0, Q4_K
+# gate and up with Q6_K down 270.2 -> 208.0, and at 2048 x 8192 (16.8M weights) Q4_1
+# 169.6 -> 156.2. So "auto" takes it wherever a prologue is folded in, every type, from
+# INT_DOT_PROLOGUE_WEIGHTS. Both need rows of INT_DOT_MIN_COLS (a thread takes a block
+# of 32 at a time: SmolLM2's and Gemma 3's rows of 576 and 640 would leave most threads
+# idle; unmeasured there). A serial planes kernel (one invocation per block) cost 5-6 us
+# more: eight invocations per block now. Not folding the prologues into the fp32 kernel
+# at all (norm, silu * up: a kernel of their own) changed nothing at any width (the Q4_K
+# FFN 243.2 against 231.2-242.1; Q4_0 220.0 against 217.0-221.3; 2048 x 8192, 1024 x
+# 4096, 640 x 2048 and 576 x 1536 within 2%), so the prologues stay folded where this
+# path is not taken. The workgroup (INT_DOT_WG threads, INT_DOT_NR rows) was swept the
+# same day for Q4_0/Q4_K/Q6_K at the three shapes: 32-256 threads, 1-4 rows, 2 blocks a
+# thread and step; none was better at every shape and type than 64 x 2 by more than the
+# runs' noise (5-10%).
 # the types it decodes, and whether x's planes hold their bytes in nibble order (the
 # 4-bit types: gguf_xplanes.comp NIBBLES) or element order
 INT_DOT_TYPES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q8_0": 0, "Q6_K": 0}
-INT_DOT_AUTO = ("Q4_1", "Q4_K", "Q6_K")     # the types "auto" takes it for, x read as it is
+INT_DOT_AUTO = ("Q4_0", "Q4_1", "Q4_K", "Q6_K")   # the types "auto" takes it for, x read as it is
 INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
 # with a prologue (an RMSNorm or elementwise producer, which the planes compute once):
-# every INT_DOT_TYPES weight of this many rows x cols, rows of at least this many
+# every INT_DOT_TYPES weight of this many rows x cols
 INT_DOT_PROLOGUE_WEIGHTS = 16 << 20
-INT_DOT_PROLOGUE_COLS = 2048
+INT_DOT_MIN_COLS = 2048     # rows of W at least this long, for "auto" either way
 INT_DOT_WG = 64
 INT_DOT_NR = 2
 XPLANES_WG = 64
@@ -435,16 +431,18 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
     unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
     planes), a type it decodes, a device created with
     shaderIntegerDotProduct; for "auto", a GPU and a
-    weight of a type and size where it measured faster (larger ones, and only Q4_1, Q4_K
-    and Q6_K where no prologue's recomputation is saved)."""
+    weight of a type and size where it measured faster (larger ones, and not Q8_0 where
+    no prologue's recomputation is saved)."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
     if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or name not in INT_DOT_TYPES:
         return False
     if mode == "auto":
         if not ctx.caps.get("integer_dot_product") or device.is_cpu(ctx.caps):
             return False
+        if k < INT_DOT_MIN_COLS:
+            return False
         if prologue:
-            return n * k >= INT_DOT_PROLOGUE_WEIGHTS and k >= INT_DOT_PROLOGUE_COLS
+            return n * k >= INT_DOT_PROLOGUE_WEIGHTS
         return name in INT_DOT_AUTO and n * k >= INT_DOT_AUTO_WEIGHTS
     if not ctx.caps.get("integer_dot_product"):
         raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "

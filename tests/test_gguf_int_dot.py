@@ -145,8 +145,8 @@ def _plan(name: str, rows: int, cols: int, m: int = 1):
 
 def test_which_matvecs_take_it(monkeypatch):
     """"on": one-row mat-vecs of the types it decodes. "auto"
-    (the default): on a GPU, Q4_1, Q4_K and Q6_K weights of INT_DOT_AUTO_WEIGHTS or more.
-    "off": none."""
+    (the default): on a GPU, weights of INT_DOT_AUTO_WEIGHTS or more and rows of
+    INT_DOT_MIN_COLS, of every type it decodes but Q8_0. "off": none."""
     kernels = lambda *a: [d.name.split(":")[0] for d in _plan(*a).dispatches]  # noqa: E731
     idot = ["gguf_xplanes", "gguf_matvec_idot"]
     assert kernels("Q4_0", 8, 256) == idot
@@ -159,6 +159,7 @@ def test_which_matvecs_take_it(monkeypatch):
     assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
     monkeypatch.delenv("DYNAMO_VULKAN_INT_DOT")                  # auto
     monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 256)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
     info = device.device_info()
     monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_CPU")
     assert kernels("Q4_1", 8, 256) == ["gguf_matvec"]            # a CPU device (lavapipe)
@@ -166,9 +167,11 @@ def test_which_matvecs_take_it(monkeypatch):
     assert kernels("Q4_1", 8, 256) == idot
     assert kernels("Q4_K", 8, 256) == idot
     assert kernels("Q6_K", 8, 256) == idot
-    assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]            # not faster unshared
-    assert kernels("Q8_0", 8, 256) == ["gguf_matvec"]
+    assert kernels("Q4_0", 8, 256) == idot
+    assert kernels("Q8_0", 8, 256) == ["gguf_matvec"]            # not faster unshared
     assert kernels("Q4_1", 7, 256) == ["gguf_matvec"]            # under the size
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 32)
+    assert kernels("Q4_1", 8, 32) == ["gguf_matvec"]             # rows too short
     monkeypatch.setitem(info, "integer_dot_product", False)
     assert kernels("Q4_1", 8, 256) == ["gguf_matvec"]
 
@@ -247,11 +250,11 @@ def test_elementwise_producer_goes_into_the_planes(as_gpu, plans, name):
 
 def test_auto_takes_it_where_a_prologue_is_folded_in(as_gpu, plans, monkeypatch):
     """"auto" on a GPU: a mat-vec with an elementwise (or norm) prologue takes it for every
-    type from INT_DOT_PROLOGUE_WEIGHTS and rows of INT_DOT_PROLOGUE_COLS; without one,
+    type from INT_DOT_PROLOGUE_WEIGHTS and rows of INT_DOT_MIN_COLS; without one,
     Q8_0 keeps the fp32 kernel (the sizes set small here, to fit the test's weights)."""
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
     monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_COLS", 768)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 768)
     monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 24 * 512)
     torch.manual_seed(7)
     for cols, want in ((768, ["gguf_xplanes", "gguf_matvec_idot"]), (512, ["gguf_matvec"])):

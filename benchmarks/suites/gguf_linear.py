@@ -88,7 +88,8 @@ def kernel_rows(bench) -> None:
                     f"({floor:,.0f} GB/s, probes.ChainedRead)") if floor else ""
         row = _kernel_row(bench, r, "vulkan_kernel", limit, limit_name,
                           f"benchmarks/gguf_matvec.py, {r.get('mode', '')} {r.get('variant', '')}; "
-                          f"err is relative; median GPU time{of_floor}")
+                          f"err is relative; wall-time difference of 8 and 4 rounds, no GPU "
+                          f"timestamps between kernels{of_floor}")
         bench.target(Target(f"GGUF mat-vec {r['type']} {r['rows']}x{r['cols']}: GB/s vs copy bandwidth",
                             ("gguf_linear", row.workload, "vulkan_kernel"), 0.7,
                             baseline_value=(limit, limit_name) if limit else None,
