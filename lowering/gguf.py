@@ -107,6 +107,9 @@ MV_CPU_SUBGROUPS = 4
 #   Q6_K 12.35 / 36.30 / 31.48 -> 12.87 / 27.41 / 23.56
 # The planes' kernel and barrier cost about 4 us of that (the same mat-vecs with each
 # planes kernel beside the mat-vec before it: Q4_K 16.94 / 16.27 us at the large shapes).
+# Each thread making its own block's planes from fp32 x in registers instead (no planes
+# kernel; 2-16 rows a workgroup of 64 or 128 threads) was 1.4-3x slower at every shape
+# for Q4_0, Q4_K and Q6_K: each workgroup then quantizes all of x again.
 # So "auto" takes it for INT_DOT_AUTO types from INT_DOT_AUTO_WEIGHTS (not Q8_0, whose
 # fp32 kernel streams its bytes well). Where mat-vecs share x's planes (q, k, v; gate,
 # up) or fold a prologue into them, the planes pay for themselves sooner: an RMSNorm
