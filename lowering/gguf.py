@@ -432,10 +432,9 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
                  fused: bool, prologue: bool) -> bool:
     """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
     unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
-    planes), a type it decodes, a device created with
-    shaderIntegerDotProduct; for "auto", a GPU and a
-    weight of a type and size where it measured faster (larger ones, and not Q8_0 where
-    no prologue's recomputation is saved)."""
+    planes), a type it decodes, a device created with shaderIntegerDotProduct; for
+    "auto", a GPU and a weight of a type and size where it measured faster (larger ones,
+    and not Q8_0 where no prologue's recomputation is saved)."""
     mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
     if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or name not in INT_DOT_TYPES:
         return False

@@ -2,9 +2,9 @@
 // Q6_K):
 // out[n] = sum_k x[k] * W[n, k], x given as three int8 planes per block of 32
 // (gguf_xplanes.comp), so a block's 32 products are 8 packed dot products per plane
-// (gguf_blocks.glsl gb_dot_qx) and a few scalar ops, where the fp32 kernel
-// (gguf_matvec.comp) decodes and multiplies every element. Exact integer sums P
-// (gguf_blocks.glsl gb_dot_qx), then block = d * (s0 P0 + s1 P1) + m * (s0 A0 + s1 A1),
+// and a few scalar ops, where the fp32 kernel (gguf_matvec.comp) decodes and multiplies
+// every element. Exact integer sums P (gguf_blocks.glsl gb_dot_qx), then
+//   block = d * (s0 P0 + s1 P1) + m * (s0 A0 + s1 A1),
 // so the result is x's planes times W to fp32 rounding. A workgroup's threads share NR
 // rows of W (x's planes loaded once for them), each thread a block at a time, partial
 // sums meeting through subgroupAdd and shared memory. RESIDUAL adds a tensor.
