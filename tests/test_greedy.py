@@ -142,18 +142,25 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
         assert any("post-norm by the last workgroup" in n for n in notes)
 
 
-INT_DOT_TYPES = {f"blk.{i}.{t}.weight": q for i in (0, 1) for t, q in (
-    ("attn_q", "Q4_0"), ("attn_k", "Q4_0"), ("attn_v", "Q8_0"), ("attn_output", "Q4_1"),
-    ("ffn_gate", "Q4_1"), ("ffn_up", "Q4_1"), ("ffn_down", "Q8_0"))} | {"output.weight": "Q4_1"}
+def _layer_types(q, k, v, o, gate, up, down, head) -> dict:
+    return {f"blk.{i}.{t}.weight": name for i in (0, 1) for t, name in (
+        ("attn_q", q), ("attn_k", k), ("attn_v", v), ("attn_output", o), ("ffn_gate", gate),
+        ("ffn_up", up), ("ffn_down", down))} | {"output.weight": head}
 
 
-def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypatch):
+# the legacy types, and a Q4_K_M file's (Q4_K, with Q6_K for v, down and the head)
+INT_DOT_TYPES = [_layer_types("Q4_0", "Q4_0", "Q8_0", "Q4_1", "Q4_1", "Q4_1", "Q8_0", "Q4_1"),
+                 _layer_types("Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q4_K", "Q6_K", "Q6_K")]
+
+
+@pytest.mark.parametrize("types", INT_DOT_TYPES, ids=["legacy", "k_quants"])
+def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypatch, types):
     """DYNAMO_VULKAN_INT_DOT=on, planned as for a GPU: every decode mat-vec of the types it
     decodes reads x's int8 planes, made once per x with the RMSNorm or silu(gate) * up
     folded in, across k steps per call and their in-place cache writes; eager's tokens."""
     require_int_dot()
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
-    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=INT_DOT_TYPES)
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
     want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
     got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
