@@ -21,7 +21,6 @@ import os
 import sys
 import time
 import types
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -184,8 +183,25 @@ def compile_decoder(model, backend: str = "vulkan"):
     return torch.compile(own, backend=backend, dynamic=False, options=options)
 
 
+# H100, SmolLM2 (benchmarks' llm suite, one run each, 2026-11-24): 8 steps 1,034 tok/s with
+# 80.5 s of compiling and warm-up; 16 steps 1,112 tok/s with 155.1 s; 32 did not compile
+# within 190 s. The graph's compile time grows with its steps, so 8 stays the default.
 DEFAULT_STEPS_PER_CALL = 8
-_step_graphs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # decoder -> {backend: module}
+
+
+def _kept(model, key, make):
+    """make(), once per decoder, key and setting that changes a compiled program (the
+    config's key: device, DYNAMO_VULKAN_CPU_MATMUL and _INT_DOT), kept on the decoder
+    itself: later generate() calls reuse its compiled graphs instead of tracing and
+    lowering them again (a fresh compile_decoder has a code object of its own, which
+    Dynamo compiles anew); on the decoder, not in a module-level table, so it goes with
+    the decoder."""
+    from . import config
+    key = (*key, config.load().key())
+    kept = model.__dict__.setdefault("_dynamo_vulkan_compiled", {})
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
 
 
 def default_steps_per_call(backend, temperature: float) -> int:
@@ -204,11 +220,10 @@ def greedy_steps(model, backend: str | None):
     """GreedySteps over this decoder, compiled once per backend (one graph per k)."""
     from .models.greedy import GreedySteps
 
-    graphs = _step_graphs.setdefault(model, {})
-    if backend not in graphs:
+    def make():
         mod = GreedySteps(model)
-        graphs[backend] = mod if backend is None else compile_decoder(mod, backend)
-    return graphs[backend]
+        return mod if backend is None else compile_decoder(mod, backend)
+    return _kept(model, ("steps", backend), make)
 
 
 def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, temperature: float = 0.0,
@@ -223,7 +238,8 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     None to run the module uncompiled. ``stream``: a text file (e.g. sys.stdout) or a
     callable that receives each new piece of text. ``warmup`` runs the prefill and decode
     graphs once before timing, so compile time is reported apart from tokens/s.
-    ``compiled``: reuse an already compiled module (from an earlier call).
+    ``compiled``: reuse an already compiled module (by default the one an earlier call
+    compiled for this decoder and backend).
 
     ``steps_per_call``: greedy decoding runs this many decode steps per call of one
     compiled graph (:class:`~dynamo_vulkan.models.greedy.GreedySteps`: the argmax stays
@@ -252,7 +268,8 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         log.warning("only %d of the %d new tokens fit the context of %d", room, max_new_tokens, model.max_ctx)
 
     if compiled is None:
-        compiled = model if backend is None else compile_decoder(model, backend)
+        compiled = model if backend is None else \
+            _kept(model, ("decoder", backend), lambda: compile_decoder(model, backend))
     if steps_per_call is None:
         steps_per_call = default_steps_per_call(backend, temperature)
     if steps_per_call < 1:

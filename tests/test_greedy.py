@@ -142,6 +142,20 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
         assert any("post-norm by the last workgroup" in n for n in notes)
 
 
+def test_a_second_generate_reuses_the_compiled_graphs(plans, tmp_path):
+    """generate() without `compiled` compiles a decoder once per backend: a second call
+    (a chat's next turn) lowers no graph again and gives the same tokens."""
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    first = generate(model, PROMPT, tok, max_new_tokens=9, stop_at_eos=False, steps_per_call=4)
+    lowered = len(plans)
+    assert lowered > 0
+    second = generate(model, PROMPT, tok, max_new_tokens=9, stop_at_eos=False, steps_per_call=4)
+    assert second.tokens == first.tokens
+    assert len(plans) == lowered, "the second call lowered its graphs again"
+    assert second.extra["compiled"] is first.extra["compiled"]
+
+
 def _layer_types(q, k, v, o, gate, up, down, head) -> dict:
     return {f"blk.{i}.{t}.weight": name for i in (0, 1) for t, name in (
         ("attn_q", q), ("attn_k", k), ("attn_v", v), ("attn_output", o), ("ffn_gate", gate),
