@@ -244,9 +244,10 @@ layout(set = 0, binding = WQ_BINDING) readonly buffer WqDot { uvec4 wqd[]; };
 uvec4 gb_w16(uint o) {
     return (ROW_BYTES & 15u) == 0u ? wqd[o >> 4] : uvec4(gb_w(o), gb_w(o + 4u), gb_w(o + 8u), gb_w(o + 12u));
 }
-// x's plane p (words xp[2p], xp[2p + 1]) against the block's quants as 8 words of bytes
-#define GB_DOT8(DOT4, a, c, q0, q1) (DOT4(a.x, q0.x) + DOT4(a.y, q0.y) + DOT4(a.z, q0.z) + \
-    DOT4(a.w, q0.w) + DOT4(c.x, q1.x) + DOT4(c.y, q1.y) + DOT4(c.z, q1.z) + DOT4(c.w, q1.w))
+// 4 words of x's plane bytes against 4 words of quant bytes; a plane's 8 words (xp[2p],
+// xp[2p + 1]) against the block's quants as 8 words
+#define GB_DOT4W(DOT4, a, q) (DOT4(a.x, q.x) + DOT4(a.y, q.y) + DOT4(a.z, q.z) + DOT4(a.w, q.w))
+#define GB_DOT8(DOT4, a, c, q0, q1) (GB_DOT4W(DOT4, a, q0) + GB_DOT4W(DOT4, c, q1))
 // the integer sums (I0, 254 I1 + I2) of planes against quants q0, q1 read with offset off
 // (element = q - off): exact in int32 for 8-bit quants and below
 vec2 gb_dot_planes(uvec4 q0, uvec4 q1, bool q_signed, int off, uvec4 xp[6], ivec2 sums) {
@@ -300,11 +301,8 @@ vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
     uint sw = wq[so >> 2] >> ((so & 2u) << 3);
     int sc0 = int(sw << 24) >> 24, sc1 = int(sw << 16) >> 24;
     ivec3 j;
-    [[unroll]] for (uint p = 0; p < 3; ++p) {
-        uvec4 a = xp[2 * p], c = xp[2 * p + 1];
-        j[p] = sc0 * (SDOT4(a.x, q0.x) + SDOT4(a.y, q0.y) + SDOT4(a.z, q0.z) + SDOT4(a.w, q0.w)) +
-               sc1 * (SDOT4(c.x, q1.x) + SDOT4(c.y, q1.y) + SDOT4(c.z, q1.z) + SDOT4(c.w, q1.w));
-    }
+    [[unroll]] for (uint p = 0; p < 3; ++p)
+        j[p] = sc0 * GB_DOT4W(SDOT4, xp[2 * p], q0) + sc1 * GB_DOT4W(SDOT4, xp[2 * p + 1], q1);
     return vec2(float(j.x), 254.0 * float(j.y) + float(j.z));   // 254 j1 may pass 2^31
 }
 vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 208u * NB + 2u * (b >> 3)), 0.0); }
