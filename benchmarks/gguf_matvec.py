@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import sys
 import time
@@ -57,15 +56,13 @@ def random_blocks(name: str, nbytes: int, rng: np.random.Generator) -> np.ndarra
     return blocks(name, nbytes // quant_info(name).type_size, rng).reshape(-1)
 
 
-def _weights(name, rows, cols, m, copies, rng):
-    """The args of a chain of `copies` mat-vecs (x, then each weight's blocks) and the
-    bytes of one weight. Each mat-vec has its own x, so nothing made from x (the
-    integer-dot path's planes) is shared between them: a decoder's mat-vecs mostly read
-    an x of their own."""
-    from dynamo_vulkan.gguf.quants import quant_info, tensor_nbytes
-    nbytes = tensor_nbytes(quant_info(name).ggml_type, rows, cols)
+def _weights(name, nbytes, cols, m, copies, rng):
+    """The args of a chain of `copies` mat-vecs of `nbytes` weights each: x, then each
+    weight's blocks. Each mat-vec has its own x, so nothing made from x (the integer-dot
+    path's planes) is shared between them: a decoder's mat-vecs mostly read an x of
+    their own."""
     data = torch.from_numpy(random_blocks(name, nbytes * copies, rng))
-    return [torch.randn(copies, m, cols), *(data[i * nbytes:(i + 1) * nbytes] for i in range(copies))], nbytes
+    return [torch.randn(copies, m, cols), *(data[i * nbytes:(i + 1) * nbytes] for i in range(copies))]
 
 
 def _program(name, rows, cols, args, chained, rounds=1):
@@ -133,36 +130,29 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     rng = np.random.default_rng(seed)
     nbytes = tensor_nbytes(quant_info(name).ggml_type, rows, cols)
     copies = max(4, math.ceil(target_bytes / nbytes))
-    args, nbytes = _weights(name, rows, cols, m, copies, rng)
-    progs = {r: _program(name, rows, cols, args, chained, r) for r in (ROUNDS, 2 * ROUNDS)}
-    pargs = progs[ROUNDS][1]
-    progs = {r: p for r, (p, _) in progs.items()}
-    from benchmarks.probes import ChainedRead
+    args = _weights(name, nbytes, cols, m, copies, rng)
+    (short, pargs), (long, _) = (_program(name, rows, cols, args, chained, r) for r in (ROUNDS, 2 * ROUNDS))
+    from benchmarks.probes import ChainedRead, wall_difference
     floor = ChainedRead(nbytes, copies)       # made before the warm-up; also its load
     t_end, n = time.perf_counter() + warmup_s, 0
     while n < 3 or time.perf_counter() < t_end:      # warm-up (uploads, clocks)
-        for p in progs.values():
-            outs = p(pargs)
+        short(pargs)
+        long(pargs)
         n += 1
     if not device.is_cpu():              # a CPU device has no clocks to bring up
         floor.heat(heat_s)
-    walls = {r: [] for r in progs}
-    for _ in range(calls):
-        for r, p in progs.items():
-            t0 = time.perf_counter()
-            outs = p(pargs)
-            walls[r].append(time.perf_counter() - t0)
-    per = (float(np.median(walls[2 * ROUNDS])) - float(np.median(walls[ROUNDS]))) / (ROUNDS * copies)
+    per = wall_difference(lambda: short(pargs), lambda: long(pargs), calls) / (ROUNDS * copies)
     floor_gbps = floor.gbps(calls)["gbps"] if chained else None   # at once: as warm
     floor.close()
     qt = quant_info(name).ggml_type
+    outs = short(pargs)
     last = -1 if chained else 0          # what outs[0] holds: the last weight's, or the first's
     ref = gguf_linear(args[0][last], args[last if chained else 1], qt, rows, cols)
     err = float((outs[0] - ref).abs().max() / ref.abs().max())
     return {"type": name, "rows": rows, "cols": cols, "m": m, "copies": copies,
             "mode": "chained" if chained else "overlapped", "weight_MB": nbytes / 1e6,
             "us_per_matvec": per * 1e6, "GB_per_s": nbytes / per / 1e9,
-            "max_rel_err": err, "kernel": kernel_config(progs[ROUNDS]),
+            "max_rel_err": err, "kernel": kernel_config(short),
             "read_floor_GB_per_s": floor_gbps}
 
 

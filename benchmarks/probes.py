@@ -50,6 +50,19 @@ def _seconds_per_op(seq, ops: int, period_ns: float) -> float:
     return float(ts[-1] - ts[0]) * period_ns * 1e-9 / ops
 
 
+def wall_difference(short, long, calls: int) -> float:
+    """Seconds that long() takes beyond short(): the difference of their median wall
+    times over `calls` alternated calls each, so what both pay (a submit, uploads,
+    read-back) cancels."""
+    walls: tuple[list[float], list[float]] = ([], [])
+    for _ in range(calls):
+        for w, fn in zip(walls, (short, long)):
+            t0 = time.perf_counter()
+            fn()
+            w.append(time.perf_counter() - t0)
+    return float(np.median(walls[1])) - float(np.median(walls[0]))
+
+
 class ChainedRead:
     """Reads of `copies` distinct buffers of ``nbytes`` one after another, a global
     barrier between, recorded in one kp sequence: made once (uploads, compiling), then
@@ -104,17 +117,10 @@ class ChainedRead:
         recorded 2 * rounds and `rounds` times (`calls` submits each, alternated), over
         rounds * copies reads (no GPU timestamp between them, as benchmarks/gguf_matvec.py
         times its mat-vecs)."""
-        import time
         seqs = self.walled.get(rounds)
         if seqs is None:
             seqs = self.walled[rounds] = [self._sequence(r, 0) for r in (rounds, 2 * rounds)]
-        walls: list[list[float]] = [[], []]
-        for _ in range(calls):
-            for w, seq in zip(walls, seqs):
-                t0 = time.perf_counter()
-                seq.eval()
-                w.append(time.perf_counter() - t0)
-        s = (float(np.median(walls[1])) - float(np.median(walls[0]))) / (rounds * self.copies)
+        s = wall_difference(seqs[0].eval, seqs[1].eval, calls) / (rounds * self.copies)
         return {"bytes": self.nbytes, "copies": self.copies, "us": s * 1e6, "gbps": self.nbytes / s / 1e9,
                 "how": f"{self.copies} buffers read in turn (uvec4, {self.groups} workgroups), a "
                        f"barrier between, recorded {rounds} and {2 * rounds} times: the difference "
