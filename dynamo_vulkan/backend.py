@@ -7,6 +7,7 @@ and replays one recorded kp sequence per call.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import pickle
@@ -30,6 +31,20 @@ _warned: set[str] = set()
 
 
 _EAGER = object()   # marks a signature whose partition runs eagerly on the CPU
+_captures: list[list] = []   # open capture_partitions() lists
+
+
+@contextlib.contextmanager
+def capture_partitions():
+    """Collects (graph module, its VulkanSubgraphs) for each graph compiled while open;
+    each of those subgraphs keeps the inputs of its calls until told otherwise
+    (remember_args), so a caller can replay its Program (runtime/replay.py)."""
+    got: list = []
+    _captures.append(got)
+    try:
+        yield got
+    finally:
+        _captures.remove(got)
 
 
 class VulkanFallbackError(RuntimeError):
@@ -75,6 +90,8 @@ class VulkanSubgraph(torch.nn.Module):
         self.dump_dir = dump_dir
         self.name = name
         self.programs: dict[tuple, Program] = {}
+        self.remember_args = False    # keep the last call's inputs in remembered_args
+        self.remembered_args: list | None = None
         out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
         self.tuple_out = isinstance(out, (tuple, list))
         self.graph_text = gm.code + repr([(n.target, getattr(gm, n.target).shape)
@@ -85,6 +102,8 @@ class VulkanSubgraph(torch.nn.Module):
         # hundreds of resident ones (weights, caches) keep theirs, and the Program
         # checks that each is still the tensor it holds (StaleBinding otherwise).
         key = tuple(_layout(args[i]) for i in self.streamed)
+        if self.remember_args:
+            self.remembered_args = list(args)
         prog = self.programs.get(key)
         if prog is None:
             prog = self.programs[key] = self._build_or_fallback(self._full_key(args), list(args))
@@ -177,16 +196,19 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
                                       f"{node.reason} (DYNAMO_VULKAN_FALLBACK=error)")
         if cfg.fallback == "warn":
             _warn_once(node.op, f"dynamo_vulkan: {node.op} runs on the CPU: {node.reason}")
+    subs = []
     for node in list(gm.graph.nodes):
         if node.op == "call_module" and node.target.startswith(PARTITION_PREFIX):
             sub = getattr(gm, node.target)
             # by name: fusing partitions rebuilds the graph with new node objects
             resident = [getattr(a, "name", None) in static_nodes for a in node.args]
-            setattr(gm, node.target, VulkanSubgraph(sub, resident, cfg, dump_dir,
-                                                    f"graph{gid}_{node.target}",
-                                                    [getattr(a, "name", None) in bumped_nodes
-                                                     for a in node.args]))
+            subs.append(VulkanSubgraph(sub, resident, cfg, dump_dir, f"graph{gid}_{node.target}",
+                                       [getattr(a, "name", None) in bumped_nodes for a in node.args]))
+            subs[-1].remember_args = bool(_captures)
+            setattr(gm, node.target, subs[-1])
     gm.recompile()
+    for got in _captures:
+        got.append((gm, subs))
     log.info("%s", report)
     return make_boxed_func(gm.forward)
 

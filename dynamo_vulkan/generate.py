@@ -226,6 +226,18 @@ def greedy_steps(model, backend: str | None):
     return _kept(model, ("steps", backend), make)
 
 
+def step_replay(model, backend: str | None):
+    """``(token, start, k) -> tokens`` for this decoder, once per backend: on the vulkan
+    backend a StepReplay (one compiled step replayed k times per submit), elsewhere the
+    k-step graph of greedy_steps."""
+    from .models.greedy import StepReplay
+
+    def make():
+        why_not = None if backend == "vulkan" else f"backend {backend!r} has no Vulkan program to replay"
+        return StepReplay(greedy_steps(model, backend), why_not)
+    return _kept(model, ("replay", backend), make)
+
+
 def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, temperature: float = 0.0,
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, backend: str | None = "vulkan", max_ctx: int | None = None,
@@ -241,14 +253,16 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     ``compiled``: reuse an already compiled module (by default the one an earlier call
     compiled for this decoder and backend).
 
-    ``steps_per_call``: greedy decoding runs this many decode steps per call of one
-    compiled graph (:class:`~dynamo_vulkan.models.greedy.GreedySteps`: the argmax stays
-    on the GPU and feeds the next step), so the submit round trip is paid once per that
-    many tokens; tokens past a stop token are computed and dropped. Default: %d for a
+    ``steps_per_call``: greedy decoding runs this many decode steps per GPU submit (the
+    argmax stays on the GPU and feeds the next step), so the submit round trip and the
+    host work of a compiled call are paid once per that many tokens; tokens past a stop
+    token are computed and dropped. On the vulkan backend one compiled step is replayed
+    that many times (:class:`~dynamo_vulkan.models.greedy.StepReplay`; the first step of
+    each call of generate() runs on its own, binding the decoder's tensors), elsewhere a
+    graph of that many steps is compiled (:class:`~dynamo_vulkan.models.greedy.GreedySteps`). Default: %d for a
     greedy run compiled for a Vulkan GPU, else 1 (see default_steps_per_call). The last steps, fewer
     than that before ``max_new_tokens`` or the end of the KV cache, run one per call.""" % DEFAULT_STEPS_PER_CALL
     from .gguf.tokenizer import StreamDecoder
-    from .models.greedy import GreedySteps
 
     if tokenizer is None:
         if not isinstance(model, (str, os.PathLike)):
@@ -276,7 +290,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
     if steps_per_call > 1 and temperature > 0:
         raise ValueError("steps_per_call > 1 needs greedy decoding (temperature 0): sampling draws on the host")
-    multi = greedy_steps(model, backend) if steps_per_call > 1 else None
+    multi = step_replay(model, backend) if steps_per_call > 1 else None
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     if seed is not None:
         torch.manual_seed(seed)
@@ -285,16 +299,19 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     prompt_t = torch.tensor([ids], dtype=torch.int64)
 
     with torch.no_grad():
+        if multi is not None:
+            multi.begin()
         if warmup:
             t0 = time.perf_counter()
             compiled(prompt_t, torch.tensor(0, dtype=torch.int64))
             # also compile the decode graph (writes slots the real steps rewrite)
             last = torch.tensor([[ids[-1]]], dtype=torch.int64)
             steps = min(max_new_tokens - 1, room)
-            chunked = multi is not None and steps >= steps_per_call
-            if chunked:
-                multi(last, GreedySteps.positions(len(ids), steps_per_call))
-            if steps > 0 and (not chunked or steps % steps_per_call):
+            if multi is not None and steps > 0:
+                multi.warm(ids[-1], len(ids), steps_per_call, steps)
+            # a replay also runs the last steps, fewer than steps_per_call; the k-step
+            # graph leaves them to the one-step graph
+            if steps > 0 and (multi is None or not multi.replays and steps % steps_per_call):
                 compiled(last, torch.tensor(len(ids), dtype=torch.int64))
             res.warmup_s = time.perf_counter() - t0
 
@@ -327,9 +344,9 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                 break
             t1 = time.perf_counter()
             last = torch.tensor([[nxt]], dtype=torch.int64)
-            if multi is not None and max_new_tokens - len(res.tokens) >= steps_per_call \
-                    and pos + steps_per_call <= model.max_ctx:
-                pending = multi(last, GreedySteps.positions(pos, steps_per_call)).tolist()
+            n = min(steps_per_call, max_new_tokens - len(res.tokens), model.max_ctx - pos)
+            if multi is not None and (n == steps_per_call or multi.replays):
+                pending = multi(nxt, pos, steps_per_call, n)
             else:
                 logits = compiled(last, torch.tensor(pos, dtype=torch.int64))
                 pending = [_sample(logits, temperature, top_k, top_p, gen)]

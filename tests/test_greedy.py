@@ -1,5 +1,6 @@
 """Several greedy decode steps per submit (models/greedy.py, generate's steps_per_call):
-the same tokens as one step per call of the eager model, one submit per k tokens, KV-cache
+the same tokens as one step per call of the eager model, one submit per k tokens (one
+compiled step replayed k times on the vulkan backend, runtime/replay.py), KV-cache
 updates of every step written in place, stop tokens and the context end honoured."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 import dynamo_vulkan  # noqa: E402
-from dynamo_vulkan.generate import generate  # noqa: E402
+from dynamo_vulkan.generate import generate, step_replay  # noqa: E402
 from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
 from dynamo_vulkan.models import load_model  # noqa: E402
 from dynamo_vulkan.models.greedy import GreedySteps  # noqa: E402
@@ -45,8 +46,66 @@ def test_same_tokens_as_one_step_per_call(tiny, k):
                                              stop_at_eos=False, steps_per_call=k, warmup=False))
     assert got.tokens == want.tokens
     assert got.stop_reason == "context" and got.decode_steps == 18
-    chunks, singles = divmod(18, k)
-    assert submits == 1 + chunks + singles        # prefill, k-step calls, the tail
+    replay = step_replay(model, "vulkan")
+    assert replay.why_not is None and k in replay.programs
+    # prefill, the step that binds the replay's inputs, k-step replays, the last fewer
+    # steps (a prefix of the k-step replay)
+    assert submits == 2 + -(-17 // k)
+    assert list(replay.prefixes) == ([(k, 17 % k)] if 17 % k else [])
+    (prog,) = [p for p in replay.programs.values() if p.plan.outputs[0].shape == (k,)]
+    assert len(prog.plan.dispatches) == k * len(replay.plan.dispatches) + k + 1
+
+
+def test_a_replay_binds_replaced_weights_again(tmp_path):
+    """The replay first on a fresh decoder (its KV caches hold nothing the steps did not
+    write: no eager run before it filled them), checked against a second copy run eagerly;
+    then each generate() steps once through torch.compile before replaying, so a decoder
+    whose weights were replaced since the last call replays with the new ones."""
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    kw = dict(max_new_tokens=10, stop_at_eos=False, steps_per_call=3, warmup=False)
+    first = generate(model, PROMPT, tok, backend="vulkan", **kw)
+    assert first.tokens == generate(load_model(path, max_ctx=24), PROMPT, tok, backend=None, **kw).tokens
+    head = model.lm_head
+    head.blocks = head.blocks.view(head.rows, -1).flip(0).reshape(head.blocks.shape).contiguous()
+    want = generate(model, PROMPT, tok, backend=None, **kw)
+    assert want.tokens != first.tokens
+    got = generate(model, PROMPT, tok, backend="vulkan", **kw)
+    assert got.tokens == want.tokens
+
+
+def test_other_backends_compile_the_k_step_graph(tiny):
+    model, tok, want = tiny
+    got = generate(model, PROMPT, tok, max_new_tokens=9, backend="eager", stop_at_eos=False,
+                   steps_per_call=4, warmup=False)
+    assert got.tokens == want.tokens[:9]
+    assert "no Vulkan program" in step_replay(model, "eager").why_not
+
+
+def test_a_step_plan_that_is_not_one_token_in_one_out_is_not_replayed():
+    from dynamo_vulkan.runtime.plan import Buffer, Dispatch, InputSpec, OutputSpec, Plan
+    from dynamo_vulkan.runtime.replay import NotReplayable, StepPorts, replay_plan, steps_prefix
+
+    plan = Plan(buffers=[Buffer(1, "input", "i32"), Buffer(1, "input", "i32"), Buffer(1, "output", "i32")],
+                inputs=[InputSpec(0, "torch.int64", (1, 1), False), InputSpec(1, "torch.int64", (1,), False)],
+                outputs=[OutputSpec(2, "torch.int64", (1,))])
+    assert StepPorts.of(plan) == StepPorts(token=0, position=1)
+    assert replay_plan(plan, 2).inputs[1].shape == (2,)
+    plan.dispatches = [Dispatch("k", "key", [0, 1, 2], [0], [], (1, 1, 1)), Dispatch("k", "key", [2], [0], [], (1, 1, 1))]
+    three = replay_plan(plan, 3)      # feed, 2 dispatches, feed, 2, feed, 2, feed
+    assert [d.name for d in steps_prefix(three, 2)] == ["step_feed", "k", "k"] * 2 + ["step_feed"]
+    assert [d.spec for d in steps_prefix(three, 1) if d.name == "step_feed"] == [[0, 3], [1, 3]]
+    with pytest.raises(ValueError, match="no prefix of 3"):
+        steps_prefix(three, 3)
+    with pytest.raises(ValueError, match="k >= 1"):
+        replay_plan(plan, 0)
+    two_out = Plan(buffers=plan.buffers, inputs=plan.inputs, outputs=plan.outputs * 2)
+    with pytest.raises(NotReplayable, match="one token"):
+        StepPorts.of(two_out)
+    three_in = Plan(buffers=plan.buffers + [Buffer(4, "input", "f32")],
+                    inputs=plan.inputs + [InputSpec(3, "torch.float32", (4,), False)], outputs=plan.outputs)
+    with pytest.raises(NotReplayable, match=r"takes \[\(1, 1\), \(1,\), \(4,\)\]"):
+        StepPorts.of(three_in)
 
 
 def test_stop_token_inside_a_chunk(tiny):
@@ -103,9 +162,9 @@ def test_repeated_dispatches_share_one_algorithm(tiny, monkeypatch):
     monkeypatch.setattr(program.Program, "__init__",
                         lambda self, *a, **k: (init(self, *a, **k), built.append(self))[0])
     torch._dynamo.reset()
-    got = generate(model, PROMPT, tok, max_new_tokens=7, backend="vulkan", stop_at_eos=False,
-                   steps_per_call=6, warmup=False)
-    assert got.tokens == want.tokens[:7]
+    got = generate(model, PROMPT, tok, max_new_tokens=8, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=6, warmup=False)      # the prefill's token, one step, 6 replayed
+    assert got.tokens == want.tokens[:8]
     multi = max(built, key=lambda p: len(p.plan.dispatches))
     keys = {(d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups)) for d in multi.plan.dispatches}
     assert len(multi.algorithms) == len(keys) < len(multi.plan.dispatches)

@@ -12,10 +12,15 @@ wrote are overwritten by the next prompt's prefill or never attended to.
 
 from __future__ import annotations
 
+import logging
+import operator
+
 import torch
 from torch import nn
 
-__all__ = ["GreedySteps"]
+__all__ = ["GreedySteps", "StepReplay"]
+
+log = logging.getLogger(__name__)
 
 
 class GreedySteps(nn.Module):
@@ -45,3 +50,174 @@ class GreedySteps(nn.Module):
             tok = torch.argmax(logits, dim=-1, keepdim=True)  # [1, 1], first index of the max
             out.append(tok.reshape(1))
         return torch.cat(out)
+
+
+class StepReplay:
+    """Greedy decoding k steps per submit by replaying one compiled step
+    (runtime/replay.py) instead of compiling a k-step graph: compile time does not grow
+    with k, and the host work of a torch.compile call is paid once per k tokens.
+
+    ``compiled`` is ``GreedySteps`` compiled for the vulkan backend. Its one-step graph
+    (positions of length 1) is compiled on the first step and must lower whole to one
+    Vulkan program taking only the token and position from the host; otherwise
+    ``why_not`` says why and each call runs ``compiled`` with k positions instead.
+    The first call after :meth:`begin` (each generate() call) runs one step through
+    ``compiled``, so a decoder's weights or caches replaced since are bound again."""
+
+    def __init__(self, compiled, why_not: str | None = None):
+        self.compiled = compiled
+        self.sub = None              # the step graph's VulkanSubgraph
+        self.args: list | None = None     # its inputs at the last step through torch.compile
+        self.plan = None             # its Plan, and where it takes the token and position
+        self.ports = None
+        self.programs: dict = {}     # k -> Program of the k-step replay
+        self.prefixes: dict = {}     # (k, n) -> its sequence running only the first n steps
+        self.why_not = why_not       # set: not replayed (the k-step graph instead)
+        self.fresh = False
+
+    def begin(self) -> None:
+        """A new generation: the next call steps through torch.compile once."""
+        self.fresh = False
+
+    @property
+    def replays(self) -> bool:
+        """Whether calls replay the step (known after the first step; any n <= k then),
+        rather than run the k-step graph (n = k only)."""
+        return self.why_not is None
+
+    def warm(self, token: int, start: int, k: int, room: int) -> None:
+        """Compile what calls of up to k steps run: the step graph and its k-step replay,
+        or the k-step graph if ``room`` (slots from ``start`` on that may be written; later
+        steps rewrite them) holds k steps."""
+        if self.why_not is None:
+            self.step(token, start)
+        if self.why_not is None:
+            self._prefix(k, (room - 1) % k)     # the last call's, after the binding step
+        elif room >= k:
+            self(token, start, k)
+
+    def _prefix(self, k: int, n: int):
+        """The k-step replay's Program and its sequence for the first n steps (None: all k;
+        recording one costs ~20 us of host time per dispatch, once)."""
+        from ..runtime.replay import steps_prefix
+
+        prog = self._program(k)
+        if not n or n == k:
+            return prog, None
+        seq = self.prefixes.get((k, n))
+        if seq is None:
+            seq = self.prefixes[k, n] = prog.record(steps_prefix(prog.plan, n))[0]
+        return prog, seq
+
+    def _program(self, k: int):
+        from ..runtime.program import Program
+        from ..runtime.replay import replay_plan
+
+        prog = self.programs.get(k)
+        if prog is None:
+            prog = self.programs[k] = Program(replay_plan(self.plan, k), self.args, self.sub.cfg.profile,
+                                                 self.sub.bumped)
+        return prog
+
+    def __call__(self, token: int, start: int, k: int, n: int | None = None) -> list[int]:
+        """The greedy tokens after ``token`` at position ``start``: n (default k) of them,
+        n <= k, from the k-step replay (or the k-step graph: n = k); or one (the step that
+        binds the inputs again after begin())."""
+        n = k if n is None else n
+        if not 1 <= n <= k:
+            raise ValueError(f"a call of up to {k} steps cannot run {n}")
+        if self.why_not is not None:
+            if n != k:
+                raise ValueError(f"the {k}-step graph runs {k} steps, not {n}")
+            return self.compiled(torch.tensor([[token]]), GreedySteps.positions(start, k)).tolist()
+        if not self.fresh:
+            return self.step(token, start)
+        from ..runtime.program import StaleBinding
+
+        prog, seq = self._prefix(k, n)
+        args = list(self.args)
+        args[self.ports.token] = torch.tensor([[token]])
+        args[self.ports.position] = GreedySteps.positions(start, n)
+        # the step graph's aot_autograd wrapper bumps the version of each input the graph
+        # mutates (the KV caches), and the Program keeps its GPU copies' versions in step
+        # with that; so the replay bumps them too, before or after the call as the wrapper
+        # does (torch 2.13 before it: the copies' versions are then one ahead of the inputs')
+        moved = prog.kept + [(i, r, bump) for i, _, _, r, bump in prog.mutations]
+        bumped = [(args[i], r) for i, r, bump in moved if bump and r is not None]
+        before = bool(bumped) and bumped[0][1].version > bumped[0][0]._version
+        if before:
+            torch.autograd.graph.increment_version(tuple(t for t, _ in bumped))
+        try:
+            (out,) = prog(args, seq)
+        except StaleBinding:         # a resident input is no longer what it was bound to
+            self._forget()
+            return self.step(token, start)
+        if bumped and not before:
+            torch.autograd.graph.increment_version(tuple(t for t, _ in bumped))
+        return out[:n].tolist()
+
+    def _forget(self) -> None:
+        """Drop the replays built on the inputs bound so far."""
+        self.programs.clear()
+        self.prefixes.clear()
+
+    def step(self, token: int, start: int) -> list[int]:
+        """One step through torch.compile, keeping the step graph's inputs (and, on the
+        first call, finding its one Vulkan program)."""
+        from .. import backend
+
+        tok, pos = torch.tensor([[token]]), GreedySteps.positions(start, 1)
+        if self.sub is not None:
+            self.sub.remember_args = True
+        try:
+            with backend.capture_partitions() as got:
+                out = self.compiled(tok, pos)
+        finally:
+            if self.sub is not None:
+                self.sub.remember_args = False
+        if got:                  # compiled (again, after torch._dynamo.reset()): a new program
+            self._adopt(got)
+        if self.sub is not None:
+            args, self.sub.remembered_args = self.sub.remembered_args, None
+            if args is None:
+                raise RuntimeError("the replayed step's Vulkan program was not called by its graph")
+            if self.args is None or self._bound(args) != self._bound(self.args):
+                self._forget()             # other weights or caches: bind them again
+            self.args, self.fresh = args, True
+        return out.tolist()
+
+    def _bound(self, args: list) -> list:
+        """The identities of the inputs a replay binds (all but the token and position)."""
+        skip = (self.ports.token, self.ports.position)
+        return [id(a) for i, a in enumerate(args) if i not in skip]
+
+    def _adopt(self, got: list) -> None:
+        """Take the step graph's one VulkanSubgraph, or say in why_not why there is none."""
+        from ..runtime.program import Program
+        from ..runtime.replay import NotReplayable, StepPorts
+
+        for _, subs in got:
+            for sub in subs:
+                sub.remember_args = False
+        self.sub = self.plan = self.ports = self.args = None
+        self._forget()
+        try:
+            if len(got) != 1 or len(got[0][1]) != 1:
+                raise NotReplayable(f"the step compiled to {len(got)} graph(s) with "
+                                    f"{sum(len(s) for _, s in got)} Vulkan partition(s), not one of each")
+            gm, (sub,) = got[0]
+            host = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output") and
+                    not (n.op == "call_module" and getattr(gm, n.target) is sub) and
+                    not (n.op == "call_function" and n.target is operator.getitem)]
+            if host:
+                raise NotReplayable(f"the step runs {[str(n.target) for n in host]} outside its "
+                                    "Vulkan program")
+            progs = list(sub.programs.values())
+            if len(progs) != 1 or not isinstance(progs[0], Program):
+                raise NotReplayable("the step's partition did not lower to one Vulkan program")
+            ports = StepPorts.of(progs[0].plan)
+        except NotReplayable as e:
+            self.why_not = str(e)
+            log.info("greedy steps compile a k-step graph: %s", e)
+            return
+        self.sub, self.plan, self.ports = sub, progs[0].plan, ports

@@ -273,43 +273,48 @@ class Program:
         self._res_seen: list | None = None      # versions after the last call
         moved = {id(m[3]) for m in self.mutations if m[3] is not None} | {id(k[1]) for k in self.kept}
         self._res_moved = [n for n, (_, r) in enumerate(self.residents) if id(r) in moved]
-        self._record()
+        self._algorithms: dict = {}      # one kp algorithm per kernel, constants, buffers, grid
+        self.sequence, self._labels = self.record(plan.dispatches)
 
-    def _record(self):
+    @property
+    def algorithms(self) -> list:
+        return list(self._algorithms.values())
+
+    def record(self, dispatches: list):
+        """(kp sequence, profile labels) running `dispatches` (the plan's, or a prefix of
+        them: runtime/replay.py runs fewer steps of a replay this way) between this
+        program's input and output copies; algorithms are shared with its other sequences."""
         kp = _kp()
         plan, mgr = self.plan, self.mgr
-        n_ts = 2 * len(plan.dispatches) + 2 if self.profile else 0
+        n_ts = 2 * len(dispatches) + 2 if self.profile else 0
         seq = mgr.sequence(total_timestamps=n_ts)
         ins = [self.tensors[b] for s in plan.inputs if not s.resident for b in s.buffers()]
-        self._labels = []
+        labels = []
         if ins:
             seq.record(kp.OpTensorSyncDevice(ins))
-            self._labels.append("copy inputs in")
+            labels.append("copy inputs in")
         # One barrier orders this sequence's input copies and the uploads and kernels
         # of earlier submits before its kernels; then one per hazard between kernels.
         seq.record(kp.OpGlobalBarrier(TRANSFER_WRITE | SHADER_WRITE, SHADER_READ | SHADER_WRITE,
                                       STAGE_TRANSFER | STAGE_COMPUTE, STAGE_COMPUTE))
-        self._labels.append(None)
-        self.algorithms = []
-        shared: dict = {}
+        labels.append(None)
         empty = np.zeros(0, np.uint32)
-        for d, wait in zip(plan.dispatches, barriers(plan.dispatches)):
+        for d, wait in zip(dispatches, barriers(dispatches)):
             if wait:
                 seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,
                                               STAGE_COMPUTE, STAGE_COMPUTE))
-                self._labels.append(None)
+                labels.append(None)
             # one kp algorithm (a pipeline and a descriptor set) serves every dispatch of
             # the same kernel, constants, buffers and grid
             same = (d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups))
-            algo = shared.get(same)
+            algo = self._algorithms.get(same)
             if algo is None:
-                algo = shared[same] = mgr.algorithm(
+                algo = self._algorithms[same] = mgr.algorithm(
                     [self.tensors[b] for b in d.bindings],
                     shaders.compile_source(plan.sources[d.spirv_key], d.name),
                     list(d.groups), np.array(d.spec, np.uint32), empty)
-                self.algorithms.append(algo)
             seq.record(kp.OpDispatchBare(algo))
-            self._labels.append(f"{d.name} {d.note}")
+            labels.append(f"{d.name} {d.note}")
         resident = {b for spec in plan.inputs if spec.resident for b in spec.buffers()}
         outs = [self.tensors[b] for b in sorted(
             {o.buffer for o in plan.outputs if o.buffer is not None} |
@@ -320,12 +325,12 @@ class Program:
             seq.record(kp.OpTensorCopy([src, rb]))
             seq.record(kp.OpMemoryBarrier([rb], TRANSFER_WRITE, TRANSFER_READ,
                                           STAGE_TRANSFER, STAGE_TRANSFER))
-            self._labels += [None, "copy mutated buffer", None]
+            labels += [None, "copy mutated buffer", None]
             outs.append(rb)
         if outs:
             seq.record(kp.OpTensorSyncLocal(outs))
-            self._labels.append("copy outputs out")
-        self.sequence = seq
+            labels.append("copy outputs out")
+        return seq, labels
 
     def _residents_current(self, ts: list) -> bool:
         """Whether every resident input is the tensor its GPU copy was made from, at the
@@ -335,7 +340,9 @@ class Program:
             all(map(operator.is_, map(operator.call, self._res_refs), ts)) and \
             list(map(torch.Tensor.data_ptr, ts)) == self._res_ptrs
 
-    def __call__(self, args):
+    def __call__(self, args, sequence=None):
+        """The outputs for `args`; `sequence`: one of this program's record()ings to run
+        instead of the whole plan (its outputs then hold what it wrote)."""
         ts = [args[i] for i in self._res_args]
         if not self._residents_current(ts):
             self._res_seen = None
@@ -348,9 +355,9 @@ class Program:
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
-        self.sequence.eval()
+        (sequence or self.sequence).eval()
         _stats["submits"] += 1
-        if self.profile:
+        if self.profile and sequence is None:
             self._report()
         for i, staging, kind, r, bump in self.mutations:
             t = args[i]
