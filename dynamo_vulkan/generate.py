@@ -183,10 +183,16 @@ def compile_decoder(model, backend: str = "vulkan"):
     return torch.compile(own, backend=backend, dynamic=False, options=options)
 
 
-# H100, SmolLM2 (benchmarks' llm suite, one run each, 2026-11-24): 8 steps 1,034 tok/s with
-# 80.5 s of compiling and warm-up; 16 steps 1,112 tok/s with 155.1 s; 32 did not compile
-# within 190 s. The graph's compile time grows with its steps, so 8 stays the default.
-DEFAULT_STEPS_PER_CALL = 8
+# Greedy decode steps per GPU submit by default. A replayed step (StepReplay) runs up to
+# DEFAULT_STEPS_PER_CALL, as many powers of two as fit BURST_S at the last call's time per
+# step, so tokens still stream every ~0.1 s and a stop token wastes at most that much on a
+# slow GPU. H100, SmolLM2, one run (2026-11-24): 16 / 32 / 64 steps 1,035 / 1,095 / 1,157
+# tok/s, against 965 for the 8-step graph; compiling and warm-up 34 / 23 / 19 s against 80.
+# The k-step graph, where the step cannot be replayed, compiles k steps (its tracing and
+# lowering grow with k: 16 steps took 155 s, 32 did not compile in 190 s): 8 there.
+DEFAULT_STEPS_PER_CALL = 64
+BURST_S = 0.1
+GRAPH_STEPS_PER_CALL = 8
 
 
 def _kept(model, key, make):
@@ -204,9 +210,19 @@ def _kept(model, key, make):
     return kept[key]
 
 
+def _steps_now(multi, steps_per_call: int, auto: bool) -> int:
+    """Steps for the next call: steps_per_call when the caller chose it; else what fits
+    BURST_S (a replay) or GRAPH_STEPS_PER_CALL (the k-step graph)."""
+    if not auto:
+        return steps_per_call
+    if not multi.replays:
+        return min(steps_per_call, GRAPH_STEPS_PER_CALL)
+    return multi.steps_within(BURST_S, steps_per_call)
+
+
 def default_steps_per_call(backend, temperature: float) -> int:
-    """DEFAULT_STEPS_PER_CALL for greedy decoding compiled for a Vulkan GPU, whose submit
-    round trip it amortises; 1 elsewhere: sampling, other backends, and CPU Vulkan devices
+    """DEFAULT_STEPS_PER_CALL (at most) for greedy decoding compiled for a Vulkan GPU,
+    whose submit round trip it amortises; 1 elsewhere: sampling, other backends, and CPU Vulkan devices
     (lavapipe), which have no round trip to save (there the k-step graph measured 25%
     slower per token: 2.34 vs 3.09 tok/s for SmolLM2)."""
     if temperature > 0 or backend != "vulkan":
@@ -234,7 +250,7 @@ def step_replay(model, backend: str | None):
 
     def make():
         why_not = None if backend == "vulkan" else f"backend {backend!r} has no Vulkan program to replay"
-        return StepReplay(greedy_steps(model, backend), why_not)
+        return StepReplay(greedy_steps(model, backend), model, why_not)
     return _kept(model, ("replay", backend), make)
 
 
@@ -257,11 +273,14 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     argmax stays on the GPU and feeds the next step), so the submit round trip and the
     host work of a compiled call are paid once per that many tokens; tokens past a stop
     token are computed and dropped. On the vulkan backend one compiled step is replayed
-    that many times (:class:`~dynamo_vulkan.models.greedy.StepReplay`; the first step of
-    each call of generate() runs on its own, binding the decoder's tensors), elsewhere a
-    graph of that many steps is compiled (:class:`~dynamo_vulkan.models.greedy.GreedySteps`). Default: %d for a
-    greedy run compiled for a Vulkan GPU, else 1 (see default_steps_per_call). The last steps, fewer
-    than that before ``max_new_tokens`` or the end of the KV cache, run one per call.""" % DEFAULT_STEPS_PER_CALL
+    (:class:`~dynamo_vulkan.models.greedy.StepReplay`; when the decoder's tensors are
+    not those it bound, the first step of a call of generate() runs on its own to bind
+    them), and the last steps run fewer; elsewhere a graph of that many steps is compiled
+    (:class:`~dynamo_vulkan.models.greedy.GreedySteps`) and the last steps run one per
+    call. Default, greedy on a Vulkan GPU: up to %d, as many (a power of two) as the last
+    call's time per step fits in %.1f s, so text still streams and a stop token wastes
+    little on a slow GPU (%d for the k-step graph); else 1 (see default_steps_per_call).
+    """ % (DEFAULT_STEPS_PER_CALL, BURST_S, GRAPH_STEPS_PER_CALL)
     from .gguf.tokenizer import StreamDecoder
 
     if tokenizer is None:
@@ -284,7 +303,8 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     if compiled is None:
         compiled = model if backend is None else \
             _kept(model, ("decoder", backend), lambda: compile_decoder(model, backend))
-    if steps_per_call is None:
+    auto = steps_per_call is None
+    if auto:
         steps_per_call = default_steps_per_call(backend, temperature)
     if steps_per_call < 1:
         raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
@@ -309,9 +329,12 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             steps = min(max_new_tokens - 1, room)
             if multi is not None and steps > 0:
                 multi.warm(ids[-1], len(ids), steps_per_call, steps)
+                k = _steps_now(multi, steps_per_call, auto)
+                if not multi.replays and steps >= k:
+                    multi(ids[-1], len(ids), k)       # compiles the k-step graph
             # a replay also runs the last steps, fewer than steps_per_call; the k-step
             # graph leaves them to the one-step graph
-            if steps > 0 and (multi is None or not multi.replays and steps % steps_per_call):
+            if steps > 0 and (multi is None or not multi.replays and steps % k):
                 compiled(last, torch.tensor(len(ids), dtype=torch.int64))
             res.warmup_s = time.perf_counter() - t0
 
@@ -344,9 +367,12 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                 break
             t1 = time.perf_counter()
             last = torch.tensor([[nxt]], dtype=torch.int64)
-            n = min(steps_per_call, max_new_tokens - len(res.tokens), model.max_ctx - pos)
-            if multi is not None and (n == steps_per_call or multi.replays):
+            k = 1 if multi is None else _steps_now(multi, steps_per_call, auto)
+            n = min(k, max_new_tokens - len(res.tokens), model.max_ctx - pos)
+            if multi is not None and multi.replays:
                 pending = multi(nxt, pos, steps_per_call, n)
+            elif multi is not None and n == k:
+                pending = multi(nxt, pos, k)
             else:
                 logits = compiled(last, torch.tensor(pos, dtype=torch.int64))
                 pending = [_sample(logits, temperature, top_k, top_p, gen)]

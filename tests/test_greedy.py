@@ -42,16 +42,18 @@ def _submits(fn):
 def test_same_tokens_as_one_step_per_call(tiny, k):
     model, tok, want = tiny
     assert want.stop_reason == "context" and len(want.tokens) == 19   # 6 prompt + 18 steps
+    replay = step_replay(model, "vulkan")
+    binds = replay.binds
     got, submits = _submits(lambda: generate(model, PROMPT, tok, max_new_tokens=30, backend="vulkan",
                                              stop_at_eos=False, steps_per_call=k, warmup=False))
     assert got.tokens == want.tokens
     assert got.stop_reason == "context" and got.decode_steps == 18
-    replay = step_replay(model, "vulkan")
     assert replay.why_not is None and k in replay.programs
-    # prefill, the step that binds the replay's inputs, k-step replays, the last fewer
-    # steps (a prefix of the k-step replay)
-    assert submits == 2 + -(-17 // k)
-    assert list(replay.prefixes) == ([(k, 17 % k)] if 17 % k else [])
+    # prefill, the step that binds the replay's inputs (the first call on this decoder
+    # only), k-step replays, the last fewer steps (a prefix of the k-step replay)
+    bound = replay.binds - binds
+    assert submits == 1 + bound + -(-(18 - bound) // k)
+    assert (k, (18 - bound) % k) in replay.prefixes or (18 - bound) % k == 0
     (prog,) = [p for p in replay.programs.values() if p.plan.outputs[0].shape == (k,)]
     assert len(prog.plan.dispatches) == k * len(replay.plan.dispatches) + k + 1
 
@@ -72,6 +74,37 @@ def test_a_replay_binds_replaced_weights_again(tmp_path):
     assert want.tokens != first.tokens
     got = generate(model, PROMPT, tok, backend="vulkan", **kw)
     assert got.tokens == want.tokens
+
+
+def test_a_replay_binds_once_while_the_decoder_keeps_its_tensors(tiny):
+    model, tok, want = tiny
+    replay = step_replay(model, "vulkan")
+    kw = dict(max_new_tokens=9, backend="vulkan", stop_at_eos=False, steps_per_call=4, warmup=False)
+    assert generate(model, PROMPT, tok, **kw).tokens == want.tokens[:9]
+    binds = replay.binds
+    got, submits = _submits(lambda: generate(model, PROMPT, tok, **kw))
+    assert got.tokens == want.tokens[:9]
+    assert replay.binds == binds and submits == 1 + 2     # prefill, 4 + 4 replayed steps
+
+
+def test_default_steps_fit_the_burst_time(as_gpu, tmp_path):
+    """Greedy on a GPU by default: a replay of up to DEFAULT_STEPS_PER_CALL steps, calls
+    of as many (a power of two) as fit BURST_S at the last call's time per step."""
+    from dynamo_vulkan.generate import BURST_S, DEFAULT_STEPS_PER_CALL
+
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False)
+    assert got.tokens == want.tokens and got.extra["steps_per_call"] == DEFAULT_STEPS_PER_CALL
+    replay = step_replay(model, "vulkan")
+    assert replay.step_s is not None and list(replay.programs) == [DEFAULT_STEPS_PER_CALL]
+    replay.step_s = BURST_S / 5.5
+    assert replay.steps_within(BURST_S, 64) == 4
+    replay.step_s = BURST_S / 1000
+    assert replay.steps_within(BURST_S, 64) == 64 and replay.steps_within(BURST_S, 48) == 48
+    replay.step_s = BURST_S * 3
+    assert replay.steps_within(BURST_S, 64) == 1
 
 
 def test_other_backends_compile_the_k_step_graph(tiny):

@@ -12,8 +12,10 @@ wrote are overwritten by the next prompt's prefill or never attended to.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
+import time
 
 import torch
 from torch import nn
@@ -57,27 +59,45 @@ class StepReplay:
     (runtime/replay.py) instead of compiling a k-step graph: compile time does not grow
     with k, and the host work of a torch.compile call is paid once per k tokens.
 
-    ``compiled`` is ``GreedySteps`` compiled for the vulkan backend. Its one-step graph
-    (positions of length 1) is compiled on the first step and must lower whole to one
-    Vulkan program taking only the token and position from the host; otherwise
-    ``why_not`` says why and each call runs ``compiled`` with k positions instead.
-    The first call after :meth:`begin` (each generate() call) runs one step through
-    ``compiled``, so a decoder's weights or caches replaced since are bound again."""
+    ``compiled`` is ``GreedySteps`` over ``decoder`` compiled for the vulkan backend.
+    Its one-step graph (positions of length 1) is compiled on the first step and must
+    lower whole to one Vulkan program taking only the token and position from the host;
+    otherwise ``why_not`` says why and each call runs ``compiled`` with k positions
+    instead. After :meth:`begin` (each generate() call), if the decoder's parameters or
+    buffers are other tensors than when the replay bound them, the first call runs one
+    step through ``compiled`` to bind them again."""
 
-    def __init__(self, compiled, why_not: str | None = None):
+    def __init__(self, compiled, decoder=None, why_not: str | None = None):
         self.compiled = compiled
+        self.decoder = decoder
         self.sub = None              # the step graph's VulkanSubgraph
         self.args: list | None = None     # its inputs at the last step through torch.compile
+        self.seen: list | None = None     # the decoder's tensors then (their identities)
         self.plan = None             # its Plan, and where it takes the token and position
         self.ports = None
         self.programs: dict = {}     # k -> Program of the k-step replay
         self.prefixes: dict = {}     # (k, n) -> its sequence running only the first n steps
         self.why_not = why_not       # set: not replayed (the k-step graph instead)
         self.fresh = False
+        self.binds = 0               # steps run through torch.compile
+        self.step_s: float | None = None   # wall time per step of the last call
 
     def begin(self) -> None:
-        """A new generation: the next call steps through torch.compile once."""
-        self.fresh = False
+        """A new generation: the next call binds the decoder's tensors again if they are
+        not those bound (a step through torch.compile)."""
+        self.fresh = self.args is not None and self._tensors() == self.seen
+
+    def _tensors(self) -> list:
+        d = self.decoder
+        return None if d is None else [id(t) for t in itertools.chain(d.parameters(), d.buffers())]
+
+    def steps_within(self, seconds: float, k: int) -> int:
+        """The power of two of steps, at most k, that the last call's time per step fits
+        in ``seconds`` (k when not replayed: the k-step graph runs k)."""
+        if not self.replays or self.step_s is None:
+            return k
+        fit = max(1, int(seconds / self.step_s))
+        return min(k, 1 << (fit.bit_length() - 1))
 
     @property
     def replays(self) -> bool:
@@ -86,15 +106,15 @@ class StepReplay:
         return self.why_not is None
 
     def warm(self, token: int, start: int, k: int, room: int) -> None:
-        """Compile what calls of up to k steps run: the step graph and its k-step replay,
-        or the k-step graph if ``room`` (slots from ``start`` on that may be written; later
-        steps rewrite them) holds k steps."""
+        """Compile the step graph (writing the cache slot at ``start``, which a later step
+        rewrites) and, when it replays, build its k-step replay for the calls of up to k
+        steps that ``room`` more steps take."""
         if self.why_not is None:
             self.step(token, start)
         if self.why_not is None:
-            self._prefix(k, (room - 1) % k)     # the last call's, after the binding step
-        elif room >= k:
-            self(token, start, k)
+            # the calls of powers of two (generate's default) and the last, after this step
+            for n in {1 << i for i in range(k.bit_length())} | {(room - 1) % k}:
+                self._prefix(k, n)
 
     def _prefix(self, k: int, n: int):
         """The k-step replay's Program and its sequence for the first n steps (None: all k;
@@ -146,14 +166,16 @@ class StepReplay:
         bumped = [(args[i], r) for i, r, bump in moved if bump and r is not None]
         before = bool(bumped) and bumped[0][1].version > bumped[0][0]._version
         if before:
-            torch.autograd.graph.increment_version(tuple(t for t, _ in bumped))
+            _bump(bumped)
+        t0 = time.perf_counter()
         try:
             (out,) = prog(args, seq)
         except StaleBinding:         # a resident input is no longer what it was bound to
             self._forget()
             return self.step(token, start)
         if bumped and not before:
-            torch.autograd.graph.increment_version(tuple(t for t, _ in bumped))
+            _bump(bumped)
+        self.step_s = (time.perf_counter() - t0) / n
         return out[:n].tolist()
 
     def _forget(self) -> None:
@@ -167,6 +189,7 @@ class StepReplay:
         from .. import backend
 
         tok, pos = torch.tensor([[token]]), GreedySteps.positions(start, 1)
+        self.binds += 1
         if self.sub is not None:
             self.sub.remember_args = True
         try:
@@ -183,7 +206,7 @@ class StepReplay:
                 raise RuntimeError("the replayed step's Vulkan program was not called by its graph")
             if self.args is None or self._bound(args) != self._bound(self.args):
                 self._forget()             # other weights or caches: bind them again
-            self.args, self.fresh = args, True
+            self.args, self.seen, self.fresh = args, self._tensors(), True
         return out.tolist()
 
     def _bound(self, args: list) -> list:
@@ -221,3 +244,10 @@ class StepReplay:
             log.info("greedy steps compile a k-step graph: %s", e)
             return
         self.sub, self.plan, self.ports = sub, progs[0].plan, ports
+
+
+def _bump(moved: list) -> None:
+    """Increment the versions of the (tensor, Resident) pairs' tensors (one call each:
+    older torch's increment_version takes one tensor)."""
+    for t, _ in moved:
+        torch.autograd.graph.increment_version(t)
