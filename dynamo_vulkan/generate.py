@@ -190,7 +190,7 @@ def compile_decoder(model, backend: str = "vulkan"):
 # tok/s, against 965 for the 8-step graph; compiling and warm-up 34 / 23 / 19 s against 80.
 # The k-step graph, where the step cannot be replayed, compiles k steps (its tracing and
 # lowering grow with k: 16 steps took 155 s, 32 did not compile in 190 s): 8 there.
-DEFAULT_STEPS_PER_CALL = 64
+DEFAULT_STEPS_PER_CALL = 32
 BURST_S = 0.1
 GRAPH_STEPS_PER_CALL = 8
 
@@ -328,7 +328,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             last = torch.tensor([[ids[-1]]], dtype=torch.int64)
             steps = min(max_new_tokens - 1, room)
             if multi is not None and steps > 0:
-                multi.warm(ids[-1], len(ids), steps_per_call, steps)
+                multi.warm(ids[-1], len(ids), steps_per_call)
                 k = _steps_now(multi, steps_per_call, auto)
                 if not multi.replays and steps >= k:
                     multi(ids[-1], len(ids), k)       # compiles the k-step graph

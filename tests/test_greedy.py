@@ -183,24 +183,39 @@ def test_bad_settings(tiny):
         GreedySteps.positions(3, 0)
 
 
-def test_repeated_dispatches_share_one_algorithm(tiny, monkeypatch):
-    """Dispatches of the same kernel, constants and buffers (the position prologue of
-    every step reads the same inputs) record one kp algorithm, whose pipeline and
-    descriptor set cost GPU memory, and the tokens stay right."""
-    from dynamo_vulkan.runtime import program
-
+def test_repeated_dispatches_share_one_algorithm(tiny):
+    """Dispatches of the same kernel, constants and buffers (every replayed copy of the
+    step) record one kp algorithm, whose pipeline and descriptor set cost GPU memory; the
+    replay shares its step program's algorithms and buffers instead of holding copies;
+    and the tokens stay right."""
     model, tok, want = tiny
-    built = []
-    init = program.Program.__init__
-    monkeypatch.setattr(program.Program, "__init__",
-                        lambda self, *a, **k: (init(self, *a, **k), built.append(self))[0])
-    torch._dynamo.reset()
     got = generate(model, PROMPT, tok, max_new_tokens=8, backend="vulkan", stop_at_eos=False,
-                   steps_per_call=6, warmup=False)      # the prefill's token, one step, 6 replayed
+                   steps_per_call=6, warmup=False)
     assert got.tokens == want.tokens[:8]
-    multi = max(built, key=lambda p: len(p.plan.dispatches))
+    replay = step_replay(model, "vulkan")
+    multi, step = replay.programs[6], replay.step_program
     keys = {(d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups)) for d in multi.plan.dispatches}
-    assert len(multi.algorithms) == len(keys) < len(multi.plan.dispatches)
+    assert keys <= set(multi._algorithms) and len(keys) < len(multi.plan.dispatches)
+    assert multi._algorithms is step._algorithms
+    assert all(multi.tensors[b] is t for b, t in enumerate(step.tensors) if t is not None)
+    assert step.sequence is None        # released (its command pool), recorded when next run
+
+
+def test_a_released_step_program_runs_again_when_binding(tmp_path):
+    """A decoder with a tensor more than the replay bound binds again: one step through
+    torch.compile, whose program (released once the replay was built) records its
+    sequence anew, and the tokens stay eager's."""
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    kw = dict(max_new_tokens=10, stop_at_eos=False, steps_per_call=3, warmup=False)
+    want = generate(load_model(path, max_ctx=24), PROMPT, tok, backend=None, **kw)
+    assert generate(model, PROMPT, tok, backend="vulkan", **kw).tokens == want.tokens
+    replay = step_replay(model, "vulkan")
+    assert replay.step_program.sequence is None
+    model.register_buffer("unused_extra", torch.zeros(1))
+    binds = replay.binds
+    assert generate(model, PROMPT, tok, backend="vulkan", **kw).tokens == want.tokens
+    assert replay.binds == binds + 1 and replay.step_program.sequence is None
 
 
 def test_default_steps_per_call(monkeypatch):

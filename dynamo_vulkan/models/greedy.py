@@ -23,6 +23,7 @@ from torch import nn
 __all__ = ["GreedySteps", "StepReplay"]
 
 log = logging.getLogger(__name__)
+MAX_PREFIXES = 2     # recorded shorter replays kept (the last calls' of a few lengths)
 
 
 class GreedySteps(nn.Module):
@@ -73,6 +74,7 @@ class StepReplay:
         self.sub = None              # the step graph's VulkanSubgraph
         self.args: list | None = None     # its inputs at the last step through torch.compile
         self.seen: list | None = None     # the decoder's tensors then (their identities)
+        self.step_program = None     # its Program (whose tensors and kernels replays share)
         self.plan = None             # its Plan, and where it takes the token and position
         self.ports = None
         self.programs: dict = {}     # k -> Program of the k-step replay
@@ -105,20 +107,18 @@ class StepReplay:
         rather than run the k-step graph (n = k only)."""
         return self.why_not is None
 
-    def warm(self, token: int, start: int, k: int, room: int) -> None:
+    def warm(self, token: int, start: int, k: int) -> None:
         """Compile the step graph (writing the cache slot at ``start``, which a later step
-        rewrites) and, when it replays, build its k-step replay for the calls of up to k
-        steps that ``room`` more steps take."""
+        rewrites) and, when it replays, build its k-step replay."""
         if self.why_not is None:
             self.step(token, start)
         if self.why_not is None:
-            # the calls of powers of two (generate's default) and the last, after this step
-            for n in {1 << i for i in range(k.bit_length())} | {(room - 1) % k}:
-                self._prefix(k, n)
+            self._program(k)     # a call of fewer steps records its sequence when first run
 
     def _prefix(self, k: int, n: int):
-        """The k-step replay's Program and its sequence for the first n steps (None: all k;
-        recording one costs ~20 us of host time per dispatch, once)."""
+        """The k-step replay's Program and its sequence for the first n steps (None: all k).
+        Recorded when first asked for: ~20 us of host time per dispatch, once, and its
+        command buffer holds GPU memory (H100: ~0.1 MB per SmolLM2 step)."""
         from ..runtime.replay import steps_prefix
 
         prog = self._program(k)
@@ -126,6 +126,8 @@ class StepReplay:
             return prog, None
         seq = self.prefixes.get((k, n))
         if seq is None:
+            if len(self.prefixes) >= MAX_PREFIXES:     # each holds a command pool
+                del self.prefixes[next(iter(self.prefixes))]
             seq = self.prefixes[k, n] = prog.record(steps_prefix(prog.plan, n))[0]
         return prog, seq
 
@@ -136,7 +138,8 @@ class StepReplay:
         prog = self.programs.get(k)
         if prog is None:
             prog = self.programs[k] = Program(replay_plan(self.plan, k), self.args, self.sub.cfg.profile,
-                                                 self.sub.bumped)
+                                                 self.sub.bumped, share=self.step_program)
+            self.step_program.release()      # recorded again for the next binding step
         return prog
 
     def __call__(self, token: int, start: int, k: int, n: int | None = None) -> list[int]:
@@ -201,11 +204,14 @@ class StepReplay:
         if got:                  # compiled (again, after torch._dynamo.reset()): a new program
             self._adopt(got)
         if self.sub is not None:
+            if self.programs:
+                self.step_program.release()
             args, self.sub.remembered_args = self.sub.remembered_args, None
             if args is None:
                 raise RuntimeError("the replayed step's Vulkan program was not called by its graph")
             if self.args is None or self._bound(args) != self._bound(self.args):
                 self._forget()             # other weights or caches: bind them again
+                self.step_program = next(iter(self.sub.programs.values()))
             self.args, self.seen, self.fresh = args, self._tensors(), True
         return out.tolist()
 
@@ -222,7 +228,7 @@ class StepReplay:
         for _, subs in got:
             for sub in subs:
                 sub.remember_args = False
-        self.sub = self.plan = self.ports = self.args = None
+        self.sub = self.step_program = self.plan = self.ports = self.args = None
         self._forget()
         try:
             if len(got) != 1 or len(got[0][1]) != 1:
@@ -243,7 +249,7 @@ class StepReplay:
             self.why_not = str(e)
             log.info("greedy steps compile a k-step graph: %s", e)
             return
-        self.sub, self.plan, self.ports = sub, progs[0].plan, ports
+        self.sub, self.step_program, self.plan, self.ports = sub, progs[0], progs[0].plan, ports
 
 
 def _bump(moved: list) -> None:

@@ -202,7 +202,11 @@ class Program:
     version after each call because the graph mutated it; a resident copy the
     program updated itself must then expect that version, not upload again."""
 
-    def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None):
+    def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None, share=None):
+        """share: a Program whose plan's buffers are this plan's first ones (a replay of its
+        step, runtime/replay.py) and which never runs at the same time (submits wait): its
+        kp tensors and algorithms serve this program too, so it holds no second copy of
+        them (H100, SmolLM2: ~220 pipelines and descriptor sets, the step's temps)."""
         kp = _kp()
         self.plan = plan
         self.mgr = mgr = device.manager()
@@ -223,6 +227,12 @@ class Program:
         held = staged = 0
         for b, buf in enumerate(plan.buffers):
             if self.tensors[b] is not None or buf.role == "unused":
+                continue
+            if share is not None and b < len(share.tensors) and share.tensors[b] is not None \
+                    and share.plan.buffers[b].words == buf.words:
+                self.tensors[b] = share.tensors[b]
+                if b in share._staging:
+                    self._staging[b] = share._staging[b]
                 continue
             empty = np.empty(buf.words, np.uint32)
             held += 4 * buf.words
@@ -273,8 +283,15 @@ class Program:
         self._res_seen: list | None = None      # versions after the last call
         moved = {id(m[3]) for m in self.mutations if m[3] is not None} | {id(k[1]) for k in self.kept}
         self._res_moved = [n for n, (_, r) in enumerate(self.residents) if id(r) in moved]
-        self._algorithms: dict = {}      # one kp algorithm per kernel, constants, buffers, grid
+        # one kp algorithm per kernel, constants, buffers and grid
+        self._algorithms: dict = share._algorithms if share is not None else {}
         self.sequence, self._labels = self.record(plan.dispatches)
+
+    def release(self) -> None:
+        """Free the recorded sequence until the next call records it again: kp gives each
+        sequence a command pool of its own, and on the H100's driver each holds at least
+        4 MiB (SmolLM2: a replayed decode's 32 steps and one step's sequence alike)."""
+        self.sequence = None
 
     @property
     def algorithms(self) -> list:
@@ -355,6 +372,8 @@ class Program:
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
+        if sequence is None and self.sequence is None:
+            self.sequence, self._labels = self.record(self.plan.dispatches)
         (sequence or self.sequence).eval()
         _stats["submits"] += 1
         if self.profile and sequence is None:
