@@ -87,7 +87,7 @@ class StepReplay:
     def begin(self) -> None:
         """A new generation: the next call binds the decoder's tensors again if they are
         not those bound (a step through torch.compile)."""
-        self.fresh = self.args is not None and self._tensors() == self.seen
+        self.fresh = self.args is not None and self.decoder is not None and self._tensors() == self.seen
 
     def _tensors(self) -> list:
         d = self.decoder
@@ -117,8 +117,8 @@ class StepReplay:
 
     def _prefix(self, k: int, n: int):
         """The k-step replay's Program and its sequence for the first n steps (None: all k).
-        Recorded when first asked for: ~20 us of host time per dispatch, once, and its
-        command buffer holds GPU memory (H100: ~0.1 MB per SmolLM2 step)."""
+        Recorded when first asked for: ~20 us of host time per dispatch, once; each holds
+        a command pool of its own (on the H100's driver 4 MiB or more)."""
         from ..runtime.replay import steps_prefix
 
         prog = self._program(k)
