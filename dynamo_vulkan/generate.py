@@ -405,8 +405,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", type=int, default=None, help="KV cache size (default: min(file's context, 2048))")
     p.add_argument("--no-warmup", action="store_true", help="time the first (compiling) runs too")
     p.add_argument("--steps-per-call", type=int, default=None,
-                   help=f"greedy decode steps per GPU submit (default {DEFAULT_STEPS_PER_CALL} when greedy "
-                        "on a Vulkan GPU, 1 on a CPU Vulkan device or when sampling)")
+                   help=f"greedy decode steps per GPU submit (default: up to {DEFAULT_STEPS_PER_CALL} when "
+                        f"greedy on a Vulkan GPU, as many as fit {BURST_S} s; 1 on a CPU Vulkan device "
+                        "or when sampling)")
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
 
