@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from dynamo_vulkan import cache, device
+from dynamo_vulkan import device
 from dynamo_vulkan.runtime import shaders
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
 
@@ -153,9 +153,7 @@ class Context:
         bindings: TRefs or buffer ids, bound in order; writes: their positions
         that the kernel writes; spec: uint32 values by constant_id; disjoint: (buffer
         id, dispatch index) pairs it need not wait for (plan.Dispatch.disjoint)."""
-        head = ["#version 450"] + [f"#define {k} {v}" for k, v in defines.items()]
-        source = "\n".join(head) + "\n" + shaders.read(f"{family}.comp")
-        key = cache.digest(source)
+        key, source = shaders.kernel_source(family, defines)
         self.plan.sources[key] = source
         bufs = [b.buf if isinstance(b, TRef) else int(b) for b in bindings]
         self.plan.dispatches.append(Dispatch(

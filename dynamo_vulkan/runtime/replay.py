@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import cache
 from . import shaders
 from .plan import Buffer, Dispatch, InputSpec, OutputSpec, Plan
 
@@ -63,9 +62,7 @@ def replay_plan(step: Plan, k: int) -> Plan:
     buffers[tok_out].role = "temp"          # read by the feed kernel; the host reads `tokens`
     positions, tokens = len(buffers), len(buffers) + 1
     buffers += [Buffer(k, "input", "i32"), Buffer(k, "output", "i32")]
-    head = "#version 450\n"
-    source = head + shaders.read(f"{FEED}.comp")
-    key = cache.digest(source)
+    key, source = shaders.kernel_source(FEED, {})
 
     def feed(s: int) -> Dispatch:
         return Dispatch(name=FEED, spirv_key=key, bindings=[tok_in, pos_in, tok_out, positions, tokens],

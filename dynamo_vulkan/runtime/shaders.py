@@ -43,6 +43,14 @@ def sources_hash() -> str:
     return cache.digest(*sorted((p.name, p.read_bytes()) for p in files))
 
 
+def kernel_source(family: str, defines: dict) -> tuple[str, str]:
+    """(key, GLSL) of shaders/<family>.comp specialised by `defines` (#defines at its head,
+    which head_defines reads back); the key names it in a Plan's sources."""
+    head = ["#version 450"] + [f"#define {k} {v}" for k, v in defines.items()]
+    source = "\n".join(head) + "\n" + read(f"{family}.comp")
+    return cache.digest(source), source
+
+
 def head_defines(source: str) -> dict[str, str]:
     """The #defines at the head of a dispatch's source: the lowering's choices, not the
     defaults the body gives itself further down."""
