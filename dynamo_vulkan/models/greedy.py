@@ -161,23 +161,13 @@ class StepReplay:
         args = list(self.args)
         args[self.ports.token] = torch.tensor([[token]])
         args[self.ports.position] = GreedySteps.positions(start, n)
-        # the step graph's aot_autograd wrapper bumps the version of each input the graph
-        # mutates (the KV caches), and the Program keeps its GPU copies' versions in step
-        # with that; so the replay bumps them too, before or after the call as the wrapper
-        # does (torch 2.13 before it: the copies' versions are then one ahead of the inputs')
-        moved = prog.kept + [(i, r, bump) for i, _, _, r, bump in prog.mutations]
-        bumped = [(args[i], r) for i, r, bump in moved if bump and r is not None]
-        before = bool(bumped) and bumped[0][1].version > bumped[0][0]._version
-        if before:
-            _bump(bumped)
         t0 = time.perf_counter()
         try:
-            (out,) = prog(args, seq)
+            # the KV caches' versions bumped as the step graph's aot_autograd wrapper does
+            (out,) = prog.call_unwrapped(args, seq)
         except StaleBinding:         # a resident input is no longer what it was bound to
             self._forget()
             return self.step(token, start)
-        if bumped and not before:
-            _bump(bumped)
         self.step_s = (time.perf_counter() - t0) / n
         return out[:n].tolist()
 
@@ -250,10 +240,3 @@ class StepReplay:
             log.info("greedy steps compile a k-step graph: %s", e)
             return
         self.sub, self.step_program, self.plan, self.ports = sub, progs[0], progs[0].plan, ports
-
-
-def _bump(moved: list) -> None:
-    """Increment the versions of the (tensor, Resident) pairs' tensors (one call each:
-    older torch's increment_version takes one tensor)."""
-    for t, _ in moved:
-        torch.autograd.graph.increment_version(t)

@@ -293,10 +293,6 @@ class Program:
         4 MiB (SmolLM2: a replayed decode's 32 steps and one step's sequence alike)."""
         self.sequence = None
 
-    @property
-    def algorithms(self) -> list:
-        return list(self._algorithms.values())
-
     def record(self, dispatches: list):
         """(kp sequence, profile labels) running `dispatches` (the plan's, or a prefix of
         them: runtime/replay.py runs fewer steps of a replay this way) between this
@@ -403,6 +399,22 @@ class Program:
                 out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
         return out
 
+    def call_unwrapped(self, args, sequence=None):
+        """__call__ for a caller that is not the aot_autograd wrapper the program was built
+        for (a replay of its step, runtime/replay.py): it bumps the versions of the inputs
+        that wrapper would bump, before or after the call as the wrapper does, which the
+        GPU copies' versions show (torch 2.13 bumps before it: the copies are then one
+        version ahead), so the copies stay in step with them and are not uploaded again."""
+        moved = [(args[i], r) for i, r, bump in self.kept + [(m[0], m[3], m[4]) for m in self.mutations]
+                 if bump and r is not None]
+        before = bool(moved) and moved[0][1].version > moved[0][0]._version
+        if before:
+            _increment_versions(moved)
+        out = self(args, sequence)
+        if not before:
+            _increment_versions(moved)
+        return out
+
     def _report(self):
         ts = np.array(self.sequence.get_timestamps(), dtype=np.float64)
         period = device.device_info().get("timestamp_period_ns", 1.0)
@@ -415,6 +427,13 @@ class Program:
                 plog.addHandler(logging.StreamHandler())
         plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
+
+
+def _increment_versions(moved: list) -> None:
+    """Bump the versions of the (tensor, Resident) pairs' tensors (one call each: older
+    torch's increment_version takes one tensor)."""
+    for t, _ in moved:
+        torch.autograd.graph.increment_version(t)
 
 
 def _spans(spec) -> list:
