@@ -6,6 +6,7 @@ buffers by liveness so intermediates share memory.
 """
 from __future__ import annotations
 
+import bisect
 import operator
 
 import torch
@@ -222,32 +223,35 @@ def _output(ctx: Context, o, values, index_of) -> OutputSpec:
 
 
 def assign_buffers(plan: Plan) -> None:
-    """Give temporaries physical buffers by liveness (first write .. last use)."""
+    """Give temporaries physical buffers by liveness (first .. last dispatch binding them).
+
+    Largest first: each temporary goes into the first physical buffer whose temporaries
+    all live apart from it, else into a new buffer of its size (greedy by size, as
+    TFLite's arena planner orders its tensors), so a buffer is as large as its first,
+    largest, occupant. Taking them in order of first use and reusing only a free buffer
+    already large enough held 9.8 MiB of temporaries in SmolLM2's 128-token prefill
+    (its split-K partial sums are 0.5-4.7 MB each), this 7.2 (at most 6.4 live at once)."""
     first, last = {}, {}
     for i, d in enumerate(plan.dispatches):
         for b in d.bindings:
             first.setdefault(b, i)
             last[b] = i
     temps = sorted((b for b, buf in enumerate(plan.buffers) if buf.role == "temp" and b in first),
-                   key=lambda b: first[b])
+                   key=lambda b: (-plan.buffers[b].words, first[b]))
     remap: dict[int, int] = {}
-    free: list[int] = []          # physical buffers free for reuse
-    live: list[tuple[int, int]] = []  # (last use, physical)
+    phys: list[tuple[int, list[int], list[int]]] = []   # (buffer, its lives' starts, ends), sorted
     for b in temps:
-        start = first[b]
-        still = []
-        for end, phys in live:
-            (free.append(phys) if end < start else still.append((end, phys)))
-        live = still
-        need = plan.buffers[b].words
-        fit = [p for p in free if plan.buffers[p].words >= need]
-        if fit:
-            phys = min(fit, key=lambda p: plan.buffers[p].words)
-            free.remove(phys)
+        start, end = first[b], last[b]
+        for p, starts, ends in phys:
+            at = bisect.bisect_left(starts, start)   # the lives before and after this one
+            if (at == 0 or ends[at - 1] < start) and (at == len(starts) or starts[at] > end):
+                starts.insert(at, start)
+                ends.insert(at, end)
+                remap[b] = p
+                break
         else:
-            phys = b
-        remap[b] = phys
-        live.append((last[b], phys))
+            phys.append((b, [start], [end]))
+            remap[b] = b
     for d in plan.dispatches:
         d.bindings = [remap.get(b, b) for b in d.bindings]
     for b in set(remap) - set(remap.values()):
