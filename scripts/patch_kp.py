@@ -12,7 +12,6 @@
 6. One fence per Sequence, and an optional spin before the blocking wait (see below):
    submit latency.
 7. Integer dot products enabled where the device has them (see below).
-8. Command pools shared per device (see below): GPU memory per sequence.
 Idempotent: running it twice changes nothing.
 """
 import pathlib
@@ -525,124 +524,11 @@ if "integer_dot_product" not in text:
                         '    m.def("integer_dot_product", []() { return kp::gIntegerDotProduct.load(); },\n'
                         '          "Whether the last device created has shaderIntegerDotProduct enabled.");\n', 1)
     main.write_text(text)
-# 8. kp gives every Sequence a command pool of its own. Pools are where a driver keeps
-#    the memory of the command buffers allocated from them, in blocks it reuses among
-#    them; a compiled model holds several recorded sequences (prefill, step, replays),
-#    each of which kept a pool whose block it barely used. Sequences now allocate their
-#    command buffer from one pool per device and queue family (created with
-#    RESET_COMMAND_BUFFER, which re-recording a sequence also needs);
-#    kp.set_shared_command_pools(False) restores a pool per sequence, for comparing.
-#    A pool is externally synchronized: sequences are recorded from one thread at a time.
-cmdpool_src = """
-#include <map>
-#include <mutex>
-#include <utility>
-
-namespace kp {
-std::atomic<bool> gSharedCommandPools{ true };
-namespace {
-struct SharedCommandPools
-{
-    std::mutex lock;
-    std::map<std::pair<VkDevice, uint32_t>, std::shared_ptr<vk::CommandPool>> pools;
-};
-SharedCommandPools&
-sharedCommandPools()
-{
-    static SharedCommandPools* pools = new SharedCommandPools();
-    return *pools;
-}
-} // namespace
-
-void
-releaseSharedCommandPools(vk::Device& device)
-{
-    auto& shared = sharedCommandPools();
-    std::lock_guard<std::mutex> guard(shared.lock);
-    for (auto it = shared.pools.begin(); it != shared.pools.end();) {
-        if (it->first.first == (VkDevice)device) {
-            device.destroy(*it->second, (vk::Optional<const vk::AllocationCallbacks>)nullptr);
-            it = shared.pools.erase(it);
-        } else {
-            ++it;
-        }
-    }
-}
-} // namespace kp
-"""
-old_cmdpool = """    this->mFreeCommandPool = true;
-
-    vk::CommandPoolCreateInfo commandPoolInfo(vk::CommandPoolCreateFlags(),
-                                              this->mQueueIndex);
-    this->mCommandPool = std::make_shared<vk::CommandPool>();
-    this->mDevice->createCommandPool(
-      &commandPoolInfo, nullptr, this->mCommandPool.get());
-"""
-new_cmdpool = """    if (gSharedCommandPools.load()) {   // dynamo_vulkan patch 8
-        auto& shared = sharedCommandPools();
-        std::lock_guard<std::mutex> guard(shared.lock);
-        auto& pool = shared.pools[{ (VkDevice)*this->mDevice, this->mQueueIndex }];
-        if (!pool) {
-            vk::CommandPoolCreateInfo info(vk::CommandPoolCreateFlagBits::eResetCommandBuffer,
-                                           this->mQueueIndex);
-            auto made = std::make_shared<vk::CommandPool>();
-            if (this->mDevice->createCommandPool(&info, nullptr, made.get()) != vk::Result::eSuccess)
-                throw std::runtime_error("Kompute Sequence: creating a command pool failed");
-            pool = made;
-        }
-        this->mCommandPool = pool;
-        this->mFreeCommandPool = false;   // shared: the buffer is freed, the pool kept
-        return;
-    }
-    this->mFreeCommandPool = true;
-
-    vk::CommandPoolCreateInfo commandPoolInfo(
-      vk::CommandPoolCreateFlagBits::eResetCommandBuffer, this->mQueueIndex);
-    this->mCommandPool = std::make_shared<vk::CommandPool>();
-    this->mDevice->createCommandPool(
-      &commandPoolInfo, nullptr, this->mCommandPool.get());
-"""
-old_cmdfree = """        this->mDevice->freeCommandBuffers(
-          *this->mCommandPool, 1, this->mCommandBuffer.get());
-"""
-new_cmdfree = """        {
-            std::lock_guard<std::mutex> guard(sharedCommandPools().lock);
-            this->mDevice->freeCommandBuffers(
-              *this->mCommandPool, 1, this->mCommandBuffer.get());
-        }
-        if (!this->mFreeCommandPool)
-            this->mCommandPool = nullptr;
-"""
-stext = seq_cpp.read_text()
-if "gSharedCommandPools" not in stext:
-    for a in (fence_src, old_cmdpool, old_cmdfree):
-        if a not in stext:
-            sys.exit("patch_kp: Sequence.cpp is not kp 0.9.0's (anchor missing)")
-    stext = stext.replace(fence_src, fence_src + cmdpool_src, 1).replace(old_cmdpool, new_cmdpool, 1)
-    seq_cpp.write_text(stext.replace(old_cmdfree, new_cmdfree, 1))
-mtext = mgr_cpp.read_text()
-if "releaseSharedCommandPools" not in mtext:
-    if m_anchor not in mtext:
-        sys.exit("patch_kp: Manager.cpp is not kp 0.9.0's (anchor missing)")
-    mtext = mtext.replace("namespace kp {", "namespace kp {\nvoid releaseSharedCommandPools(vk::Device& device);\n", 1)
-    release = "    if (this->mFreeDevice && this->mDevice) {\n        releaseSharedCommandPools(*this->mDevice);\n    }\n"
-    mgr_cpp.write_text(mtext.replace(m_anchor, release + m_anchor, 1))
-text = main.read_text()
-if "set_shared_command_pools" not in text:
-    module = "PYBIND11_MODULE(kp, m)\n{\n"
-    if module not in text:
-        sys.exit("patch_kp: module definition not found in python/src/main.cpp")
-    text = text.replace(module, "namespace kp {\nextern std::atomic<bool> gSharedCommandPools;\n}\n" + module +
-                        '    m.def("set_shared_command_pools", [](bool shared) { kp::gSharedCommandPools = shared; },\n'
-                        '          py::arg("shared"), "Whether Sequences made from now on share one command pool '
-                        'per device (true) or each create their own.");\n'
-                        '    m.def("shared_command_pools", []() { return kp::gSharedCommandPools.load(); });\n', 1)
-    main.write_text(text)
 # a marker the setup scripts probe to know this build carries every patch above
 text = main.read_text()
 if "dynamo_vulkan_patches" not in text:
     module = "PYBIND11_MODULE(kp, m)\n{\n"
     if module not in text:
         sys.exit("patch_kp: module definition not found in python/src/main.cpp")
-    text = text.replace(module, module + '    m.attr("dynamo_vulkan_patches") = 8;\n', 1)
+    text = text.replace(module, module + '    m.attr("dynamo_vulkan_patches") = 7;\n', 1)
     main.write_text(text)
