@@ -117,8 +117,8 @@ class StepReplay:
 
     def _prefix(self, k: int, n: int):
         """The k-step replay's Program and its sequence for the first n steps (None: all k).
-        Recorded when first asked for: ~20 us of host time per dispatch, once; each holds
-        a command pool of its own (on the H100's driver 4 MiB or more)."""
+        Recorded when first asked for: ~20 us of host time per dispatch, once; its
+        commands hold GPU memory (Program.release)."""
         from ..runtime.replay import steps_prefix
 
         prog = self._program(k)
@@ -126,7 +126,7 @@ class StepReplay:
             return prog, None
         seq = self.prefixes.get((k, n))
         if seq is None:
-            if len(self.prefixes) >= MAX_PREFIXES:     # each holds a command pool
+            if len(self.prefixes) >= MAX_PREFIXES:     # each holds GPU memory
                 del self.prefixes[next(iter(self.prefixes))]
             seq = self.prefixes[k, n] = prog.record(steps_prefix(prog.plan, n))[0]
         return prog, seq
