@@ -12,6 +12,7 @@ import itertools
 import logging
 import pickle
 import warnings
+from collections import OrderedDict
 
 import torch
 import torch.fx as fx
@@ -31,6 +32,9 @@ _warned: set[str] = set()
 
 
 _EAGER = object()   # marks a signature whose partition runs eagerly on the CPU
+# Programs a partition keeps, one per input layout (a prompt length): those of its most
+# recently used layouts; an older one is built again if it comes back (its plan cached)
+PROGRAMS_KEPT = 8
 _captures: list[list] = []   # open capture_partitions() lists
 
 
@@ -89,7 +93,7 @@ class VulkanSubgraph(torch.nn.Module):
         self.cfg = cfg
         self.dump_dir = dump_dir
         self.name = name
-        self.programs: dict[tuple, Program] = {}
+        self.programs: OrderedDict[tuple, Program] = OrderedDict()   # least recently used first
         self.remember_args = False    # keep the last call's inputs in remembered_args
         self.remembered_args: list | None = None
         out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
@@ -107,6 +111,10 @@ class VulkanSubgraph(torch.nn.Module):
         prog = self.programs.get(key)
         if prog is None:
             prog = self.programs[key] = self._build_or_fallback(self._full_key(args), list(args))
+            if len(self.programs) > PROGRAMS_KEPT:     # the least recently used goes
+                del self.programs[next(iter(self.programs))]
+        elif len(self.programs) > 1:
+            self.programs.move_to_end(key)
         if prog is _EAGER:
             return self.gm(*args)
         try:

@@ -79,3 +79,52 @@ def test_intermediates_that_shrink_and_grow_stay_correct():
         return (h @ w4.T).exp() - 1
     check(fn, torch.randn(7, 3))
     check(fn, torch.randn(1, 3))
+
+
+def _programs(fn, *shapes):
+    """Compile fn (dynamic shapes), call it on inputs of each shape; its one partition."""
+    from dynamo_vulkan import backend
+    c = torch.compile(fn, backend="vulkan", dynamic=True)
+    with backend.capture_partitions() as got:
+        for s in shapes:
+            x = torch.randn(s)
+            torch.testing.assert_close(c(x), fn(x), rtol=1e-4, atol=1e-4)
+    (sub,) = [s for _, subs in got for s in subs]
+    return c, sub
+
+
+def _rowwise_a(x):
+    return torch.softmax(x * 3, -1).cumsum(-1) + torch.softmax(x, 0).amax(0)
+
+
+def _rowwise_b(x):
+    return torch.log_softmax(x - 1, -1).cumsum(-1) * torch.softmax(x.exp(), 0).sum(0)
+
+
+def test_programs_share_temporaries_and_stay_correct_interleaved():
+    # two graphs, and one graph at two shapes: the largest temporaries of each program are
+    # one buffer (calls never overlap), so interleaved calls must not see each other's
+    ca, a = _programs(_rowwise_a, (37, 129), (5, 129))
+    cb, b = _programs(_rowwise_b, (37, 129))
+    pa = list(a.programs.values())
+    pb = list(b.programs.values())
+    assert len(pa) == 2 and len(pb) == 1
+    shared = {id(s) for p in pa + pb for s in p._scratch}
+    assert pa[0]._scratch and len(shared) < sum(len(p._scratch) for p in pa + pb)
+    assert pa[0]._scratch[0] is pb[0]._scratch[0]   # the largest: same shape, same size
+    for _ in range(2):
+        for fn, c, s in ((_rowwise_a, ca, (37, 129)), (_rowwise_b, cb, (37, 129)),
+                         (_rowwise_a, ca, (5, 129))):
+            x = torch.randn(s)
+            torch.testing.assert_close(c(x), fn(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_partition_keeps_the_programs_of_its_latest_shapes():
+    from dynamo_vulkan import backend
+    shapes = [(n, 33) for n in range(3, 3 + backend.PROGRAMS_KEPT + 2)]
+    c, sub = _programs(_rowwise_a, *shapes)
+    assert len(sub.programs) == backend.PROGRAMS_KEPT
+    x = torch.randn(shapes[0])       # its program was dropped: built again, still right
+    torch.testing.assert_close(c(x), _rowwise_a(x), rtol=1e-4, atol=1e-4)
+    assert len(sub.programs) == backend.PROGRAMS_KEPT
+    assert list(sub.programs)[-1] == next(k for k in sub.programs if k[0][0] == tuple(shapes[0]))

@@ -90,6 +90,33 @@ class Resident:
             _stats["uploads"] += 1
 
 
+class Scratch:
+    """A temporary buffer shared by the Programs of a device: the i-th largest temporary
+    of every program (largest first, by Program) is one kp tensor. A call submits and waits
+    before it returns, kp's eval holding the GIL, and a temporary lives within one call,
+    so programs never use one at the same time: the programs built for each prompt
+    length, or a model's prefill and its decode step, need not each hold their own."""
+
+    _slots: dict[tuple, "weakref.ref[Scratch]"] = {}     # (manager, rank) -> the newest
+
+    def __init__(self, mgr, words: int):
+        self.words = words
+        self.tensor = mgr.tensor_t(np.empty(words, np.uint32), tensor_type=_kp().TensorTypes.storage)
+        _count(self, 4 * words)
+
+    @classmethod
+    def get(cls, mgr, rank: int, words: int) -> "Scratch":
+        """The rank-th shared temporary, of at least `words` words: a larger one is made
+        when the slot's is smaller (the programs bound to that one keep it)."""
+        key = (id(mgr), rank)
+        ref = cls._slots.get(key)
+        s = ref() if ref is not None else None
+        if s is None or s.words < words:
+            s = cls(mgr, words)
+            cls._slots[key] = weakref.ref(s)
+        return s
+
+
 KEEP_ON_DEVICE = "_dynamo_vulkan_keep_on_device"
 
 
@@ -225,6 +252,10 @@ class Program:
                 self.tensors[b] = r.tensor
                 self.residents.append((i, r))
         held = staged = 0
+        self._scratch: list[Scratch] = []
+        temps = sorted((b for b, buf in enumerate(plan.buffers) if buf.role == "temp"),
+                       key=lambda b: (-plan.buffers[b].words, b))
+        rank_of = {b: r for r, b in enumerate(temps)}
         for b, buf in enumerate(plan.buffers):
             if self.tensors[b] is not None or buf.role == "unused":
                 continue
@@ -233,6 +264,10 @@ class Program:
                 self.tensors[b] = share.tensors[b]
                 if b in share._staging:
                     self._staging[b] = share._staging[b]
+                continue
+            if buf.role == "temp":
+                self._scratch.append(Scratch.get(mgr, rank_of[b], buf.words))
+                self.tensors[b] = self._scratch[-1].tensor
                 continue
             empty = np.empty(buf.words, np.uint32)
             held += 4 * buf.words
