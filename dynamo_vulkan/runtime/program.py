@@ -100,7 +100,7 @@ class Scratch:
     _slots: dict[tuple, "weakref.ref[Scratch]"] = {}     # (manager, rank) -> the newest
 
     def __init__(self, mgr, words: int):
-        self.words = words
+        self.mgr, self.words = mgr, words
         self.tensor = mgr.tensor_t(np.empty(words, np.uint32), tensor_type=_kp().TensorTypes.storage)
         _count(self, 4 * words)
 
@@ -111,7 +111,7 @@ class Scratch:
         key = (id(mgr), rank)
         ref = cls._slots.get(key)
         s = ref() if ref is not None else None
-        if s is None or s.words < words:
+        if s is None or s.words < words or s.mgr is not mgr:
             s = cls(mgr, words)
             cls._slots[key] = weakref.ref(s)
         return s
