@@ -1,6 +1,8 @@
-"""The planner's sharing of temporaries between kernels (runtime/planner.assign_buffers):
-no two temporaries that live at once share a buffer, each buffer holds its largest
-occupant, and a compiled graph whose intermediates shrink and grow stays correct."""
+"""Temporaries sharing memory. Within a plan (runtime/planner.assign_buffers): no two
+that live at once share a buffer, each buffer holds its largest occupant, and a graph
+whose intermediates shrink and grow stays correct. Across programs (runtime/program.Scratch):
+interleaved calls of programs sharing their temporaries stay correct; and a partition
+keeps the programs of its latest input layouts only (backend.PROGRAMS_KEPT)."""
 import random
 
 import torch

@@ -92,8 +92,8 @@ class Resident:
 
 class Scratch:
     """A temporary buffer shared by the Programs of a device: the i-th largest temporary
-    of every program (largest first, by Program) is one kp tensor. A call submits and waits
-    before it returns, kp's eval holding the GIL, and a temporary lives within one call,
+    buffer of every program is one kp tensor. A call submits and waits before it
+    returns, kp's eval holding the GIL, and a temporary lives within one call,
     so programs never use one at the same time: the programs built for each prompt
     length, or a model's prefill and its decode step, need not each hold their own."""
 
