@@ -94,6 +94,7 @@ class VulkanSubgraph(torch.nn.Module):
         self.dump_dir = dump_dir
         self.name = name
         self.programs: OrderedDict[tuple, Program] = OrderedDict()   # least recently used first
+        self.built = 0                # programs built so far (names their debug dumps)
         self.remember_args = False    # keep the last call's inputs in remembered_args
         self.remembered_args: list | None = None
         out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
@@ -176,7 +177,8 @@ class VulkanSubgraph(torch.nn.Module):
         prog.key = key
         if self.dump_dir is not None:
             from .debug import dump_program
-            dump_program(self.dump_dir, self.name, len(self.programs), plan)
+            dump_program(self.dump_dir, self.name, self.built, plan)
+        self.built += 1
         return prog
 
 
