@@ -317,6 +317,15 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     emit = stream.write if hasattr(stream, "write") else stream
     res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend) if backend is not None else "uncompiled")
     prompt_t = torch.tensor([ids], dtype=torch.int64)
+    if backend is not None:
+        # Prompts of a length not seen before share one graph whose length is symbolic
+        # (the Vulkan partition still builds a program per length): Dynamo otherwise
+        # compiled the decoder again for each new length, and past its recompile limit
+        # (8) ran every further one uncompiled, on the CPU.
+        lengths = _kept(model, ("prompt lengths", backend), set)
+        if lengths - {len(ids)}:
+            torch._dynamo.maybe_mark_dynamic(prompt_t, 1)
+        lengths.add(len(ids))
 
     with torch.no_grad():
         if multi is not None:

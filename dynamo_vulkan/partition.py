@@ -100,7 +100,10 @@ def why_not_vulkan(node: fx.Node) -> str | None:
         if node.args[0].op != "placeholder":
             return "copy_ into an intermediate"
     elif rule is None:
-        foldable = not node.all_input_nodes and torch.Tag.nondeterministic_seeded not in t.tags
+        # no tensor inputs (a size, SymInt under dynamic shapes, is known when the
+        # partition is specialised to its inputs): the planner computes it on the host
+        foldable = not any(isinstance(n.meta.get("val"), torch.Tensor) for n in node.all_input_nodes) \
+            and torch.Tag.nondeterministic_seeded not in t.tags
         if not foldable:
             return f"no Vulkan lowering for {t}"
     for v in _tensor_vals(node):

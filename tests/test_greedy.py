@@ -310,3 +310,25 @@ def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu
     host = {d.op for r in reps for d in r.cpu_nodes}
     assert any("gguf_linear" in op for op in host) and any("attention" in op for op in host), host
     assert any("gguf_linear" in d.op for r in reps for d in r.vulkan_nodes)     # the decode's
+
+
+def test_prompts_of_many_lengths_share_one_graph(tmp_path, monkeypatch):
+    """A chat's turns bring prompts of new lengths: after the second, they share one graph
+    of symbolic length (Dynamo's recompile limit of 8 otherwise left the ninth length
+    uncompiled), entirely on Vulkan, and each gives eager's tokens."""
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")     # prompts on Vulkan here too
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=48), GGUFTokenizer.from_file(path)
+    n = len(dynamo_vulkan.reports())
+    lengths = set()
+    for words in range(1, 12):
+        prompt = "hello " * words
+        want = generate(model, prompt, tok, max_new_tokens=3, backend=None, stop_at_eos=False)
+        got = generate(model, prompt, tok, max_new_tokens=3, stop_at_eos=False, steps_per_call=1)
+        assert got.tokens == want.tokens, prompt
+        lengths.add(len(got.prompt_tokens))
+    assert len(lengths) >= 10, lengths
+    reps = dynamo_vulkan.reports()[n:]
+    # the first length's graph, the graph of any length, the decode step's
+    assert len(reps) <= 3, f"{len(reps)} graphs compiled for {len(lengths)} prompt lengths"
+    assert not [d for r in reps for d in r.cpu_nodes], "a node ran on the CPU"
