@@ -17,6 +17,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from dynamo_vulkan.lowering import LOWERINGS
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
+from dynamo_vulkan.runtime.planner import is_foldable_target
 
 PARTITION_PREFIX = "fused_"
 
@@ -103,7 +104,7 @@ def why_not_vulkan(node: fx.Node) -> str | None:
         # no tensor inputs (a size, SymInt under dynamic shapes, is known when the
         # partition is specialised to its inputs): the planner computes it on the host
         foldable = not any(isinstance(n.meta.get("val"), torch.Tensor) for n in node.all_input_nodes) \
-            and torch.Tag.nondeterministic_seeded not in t.tags
+            and is_foldable_target(node)
         if not foldable:
             return f"no Vulkan lowering for {t}"
     for v in _tensor_vals(node):
