@@ -74,7 +74,10 @@ MV_CPU_SUBGROUPS = 4
 # 0.58 of copy bandwidth, so 0.7 is out of reach there for any chained kernel).
 # Reading x once per workgroup instead (x-stationary: x in registers, each workgroup
 # walking 2-16 row groups; 2026-11-23) was 1.1-2.1x slower at every setting: the
-# rows' loads then wait on each other. A persistent form of that with the next row
+# rows' loads then wait on each other. Again on 2026-11-25, with every row's loads issued
+# before any decode and one reduction per invocation at the end (4-16 rows a workgroup,
+# 32 or 64 elements of x an invocation, the workgroup covering the row): 1.3-2.7x slower
+# at every type and shape, the fewer rows per workgroup the better. A persistent form of that with the next row
 # group's words loaded before the current one is decoded and reduced (software
 # pipelining; 264-1056 workgroups of 128-512 threads, 1-4 rows; 2026-11-23) was at best
 # equal (Q4_0 14336 x 4096: 22.4 us against 22.3; 4096 x 14336: 22.5 against 22.6) and
