@@ -4,6 +4,8 @@ compiled step replayed k times on the vulkan backend, runtime/replay.py), KV-cac
 updates of every step written in place, stop tokens and the context end honoured."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 import dynamo_vulkan  # noqa: E402
+gen_mod = importlib.import_module("dynamo_vulkan.generate")   # the module, not the function
 from dynamo_vulkan.generate import generate, step_replay  # noqa: E402
 from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
 from dynamo_vulkan.models import load_model  # noqa: E402
@@ -312,11 +315,13 @@ def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu
     assert any("gguf_linear" in d.op for r in reps for d in r.vulkan_nodes)     # the decode's
 
 
-def test_prompts_of_many_lengths_share_one_graph(tmp_path, monkeypatch):
+def test_prompts_of_many_lengths_share_one_graph(tmp_path, monkeypatch, plans):
     """A chat's turns bring prompts of new lengths: after the second, they share one graph
     of symbolic length (Dynamo's recompile limit of 8 otherwise left the ninth length
-    uncompiled), entirely on Vulkan, and each gives eager's tokens."""
+    uncompiled), entirely on Vulkan, and each gives eager's tokens. Prompts are padded to
+    prompt_bucket's lengths, so a program is built per bucket, not per length."""
     monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")     # prompts on Vulkan here too
+    monkeypatch.setattr(gen_mod, "PROMPT_STEP_MIN", 2)    # many buckets in a short context
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
     model, tok = load_model(path, max_ctx=48), GGUFTokenizer.from_file(path)
     n = len(dynamo_vulkan.reports())
@@ -328,7 +333,45 @@ def test_prompts_of_many_lengths_share_one_graph(tmp_path, monkeypatch):
         assert got.tokens == want.tokens, prompt
         lengths.add(len(got.prompt_tokens))
     assert len(lengths) >= 10, lengths
+    buckets = {gen_mod.prompt_bucket(t, model.max_ctx) for t in lengths}
+    assert 4 <= len(buckets) < len(lengths), (buckets, lengths)
     reps = dynamo_vulkan.reports()[n:]
     # the first length's graph, the graph of any length, the decode step's
     assert len(reps) <= 3, f"{len(reps)} graphs compiled for {len(lengths)} prompt lengths"
     assert not [d for r in reps for d in r.cpu_nodes], "a node ran on the CPU"
+    # one prefill program per bucket (the decode step's programs have 1-token inputs)
+    prefill = {i.shape for p in plans for i in p.inputs
+               if "int64" in i.dtype and len(i.shape) == 2 and i.shape[0] == 1 and i.shape[1] > 1}
+    assert len(prefill) == len(buckets), (prefill, buckets)
+
+
+def test_prompt_bucket_lengths():
+    """Padded lengths: never shorter, within the context, multiples of 8 up to 64, then
+    4 an octave (under 25% padding), and few of them."""
+    b = gen_mod.prompt_bucket
+    assert [b(n) for n in (1, 8, 9, 64, 65, 80, 81, 128, 129, 1000)] == \
+        [8, 8, 16, 64, 80, 80, 96, 128, 160, 1024]
+    for n in range(1, 5000):
+        assert n <= b(n) and (b(n) - n < 8 or (b(n) - n) / n < 0.25), n
+        assert b(n, 100) == max(n, min(b(n), 100))
+    assert len({b(n) for n in range(1, 4097)}) == 8 + 4 * 6
+
+
+def test_padded_prompt_gives_the_unpadded_logits_and_steps(tiny):
+    """Decoder.forward with `last`: a prompt padded at its end gives its last real token's
+    logits, and the decode steps after it those after the unpadded prompt (the padding's
+    cache slots are rewritten before any query sees them)."""
+    model, tok, _ = tiny
+    ids = tok.encode("hello the world hello")
+    pad = torch.tensor([ids + [ids[-1]] * 5])
+    with torch.no_grad():
+        want = model(torch.tensor([ids]), 0)
+        want_step = model(torch.tensor([[7]]), torch.tensor(len(ids)))
+        got = model(pad, 0, last=len(ids) - 1)
+        got_step = model(torch.tensor([[7]]), torch.tensor(len(ids)))
+        got_t = model(pad, torch.tensor(0), last=torch.tensor(len(ids) - 1))
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(got_t, want)
+    torch.testing.assert_close(got_step, want_step)
+    with pytest.raises(ValueError, match=f"last must index one of the {len(ids) + 5} tokens"):
+        model(pad, 0, last=len(ids) + 5)

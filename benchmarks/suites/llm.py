@@ -127,7 +127,7 @@ def run(bench) -> None:
 
 
 def one_model(bench, label: str, path: Path, what: str) -> None:
-    from dynamo_vulkan.generate import generate
+    from dynamo_vulkan.generate import generate, prompt_args
     from dynamo_vulkan.models import load_model
 
     quick = bench.quick
@@ -155,7 +155,7 @@ def one_model(bench, label: str, path: Path, what: str) -> None:
     tokens = runs[-1].tokens
     step_t, pos_t = torch.tensor([[tokens[0]]], dtype=torch.int64), torch.tensor(n_prompt, dtype=torch.int64)
     with torch.no_grad():   # one prefill then one decode step, each backend on its own cache state
-        ours_pre = compiled(ids_t, pos0)
+        ours_pre = compiled(*prompt_args(model, ids, "vulkan"))
         ours_step = compiled(step_t, pos_t)
         model(ids_t, pos0)
         ref_step = model(step_t, pos_t)

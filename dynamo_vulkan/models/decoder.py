@@ -217,7 +217,14 @@ class Decoder(nn.Module):
 
     ``start_pos`` (an int or a 0-dim integer tensor; pass a tensor under torch.compile so
     the value is not baked into the graph) is the position of ``tokens[0, 0]``; the KV
-    cache must hold positions ``[0, start_pos)`` from earlier calls."""
+    cache must hold positions ``[0, start_pos)`` from earlier calls.
+
+    ``last`` (an int or a 0-dim integer tensor): the index in ``tokens`` whose logits are
+    returned, by default the last. A prompt padded at its end (generate() pads prompts
+    to a few lengths, so they share compiled programs) gives the logits of its real last
+    token this way: the padding comes after it, so causal attention keeps it out of every
+    real position, and its cache slots are rewritten by the decode steps before any query
+    can see them."""
 
     def __init__(self, cfg: DecoderConfig, embed: GGUFEmbedding, blocks: list[Block], norm: RMSNorm,
                  lm_head: GGUFLinear, rotary: dict[str, Rotary], max_ctx: int):
@@ -264,7 +271,7 @@ class Decoder(nn.Module):
             layer.attn.k_cache.zero_()
             layer.attn.v_cache.zero_()
 
-    def forward(self, tokens: torch.Tensor, start_pos=0, all_logits: bool = False) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, start_pos=0, last=None, all_logits: bool = False) -> torch.Tensor:
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
         if tokens.dim() != 2 or tokens.shape[0] != 1:
@@ -292,7 +299,14 @@ class Decoder(nn.Module):
             cos, sin = ropes[layer.rope_key]
             x = layer(x, pos, cos, sin, masks[layer.attn.window])
         if not all_logits:
-            x = x[:, -1:, :]
+            if last is None:
+                x = x[:, -1:, :]
+            else:
+                if not isinstance(last, torch.Tensor):
+                    if not 0 <= int(last) < T:
+                        raise ValueError(f"last must index one of the {T} tokens, got {last}")
+                    last = torch.tensor(int(last))
+                x = x.index_select(1, last.to(torch.int64).reshape(1))
         x = self.norm(x)
         logits = self.lm_head(x)
         if self.softcap:
