@@ -337,6 +337,28 @@ def test_clear_cache(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.bin"))
 
 
+def test_kernels_compile_together_once_each(tmp_path, monkeypatch):
+    """shaders.compile_many: the uncached sources of a program compiled at once, each
+    once (a repeat is one compile), then found in memory; a bad one fails with glslc's
+    message and its numbered source."""
+    from dynamo_vulkan import cache
+    from dynamo_vulkan.runtime import shaders
+    monkeypatch.setenv("DYNAMO_VULKAN_CACHE_DIR", str(tmp_path))
+    body = "layout(local_size_x = 1) in;\nlayout(binding = 0) buffer B { uint b[]; };\n"
+    srcs = [(f"#version 450\n{body}void main() {{ b[0] = {i}u + {id(tmp_path) % 997}u; }}\n",
+             f"k{i}") for i in range(5)]
+    before = cache.cache_stats().get("spirv", {})
+    shaders.compile_many(srcs + srcs[:2])
+    after = cache.cache_stats()["spirv"]
+    assert after.get("misses", 0) - before.get("misses", 0) == 5
+    spv = [shaders.compile_source(src, name) for src, name in srcs]
+    assert cache.cache_stats()["spirv"]["memory_hits"] - after.get("memory_hits", 0) == 5
+    assert all(s[:4] == b"\x03\x02\x23\x07" for s in spv)     # SPIR-V's magic number
+    bad = ("#version 450\nlayout(local_size_x = 1) in;\nvoid main() { nope(); }\n", "bad")
+    with pytest.raises(shaders.ShaderCompileError, match=r"glslc failed for bad(.|\n)*3 void main"):
+        shaders.compile_many([bad, srcs[0], (bad[0] + "// 2\n", "bad")])
+
+
 def test_no_driver_falls_back_to_cpu_with_a_warning(tmp_path):
     env = {"VK_ICD_FILENAMES": str(tmp_path / "none.json"), "VK_DRIVER_FILES": str(tmp_path / "none.json"),
            "DYNAMO_VULKAN_CACHE_DIR": str(tmp_path)}

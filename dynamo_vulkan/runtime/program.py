@@ -348,6 +348,7 @@ class Program:
                                       STAGE_TRANSFER | STAGE_COMPUTE, STAGE_COMPUTE))
         labels.append(None)
         empty = np.zeros(0, np.uint32)
+        shaders.compile_many((plan.sources[d.spirv_key], d.name) for d in dispatches)
         for d, wait in zip(dispatches, barriers(dispatches)):
             if wait:
                 seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
 import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import cache
@@ -97,6 +99,23 @@ def compile_source(source: str, name: str = "kernel") -> bytes:
         cache.disk_put("spirv", key, spv)
     cache.memory_put("spirv", key, spv)
     return spv
+
+
+def compile_many(sources) -> None:
+    """Compile the (GLSL, name) pairs not yet cached, at once on the machine's cores
+    (glslc runs as a process, so threads suffice); compile_source then finds them
+    cached. A program's kernels were compiled one after another: SmolLM2's prefill for a
+    new prompt length needed 12 new ones, 1.2 s of a 3.7 s build on the H100 machine
+    (2026-11-25), and its first build many more."""
+    todo = {}
+    for source, name in sources:
+        key = cache.digest("spirv", source)
+        if key not in todo and cache.memory_get("spirv", key) is None:
+            todo[key] = (source, name)
+    if len(todo) < 2:
+        return
+    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+        list(pool.map(lambda sn: compile_source(*sn), todo.values()))
 
 
 def clear_memory() -> None:
