@@ -12,6 +12,7 @@
 6. One fence per Sequence, and an optional spin before the blocking wait (see below):
    submit latency.
 7. Integer dot products enabled where the device has them (see below).
+8. Algorithms built without the GIL (see below): pipelines compiled on several threads.
 Idempotent: running it twice changes nothing.
 """
 import pathlib
@@ -524,11 +525,68 @@ if "integer_dot_product" not in text:
                         '    m.def("integer_dot_product", []() { return kp::gIntegerDotProduct.load(); },\n'
                         '          "Whether the last device created has shaderIntegerDotProduct enabled.");\n', 1)
     main.write_text(text)
-# a marker the setup scripts probe to know this build carries every patch above
+# 8. Pipelines built on several threads. Creating an algorithm compiles its pipeline in
+#    the driver (lavapipe: 82 ms each, LLVM; SmolLM2's first compile creates 541), and
+#    kp's binding holds the GIL throughout. Manager.algorithm_nogil copies its arguments
+#    under the GIL and builds the algorithm without it; the manager's list of algorithms
+#    is then appended under a lock (descriptor pools and memory blocks already have
+#    theirs: patches 4 and 5), so the runtime can build a program's algorithms from a
+#    thread pool.
+mgr_hpp = src / "src" / "include" / "kompute" / "Manager.hpp"
+htext = mgr_hpp.read_text()
+old_push = """        if (this->mManageResources) {
+            this->mManagedAlgorithms.push_back(algorithm);
+        }"""
+new_push = """        if (this->mManageResources) {
+            static std::mutex managedAlgorithmsLock;
+            std::lock_guard<std::mutex> guard(managedAlgorithmsLock);
+            this->mManagedAlgorithms.push_back(algorithm);
+        }"""
+if "managedAlgorithmsLock" not in htext:
+    if old_push not in htext or "#pragma once\n" not in htext:
+        sys.exit("patch_kp: Manager.hpp is not kp 0.9.0's (anchor missing)")
+    htext = htext.replace("#pragma once\n", "#pragma once\n#include <mutex>\n", 1)
+    mgr_hpp.write_text(htext.replace(old_push, new_push, 1))
+text = main.read_text()
+nogil = """      .def(
+        "algorithm_nogil",
+        [](kp::Manager& self,
+           const std::vector<std::shared_ptr<kp::Tensor>>& tensors,
+           const py::bytes& spirv,
+           const kp::Workgroup& workgroup,
+           const std::vector<uint32_t>& spec_consts) {
+            std::string bytes = spirv;
+            std::vector<uint32_t> spirvVec(bytes.size() / sizeof(uint32_t));
+            std::memcpy(spirvVec.data(), bytes.data(), spirvVec.size() * sizeof(uint32_t));
+            std::shared_ptr<kp::Algorithm> algorithm;
+            {
+                py::gil_scoped_release release;
+                algorithm = self.algorithm<uint32_t, uint32_t>(
+                  tensors, spirvVec, workgroup, spec_consts, std::vector<uint32_t>());
+            }
+            return algorithm;
+        },
+        "An algorithm with uint32 specialisation constants and no push constants, "
+        "built without the GIL (other threads may build theirs meanwhile).",
+        py::arg("tensors"), py::arg("spirv"), py::arg("workgroup"), py::arg("spec_consts"))
+"""
+anchor = """      .def(
+        "algorithm",
+"""
+if "algorithm_nogil" not in text:
+    if anchor not in text:
+        sys.exit("patch_kp: Manager.algorithm binding not found in python/src/main.cpp")
+    text = text.replace(anchor, nogil + anchor, 1)
+    if "#include <cstring>" not in text:
+        text = "#include <cstring>\n" + text
+    main.write_text(text)
+# a marker the setup scripts probe to know this build carries every patch above (9: a
+# build marked 8 carried a reverted patch, shared command pools, and lacks patch 8 here)
+PATCHES = 9
 text = main.read_text()
 if "dynamo_vulkan_patches" not in text:
     module = "PYBIND11_MODULE(kp, m)\n{\n"
     if module not in text:
         sys.exit("patch_kp: module definition not found in python/src/main.cpp")
-    text = text.replace(module, module + '    m.attr("dynamo_vulkan_patches") = 7;\n', 1)
+    text = text.replace(module, module + f'    m.attr("dynamo_vulkan_patches") = {PATCHES};\n', 1)
     main.write_text(text)

@@ -33,7 +33,7 @@ if ! "$PY" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2
   $PIP install "torch==2.13.0"
 fi
 
-if ! "$PY" -c 'import kp; assert kp.dynamo_vulkan_patches >= 7' 2>/dev/null; then
+if ! "$PY" -c 'import kp; assert kp.dynamo_vulkan_patches >= 9' 2>/dev/null; then
   echo "[setup] building kp 0.9.0 from PyPI's sdist against the system headers"
   $PIP install "numpy>=1.26" "pybind11>=2.12" setuptools wheel cmake
   tmp=$(mktemp -d)

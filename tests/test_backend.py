@@ -359,6 +359,28 @@ def test_kernels_compile_together_once_each(tmp_path, monkeypatch):
         shaders.compile_many([bad, srcs[0], (bad[0] + "// 2\n", "bad")])
 
 
+def test_algorithms_are_built_on_several_threads(monkeypatch):
+    """A program's kp algorithms (pipelines) are built from a thread pool through kp's
+    algorithm_nogil (patch 8), and the program still computes eager's result."""
+    from dynamo_vulkan.runtime import program
+    import kp
+    assert hasattr(kp.Manager, "algorithm_nogil"), "kp lacks patch 8: run scripts/setup.sh"
+    pools = []
+
+    class Spy(program.ThreadPoolExecutor):
+        def __init__(self, max_workers=None):
+            pools.append(max_workers)
+            super().__init__(max_workers=max_workers)
+    monkeypatch.setattr(program, "ThreadPoolExecutor", Spy)
+    monkeypatch.setattr(program.os, "cpu_count", lambda: 4)
+
+    def f(x, y):
+        return (torch.sigmoid(x) @ y).softmax(-1).cumsum(0) + torch.tanh(y).sum()
+    x, y = torch.randn(37, 19), torch.randn(19, 23)
+    check(f, x, y)
+    assert pools and max(pools) == 4, pools
+
+
 def test_no_driver_falls_back_to_cpu_with_a_warning(tmp_path):
     env = {"VK_ICD_FILENAMES": str(tmp_path / "none.json"), "VK_DRIVER_FILES": str(tmp_path / "none.json"),
            "DYNAMO_VULKAN_CACHE_DIR": str(tmp_path)}

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import operator
+import os
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -224,6 +226,12 @@ def download(mgr, src, words: int) -> np.ndarray:
     return out
 
 
+def _algorithm_key(d) -> tuple:
+    """One kp algorithm serves every dispatch of the same kernel, constants, buffers and
+    grid."""
+    return (d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups))
+
+
 class Program:
     """bumped[i]: the caller (aot_autograd's runtime wrapper) increments input i's
     version after each call because the graph mutated it; a resident copy the
@@ -329,6 +337,36 @@ class Program:
         its own or all shared one)."""
         self.sequence = None
 
+    def _build_algorithms(self, dispatches: list) -> None:
+        """The kp algorithms (a pipeline and a descriptor set each) that `dispatches` need
+        and this program lacks: their kernels compiled at once (shaders.compile_many),
+        then the algorithms built on a thread each where kp builds them without the GIL
+        (patch 8): creating one compiles its pipeline in the driver."""
+        plan, mgr = self.plan, self.mgr
+        todo = {}
+        for d in dispatches:
+            key = _algorithm_key(d)
+            if key not in self._algorithms:
+                todo.setdefault(key, d)
+        shaders.compile_many((plan.sources[d.spirv_key], d.name) for d in todo.values())
+        nogil = getattr(mgr, "algorithm_nogil", None)
+        empty = np.zeros(0, np.uint32)
+
+        def build(d):
+            tensors = [self.tensors[b] for b in d.bindings]
+            spv = shaders.compile_source(plan.sources[d.spirv_key], d.name)
+            spec = np.array(d.spec, np.uint32)
+            if nogil is not None:
+                return nogil(tensors, spv, list(d.groups), spec.tolist())
+            return mgr.algorithm(tensors, spv, list(d.groups), spec, empty)
+        workers = min(len(todo), os.cpu_count() or 1) if nogil is not None else 1
+        if workers > 1:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                built = list(pool.map(build, todo.values()))
+        else:
+            built = [build(d) for d in todo.values()]
+        self._algorithms.update(zip(todo, built))
+
     def record(self, dispatches: list):
         """(kp sequence, profile labels) running `dispatches` (the plan's, or a prefix of
         them: runtime/replay.py runs fewer steps of a replay this way) between this
@@ -347,23 +385,13 @@ class Program:
         seq.record(kp.OpGlobalBarrier(TRANSFER_WRITE | SHADER_WRITE, SHADER_READ | SHADER_WRITE,
                                       STAGE_TRANSFER | STAGE_COMPUTE, STAGE_COMPUTE))
         labels.append(None)
-        empty = np.zeros(0, np.uint32)
-        shaders.compile_many((plan.sources[d.spirv_key], d.name) for d in dispatches)
+        self._build_algorithms(dispatches)
         for d, wait in zip(dispatches, barriers(dispatches)):
             if wait:
                 seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,
                                               STAGE_COMPUTE, STAGE_COMPUTE))
                 labels.append(None)
-            # one kp algorithm (a pipeline and a descriptor set) serves every dispatch of
-            # the same kernel, constants, buffers and grid
-            same = (d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups))
-            algo = self._algorithms.get(same)
-            if algo is None:
-                algo = self._algorithms[same] = mgr.algorithm(
-                    [self.tensors[b] for b in d.bindings],
-                    shaders.compile_source(plan.sources[d.spirv_key], d.name),
-                    list(d.groups), np.array(d.spec, np.uint32), empty)
-            seq.record(kp.OpDispatchBare(algo))
+            seq.record(kp.OpDispatchBare(self._algorithms[_algorithm_key(d)]))
             labels.append(f"{d.name} {d.note}")
         resident = {b for spec in plan.inputs if spec.resident for b in spec.buffers()}
         outs = [self.tensors[b] for b in sorted(
