@@ -215,18 +215,18 @@ def prompt_bucket(n: int, limit: int | None = None) -> int:
 def prompt_args(model, ids: list[int], backend: str | None):
     """The decoder's arguments (tokens, start_pos, last) for a prompt's prefill. Compiled
     (backend not None), the prompt is padded to prompt_bucket's length, repeating its last
-    token, and `last` picks its real last token's logits; from the second padded length on,
-    its length is marked dynamic, so every later length shares one graph whose length is
-    symbolic (the Vulkan partition still builds a program per length): Dynamo otherwise
-    compiled the decoder again for each new length, and past its recompile limit (8) ran
-    every further one uncompiled, on the CPU."""
+    token, and `last` picks its real last token's logits; its length is marked dynamic, so
+    every prompt shares one graph whose length is symbolic (the Vulkan partition still
+    builds a program per length): Dynamo otherwise compiled the decoder again for each
+    new length (past its recompile limit of 8, it ran every further one uncompiled, on the
+    CPU). Marked from the first prompt on, not the second: the second length traced the
+    decoder again (SmolLM2 on the H100 machine, 2026-11-25: 14.6-22 s for the second
+    length, 1.2-1.35 s for later ones; on lavapipe 32.4 s against 20.7 marked at once,
+    the first call 57-61 s and the prefill's speed the same either way)."""
     padded = len(ids) if backend is None else prompt_bucket(len(ids), model.max_ctx)
     prompt_t = torch.tensor([ids + ids[-1:] * (padded - len(ids))], dtype=torch.int64)
     if backend is not None:
-        lengths = _kept(model, ("prompt lengths", backend), set)
-        if lengths - {padded}:
-            torch._dynamo.maybe_mark_dynamic(prompt_t, 1)
-        lengths.add(padded)
+        torch._dynamo.maybe_mark_dynamic(prompt_t, 1)
     return prompt_t, torch.tensor(0, dtype=torch.int64), torch.tensor(len(ids) - 1, dtype=torch.int64)
 
 
