@@ -112,6 +112,8 @@ class VulkanSubgraph(torch.nn.Module):
         prog = self.programs.get(key)
         if prog is None:
             prog = self.programs[key] = self._build_or_fallback(self._full_key(args), list(args))
+            if isinstance(prog, Program):
+                self._drop_superseded(key, prog)
             if len(self.programs) > PROGRAMS_KEPT:     # the least recently used goes
                 del self.programs[next(iter(self.programs))]
         elif len(self.programs) > 1:
@@ -132,6 +134,27 @@ class VulkanSubgraph(torch.nn.Module):
                 return self.gm(*args)
             out = prog(args)
         return tuple(out) if self.tuple_out else out[0]
+
+    def _drop_superseded(self, key, new: Program) -> None:
+        """Drop the least recently used programs that hold shared temporaries a newer,
+        larger program replaced (runtime/program.Scratch), until the replaced ones they
+        hold are no larger than the new program's: a chat's prompts grow, and each longer
+        one made larger temporaries while every shorter program kept its own, so the
+        temporaries held grew to their sum over the PROGRAMS_KEPT programs (for 8 padded
+        lengths from 640 to 2048 tokens, about 5x the largest set if they grow with the
+        length); now at most twice the largest set.
+        A dropped program is built again, from its cached plan, if its length comes back."""
+        budget = new.scratch_words()
+        while True:
+            owners, held = [], {}
+            for k, p in self.programs.items():
+                old = p.superseded_scratch() if k != key and isinstance(p, Program) else []
+                if old:
+                    owners.append(k)
+                    held.update((id(s), s.words) for s in old)
+            if not owners or sum(held.values()) <= budget:
+                return
+            del self.programs[owners[0]]
 
     def _full_key(self, args) -> tuple:
         return tuple(_layout(a) for a in args)

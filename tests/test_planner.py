@@ -123,10 +123,29 @@ def test_programs_share_temporaries_and_stay_correct_interleaved():
 
 def test_a_partition_keeps_the_programs_of_its_latest_shapes():
     from dynamo_vulkan import backend
-    shapes = [(n, 33) for n in range(3, 3 + backend.PROGRAMS_KEPT + 2)]
+    # shrinking shapes: each program's temporaries fit the shared ones, none is replaced
+    shapes = [(n, 33) for n in range(3 + backend.PROGRAMS_KEPT + 1, 2, -1)]
     c, sub = _programs(_rowwise_a, *shapes)
     assert len(sub.programs) == backend.PROGRAMS_KEPT
     x = torch.randn(shapes[0])       # its program was dropped: built again, still right
     torch.testing.assert_close(c(x), _rowwise_a(x), rtol=1e-4, atol=1e-4)
     assert len(sub.programs) == backend.PROGRAMS_KEPT
     assert list(sub.programs)[-1] == next(k for k in sub.programs if k[0][0] == tuple(shapes[0]))
+
+
+def test_programs_holding_replaced_temporaries_are_dropped():
+    """Growing shapes (a chat's longer prompts) make larger shared temporaries each time:
+    the older programs that still hold replaced ones are dropped, least recently used
+    first, until those are no larger than the newest program's; a dropped shape is built
+    again and still right."""
+    shapes = [(n, 257) for n in (40, 90, 130, 190, 260, 600)]   # past earlier tests' sizes
+    c, sub = _programs(_rowwise_a, *shapes)
+    progs = list(sub.programs.values())
+    newest = progs[-1]
+    replaced = {id(s): s.words for p in progs[:-1] for s in p.superseded_scratch()}
+    assert sum(replaced.values()) <= newest.scratch_words()
+    assert len(progs) < len(shapes)        # the 600-row program's temporaries replaced others
+    assert next(iter(sub.programs))[0][0] != shapes[0]    # the oldest went first
+    for s in (shapes[0], shapes[-1], shapes[1]):
+        x = torch.randn(s)
+        torch.testing.assert_close(c(x), _rowwise_a(x), rtol=1e-4, atol=1e-4)

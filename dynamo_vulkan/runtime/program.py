@@ -101,10 +101,16 @@ class Scratch:
 
     _slots: dict[tuple, "weakref.ref[Scratch]"] = {}     # (manager, rank) -> the newest
 
-    def __init__(self, mgr, words: int):
-        self.mgr, self.words = mgr, words
+    def __init__(self, mgr, words: int, slot: tuple):
+        self.mgr, self.words, self.slot = mgr, words, slot
         self.tensor = mgr.tensor_t(np.empty(words, np.uint32), tensor_type=_kp().TensorTypes.storage)
         _count(self, 4 * words)
+
+    def superseded(self) -> bool:
+        """Whether its slot now holds another (larger) one: only the programs bound to
+        this one still use it."""
+        ref = self._slots.get(self.slot)
+        return ref is None or ref() is not self
 
     @classmethod
     def get(cls, mgr, rank: int, words: int) -> "Scratch":
@@ -114,7 +120,7 @@ class Scratch:
         ref = cls._slots.get(key)
         s = ref() if ref is not None else None
         if s is None or s.words < words or s.mgr is not mgr:
-            s = cls(mgr, words)
+            s = cls(mgr, words, key)
             cls._slots[key] = weakref.ref(s)
         return s
 
@@ -329,6 +335,14 @@ class Program:
         # one kp algorithm per kernel, constants, buffers and grid
         self._algorithms: dict = share._algorithms if share is not None else {}
         self.sequence, self._labels = self.record(plan.dispatches)
+
+    def scratch_words(self) -> int:
+        """Words of the shared temporaries this program is bound to."""
+        return sum(s.words for s in self._scratch)
+
+    def superseded_scratch(self) -> list:
+        """Its shared temporaries that a later program replaced by larger ones."""
+        return [s for s in self._scratch if s.superseded()]
 
     def release(self) -> None:
         """Free the recorded sequence until the next call records it again: recorded
