@@ -77,7 +77,11 @@ MV_CPU_SUBGROUPS = 4
 # rows' loads then wait on each other. Again on 2026-11-25, with every row's loads issued
 # before any decode and one reduction per invocation at the end (4-16 rows a workgroup,
 # 32 or 64 elements of x an invocation, the workgroup covering the row): 1.3-2.7x slower
-# at every type and shape, the fewer rows per workgroup the better. A persistent form of that with the next row
+# at every type and shape, the fewer rows per workgroup the better. With the weights in L2
+# (4 copies, 38 MB; 2026-11-25), 4096 x 4096 chained took Q4_0 8.25 us (9.47 from DRAM),
+# Q8_0 9.90 (10.08), Q4_K 9.76 (11.37), Q6_K 11.50 (12.34): DRAM is not what bounds these,
+# so loading the next weight into L2 beside the mat-vec before it would gain 1-2 us at
+# most. A persistent form of that with the next row
 # group's words loaded before the current one is decoded and reduced (software
 # pipelining; 264-1056 workgroups of 128-512 threads, 1-4 rows; 2026-11-23) was at best
 # equal (Q4_0 14336 x 4096: 22.4 us against 22.3; 4096 x 14336: 22.5 against 22.6) and
