@@ -103,3 +103,29 @@ def test_cuda_matvec_split_keeps_the_weight(name, rows, cols):
     want = dequantize(blocks, qt, rows, cols)
     assert torch.isfinite(want).all() and want.abs().max() > 0
     torch.testing.assert_close(dequantize_split(name, q, s, m), want, rtol=1e-6, atol=1e-6)
+
+
+def test_llm_suite_times_a_new_prompt_length(tmp_path):
+    """The llm suite's note on a chat's next prompts: a new padded length, then one of the
+    same padded length (tiny model; the quick run leaves this out)."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    import importlib
+    from dynamo_vulkan.generate import compile_decoder
+    from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer
+    from dynamo_vulkan.models import load_model
+    from gguf_fixtures import write_tiny_model
+    llm = importlib.import_module("benchmarks.suites.llm")
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=48), GGUFTokenizer.from_file(path)
+
+    class Bench:
+        notes = []
+
+        def note(self, suite, text):
+            self.notes.append((suite, text))
+    bench = Bench()
+    llm._new_prompt_lengths(bench, "tiny", model, tok, compile_decoder(model), 4)
+    ((suite, text),) = bench.notes
+    assert suite == "llm" and "first token of a 44-token prompt, a new padded length (48)" in text
+    assert "of a 45-token prompt of that padded length" in text

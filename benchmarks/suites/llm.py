@@ -195,6 +195,8 @@ def one_model(bench, label: str, path: Path, what: str) -> None:
                              for k, v in _runtime_bytes().items()}}
     bench.extra.setdefault("llm_memory", {})[label] = mem
     _memory_targets(bench, label, mem)
+    if not quick:        # after the memory figures: it builds one more program
+        _new_prompt_lengths(bench, label, model, tok, compiled, n_prompt)
 
     peer = bench.opts.llama_cpp
     if peer is None:
@@ -217,6 +219,29 @@ def one_model(bench, label: str, path: Path, what: str) -> None:
             bench.note("llm", f"{label}: llama.cpp skipped: {e}")
     del model, compiled
     torch._dynamo.reset()
+
+
+def _new_prompt_lengths(bench, label: str, model, tok, compiled, n_prompt: int) -> None:
+    """A chat's next prompts, as a note: the time to the first token of a prompt whose
+    padded length (generate.prompt_bucket) is new, so a program is built for it, then
+    of another prompt of that padded length."""
+    import time
+
+    from dynamo_vulkan.generate import generate, prompt_bucket
+    n = n_prompt + 40
+    m = next((k for k in range(n + 1, model.max_ctx + 1) if prompt_bucket(k, model.max_ctx) ==
+              prompt_bucket(n, model.max_ctx)), None)
+    if m is None or prompt_bucket(n, model.max_ctx) == prompt_bucket(n_prompt, model.max_ctx):
+        return
+    took = []
+    for k in (n, m):
+        t = time.perf_counter()
+        generate(model, prompt_text(tok, k), tok, backend="vulkan", compiled=compiled, warmup=False,
+                 max_new_tokens=1, stop_at_eos=False)
+        took.append(time.perf_counter() - t)
+    bench.note("llm", f"{label}: first token of a {n}-token prompt, a new padded length "
+                      f"({prompt_bucket(n, model.max_ctx)}): {took[0]:.2f} s (a program built for it); "
+                      f"of a {m}-token prompt of that padded length: {took[1]:.2f} s")
 
 
 def _runtime_bytes() -> dict:
