@@ -85,7 +85,7 @@ MV_CPU_SUBGROUPS = 4
 # 4096 x 4096; 2026-11-25), were slower at every count, the fewer the slower (Q4_0 4096 x
 # 4096: 41.8 / 24.0 / 14.8 / 11.2 us against 9.5; Q8_0 4096 x 14336: 119 / 64 / 41 / 28
 # against 26.6): each workgroup's step waits on its loads, so the more in flight at once
-# the better. A persistent form of that with the next row
+# the better. A persistent form of the x-stationary kernel with the next row
 # group's words loaded before the current one is decoded and reduced (software
 # pipelining; 264-1056 workgroups of 128-512 threads, 1-4 rows; 2026-11-23) was at best
 # equal (Q4_0 14336 x 4096: 22.4 us against 22.3; 4096 x 14336: 22.5 against 22.6) and

@@ -120,7 +120,8 @@ def test_llm_suite_times_a_new_prompt_length(tmp_path):
     model, tok = load_model(path, max_ctx=48), GGUFTokenizer.from_file(path)
 
     class Bench:
-        notes = []
+        def __init__(self):
+            self.notes = []
 
         def note(self, suite, text):
             self.notes.append((suite, text))

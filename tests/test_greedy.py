@@ -316,8 +316,9 @@ def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu
 
 
 def test_prompts_of_many_lengths_share_one_graph(tmp_path, monkeypatch, plans):
-    """A chat's turns bring prompts of new lengths: they share one graph of symbolic length (Dynamo's recompile limit of 8 otherwise left the ninth length
-    uncompiled), entirely on Vulkan, and each gives eager's tokens. Prompts are padded to
+    """A chat's turns bring prompts of new lengths: they share one graph of symbolic
+    length (Dynamo's recompile limit of 8 otherwise left the ninth length uncompiled),
+    entirely on Vulkan, and each gives eager's tokens. Prompts are padded to
     prompt_bucket's lengths, so a program is built per bucket, not per length."""
     monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")     # prompts on Vulkan here too
     monkeypatch.setattr(gen_mod, "PROMPT_STEP_MIN", 2)    # many buckets in a short context
