@@ -20,6 +20,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from . import cache, config, device
+from .regions import inline_regions
 from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
 from .runtime import planner, shaders
@@ -214,6 +215,7 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     static_nodes = {n.name for i, n in enumerate(placeholders) if i in static}
     bumped = _fw_metadata_indices("mutated_graph_handled_indices_seen_by_autograd")
     bumped_nodes = {n.name for i, n in enumerate(placeholders) if i in bumped}
+    inline_regions(gm)      # nested compile regions: one flat graph for the partitions
     original = gm.code
     gm, report = partition(gm, gid)
     _reports.append(report)

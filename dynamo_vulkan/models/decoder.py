@@ -177,6 +177,13 @@ class FeedForward(nn.Module):
         return self.down(h)
 
 
+# A block is one nested compile region: under torch.compile, Dynamo and AOT trace its
+# forward once for all the layers, and the graph calls it per layer (the Vulkan backend
+# inlines those calls again: dynamo_vulkan/regions.py). SmolLM2's prefill and decode
+# graphs went through Dynamo + AOT in 3.5 and 2.2 s, against 10.5 and 5.0 s (CI machine).
+_compile_region = getattr(torch.compiler, "nested_compile_region", lambda f: f)
+
+
 class Block(nn.Module):
     def __init__(self, attn_norm: RMSNorm, attn: Attention, ffn_norm: RMSNorm, ffn: FeedForward,
                  post_attn_norm: RMSNorm | None = None, post_ffn_norm: RMSNorm | None = None, rope_key: str = "r0"):
@@ -189,6 +196,7 @@ class Block(nn.Module):
         self.post_ffn_norm = post_ffn_norm
         self.rope_key = rope_key
 
+    @_compile_region
     def forward(self, x, pos, cos, sin, mask):
         h = self.attn(self.attn_norm(x), pos, cos, sin, mask)
         if self.post_attn_norm is not None:
