@@ -114,3 +114,25 @@ def test_a_region_mutating_a_view_of_its_base_runs_on_the_cpu_still_correct():
 def _write(x, pos, cache):
     cache.index_copy_(0, pos, x * 2)
     return x + cache.sum(0)
+
+
+def test_decoder_layers_reach_the_backend_as_one_region(tmp_path):
+    """The decoder's blocks are traced once (torch >= 2.13, models/decoder.py): its graph
+    calls one subgraph per layer (layers alike: a subgraph used once is inlined by
+    torch already), the backend inlines them all, and the logits are eager's."""
+    from gguf_fixtures import write_tiny_model
+
+    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.models.decoder import BLOCKS_ARE_REGIONS
+    if not BLOCKS_ARE_REGIONS:
+        pytest.skip(f"torch {torch.__version__}: the blocks are regions from 2.13 on (models/decoder.py)")
+    names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+    same = {f"blk.{i}.{t}.weight": "Q8_0" for i in range(3) for t in names}   # alike layers
+    path = write_tiny_model(tmp_path / "tiny.gguf", "llama", n_layers=3, types=same)
+    model, eager = load_model(path, max_ctx=16), load_model(path, max_ctx=16)
+    tokens, start = torch.tensor([[3, 7, 11]]), torch.tensor(0)
+    out, seen = _compiled_graphs(model, tokens, start)
+    with torch.no_grad():
+        want = eager(tokens, start)
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-4)
+    assert len(seen[0]) == len(model.layers) and seen[1] == [], seen

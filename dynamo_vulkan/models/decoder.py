@@ -23,6 +23,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.torch_version import TorchVersion
 from torch import nn
 
 from ..fused import attention, rms_norm
@@ -177,11 +178,19 @@ class FeedForward(nn.Module):
         return self.down(h)
 
 
-# A block is one nested compile region: under torch.compile, Dynamo and AOT trace its
-# forward once for all the layers, and the graph calls it per layer (the Vulkan backend
-# inlines those calls again: dynamo_vulkan/regions.py). SmolLM2's prefill and decode
-# graphs went through Dynamo + AOT in 3.5 and 2.2 s, against 10.5 and 5.0 s (CI machine).
-_compile_region = getattr(torch.compiler, "nested_compile_region", lambda f: f)
+# A block is one nested compile region from torch 2.13 on: under torch.compile, Dynamo
+# and AOT trace its forward once for all the layers, and the graph calls it per layer (the
+# Vulkan backend inlines those calls again: dynamo_vulkan/regions.py). SmolLM2, torch
+# 2.13 on the 2-core CI machine: Dynamo + AOT 3.5 s for the prefill graph and 2.2 s for
+# a decode step, against 10.5 and 5.0; the first generate() 13.7 s against 24.4 (cache
+# off). With torch 2.11 (the H100 machine's, 2026-11-25) they were no faster: 27.8 s
+# for the first call against 24.8, so older torch traces every layer as before.
+BLOCKS_ARE_REGIONS = (hasattr(torch.compiler, "nested_compile_region")
+                      and TorchVersion(torch.__version__) >= "2.13")
+
+
+def _compile_region(forward):
+    return torch.compiler.nested_compile_region(forward) if BLOCKS_ARE_REGIONS else forward
 
 
 class Block(nn.Module):
