@@ -135,7 +135,11 @@ MV_CPU_SUBGROUPS = 4
 # INT_DOT_PROLOGUE_WEIGHTS. Both need rows of INT_DOT_MIN_COLS (a thread takes a block
 # of 32 at a time: SmolLM2's and Gemma 3's rows of 576 and 640 would leave most threads
 # idle; unmeasured there). A serial planes kernel (one invocation per block) cost 5-6 us
-# more: eight invocations per block now. Not folding the prologues into the fp32 kernel
+# more: eight invocations per block now. x's planes stored uvec4-major (the lanes of a
+# subgroup, one block each, loading neighbouring uvec4s, where now each lane's 16 bytes
+# sit 112 bytes from the next) changed nothing beyond noise (H100, 2026-11-25, integer dots
+# forced on: Q4_0 19.6 / 19.1 us -> 20.1 / 20.4 at the large shapes, Q4_1 21.1 -> 20.2,
+# Q6_K 26.8 / 23.9 -> 26.9 / 23.7), so the block-major layout stays. Not folding the prologues into the fp32 kernel
 # at all (norm, silu * up: a kernel of their own) changed nothing at any width (the Q4_K
 # FFN 243.2 against 231.2-242.1; Q4_0 220.0 against 217.0-221.3; 2048 x 8192, 1024 x
 # 4096, 640 x 2048 and 576 x 1536 within 2%), so the prologues stay folded where this
