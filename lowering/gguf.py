@@ -141,7 +141,8 @@ MV_CPU_SUBGROUPS = 4
 # forced on: Q4_0 19.6 / 19.1 us -> 20.1 / 20.4 at the large shapes, Q4_1 21.1 -> 20.2,
 # Q6_K 26.8 / 23.9 -> 26.9 / 23.7), so the block-major layout stays.
 # Not folding the prologues into the fp32 kernel at all (norm, silu * up: a kernel of
-# their own) changed nothing at any width (the Q4_K FFN 243.2 against 231.2-242.1; Q4_0 220.0 against 217.0-221.3; 2048 x 8192, 1024 x
+# their own) changed nothing at any width (the Q4_K FFN 243.2 against 231.2-242.1; Q4_0
+# 220.0 against 217.0-221.3; 2048 x 8192, 1024 x
 # 4096, 640 x 2048 and 576 x 1536 within 2%), so the prologues stay folded where this
 # path is not taken. The workgroup (INT_DOT_WG threads, INT_DOT_NR rows) was swept the
 # same day for Q4_0/Q4_K/Q6_K at the three shapes: 32-256 threads, 1-4 rows, 2 blocks a
