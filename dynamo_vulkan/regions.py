@@ -26,31 +26,22 @@ import torch.fx as fx
 
 log = logging.getLogger(__name__)
 
-_HOPS = torch.ops.higher_order
-
-
-def _invoke_subgraph():
-    return getattr(_HOPS, "invoke_subgraph", None)
-
-
-def _auto_functionalized_v2():
-    return getattr(_HOPS, "auto_functionalized_v2", None)
+# the higher-order ops of a region call (None in a torch without them)
+_INVOKE = getattr(torch.ops.higher_order, "invoke_subgraph", None)
+_AUTO_FUNCTIONALIZED = getattr(torch.ops.higher_order, "auto_functionalized_v2", None)
 
 
 def _region_call(gm: fx.GraphModule, node: fx.Node):
     """(subgraph, operands in its placeholders' order, base of each mutated placeholder
     index, bases) of a region call that can be inlined, else None."""
-    if node.op != "call_function":
+    if node.op != "call_function" or _INVOKE is None:
         return None
-    invoke = _invoke_subgraph()
-    if invoke is None:
-        return None
-    if node.target is invoke:
+    if node.target is _INVOKE:
         sub = node.args[0]
         if not (isinstance(sub, fx.Node) and sub.op == "get_attr"):
             return None
         return getattr(gm, sub.target), list(node.args[2:]), {}, []
-    if node.target is not _auto_functionalized_v2() or not node.args or node.args[0] is not invoke:
+    if node.target is not _AUTO_FUNCTIONALIZED or not node.args or node.args[0] is not _INVOKE:
         return None
     kw = node.kwargs
     sub = kw.get("subgraph")
@@ -142,7 +133,7 @@ def inline_regions(gm: fx.GraphModule) -> int:
         gm.recompile()
         log.debug("inlined %d nested compile region call(s)", done)
     left = [n.name for n in gm.graph.nodes if n.op == "call_function"
-            and n.target in (_invoke_subgraph(), _auto_functionalized_v2())]
+            and n.target in (_INVOKE, _AUTO_FUNCTIONALIZED) and n.target is not None]
     if left:
         log.info("nested compile region calls left as they are (run on the CPU): %s", left)
     return done
