@@ -17,7 +17,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from dynamo_vulkan.lowering import LOWERINGS
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
-from dynamo_vulkan.runtime.planner import is_foldable_target
+from dynamo_vulkan.runtime.planner import is_foldable_target, is_size_value
 
 PARTITION_PREFIX = "fused_"
 
@@ -94,6 +94,8 @@ def why_not_vulkan(node: fx.Node) -> str | None:
     if t is operator.getitem:
         src = node.args[0]
         return None if why_not_vulkan(src) is None else "its producer runs on the CPU"
+    if is_size_value(node):           # read off the specialised shapes (planner.lower)
+        return None
     if not isinstance(t, torch._ops.OpOverload):
         return f"{getattr(t, '__name__', t)} is not an ATen op"
     rule = LOWERINGS.get(t)

@@ -459,7 +459,8 @@ def hardtanh(ctx, x, lo=-1.0, hi=1.0):
     return ew(ctx, "clamp($0, $1, $2)", [x, lo, hi], "f32", compute="f32")
 
 
-@lowering(aten._to_copy.default, aten.clone.default, aten.copy.default)
+@lowering(aten._to_copy.default, aten.clone.default, aten.copy.default,
+          torch.ops.prims.convert_element_type.default)   # (a size ** 0.5 under dynamic shapes)
 def to_copy(ctx, x, *rest, **kwargs):
     if ctx.node.target == aten.copy.default:   # copy(dst, src): src broadcast to dst's shape
         x = rest[0]

@@ -75,10 +75,11 @@ class InputSpec:
 
 @dataclass
 class OutputSpec:
-    buffer: int | None   # None: the output is input `alias` itself
+    buffer: int | None   # None: the output is input `alias` itself, or `const`
     dtype: str
     shape: tuple
     alias: int | None = None
+    const: int | float | bool | None = None   # a size the program's input shapes fix
 
 
 @dataclass

@@ -72,6 +72,9 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
         if node.op == "get_attr":
             values[node] = getattr(gm, node.target)
         elif node.op == "call_function":
+            if is_size_value(node):      # specialise() made its value concrete
+                values[node] = _concrete(node.meta["val"], node)
+                continue
             args_, kwargs = val(node.args), val(node.kwargs)
             if node in added_by:              # its producer's kernel already added it
                 values[node] = values[added_by[node]]
@@ -190,6 +193,26 @@ def _is_index_put(n) -> bool:
     return isinstance(n, fx.Node) and n.target is torch.ops.aten.index_put.default
 
 
+# Sizes of tensors (SymInts under dynamic shapes): known once the partition is
+# specialised to its inputs, so the planner reads them off the concrete shapes, never
+# from a buffer, and a graph that asks for them stays one partition.
+SHAPE_QUERIES = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int,
+                           torch.ops.aten.sym_numel.default,
+                           torch.ops.aten.sym_storage_offset.default})
+_SYM_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_size_value(node: fx.Node) -> bool:
+    """A size or arithmetic on sizes (aten.sym_size, operator.mul of SymInts, torch.sym_sum,
+    ...): its value is fixed by the input shapes a program is built for. Not item() and
+    the like (ATen ops of data-dependent, unbacked values)."""
+    if node.target in SHAPE_QUERIES:
+        return True
+    return node.op == "call_function" and node.target is not operator.getitem and \
+        not isinstance(node.target, torch._ops.OpOverload) and \
+        isinstance(node.meta.get("val"), (*_SYM_SCALARS, int, float, bool))   # specialised
+
+
 def is_foldable_target(node: fx.Node) -> bool:
     t = node.target
     return isinstance(t, torch._ops.OpOverload) and \
@@ -202,9 +225,19 @@ def _has_ref(tree) -> bool:
     return bool(found)
 
 
+def _concrete(v, node: fx.Node):
+    if isinstance(v, _SYM_SCALARS) and v.node.is_constant():
+        v = v.node.constant
+    if not isinstance(v, (int, float, bool)):
+        raise LoweringError(f"{node.format_node()} has no concrete value for these inputs ({v})")
+    return v
+
+
 def _output(ctx: Context, o, values, index_of) -> OutputSpec:
     if o is None:
         return OutputSpec(None, "None", (), alias=None)
+    if isinstance(o, fx.Node) and isinstance(values[o], (int, float, bool)):   # a size
+        return OutputSpec(None, type(values[o]).__name__, (), const=values[o])
     v = materialize(ctx, values[o])
     meta = o.meta.get("val")
     if o in index_of and isinstance(v, TRef):

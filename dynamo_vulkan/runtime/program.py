@@ -299,7 +299,9 @@ class Program:
                     self.streamed.append((i, self._staging[b], plan.buffers[b].kind, span))
         self.outputs = []
         for o in plan.outputs:
-            if o.buffer is None:
+            if o.const is not None:
+                self.outputs.append((None, None, "const", o.const))
+            elif o.buffer is None:
                 self.outputs.append((None, o.alias, None, None))
             else:
                 n = int(np.prod(o.shape)) if o.shape else 1
@@ -466,7 +468,7 @@ class Program:
         out = []
         for staging, shape, kind, dtype in self.outputs:
             if staging is None:
-                out.append(args[shape])
+                out.append(dtype if kind == "const" else args[shape])   # a size, or an input
                 continue
             a = staging.view(NUMPY_OF_KIND[kind])
             if kind == "b":
