@@ -36,6 +36,7 @@ _EAGER = object()   # marks a signature whose partition runs eagerly on the CPU
 # Programs a partition keeps, one per input layout (a prompt length): those of its most
 # recently used layouts; an older one is built again if it comes back (its plan cached)
 PROGRAMS_KEPT = 8
+SHAPES_WARNED = 32   # programs built for one partition (input shapes) before a warning
 _captures: list[list] = []   # open capture_partitions() lists
 
 
@@ -203,6 +204,13 @@ class VulkanSubgraph(torch.nn.Module):
             from .debug import dump_program
             dump_program(self.dump_dir, self.name, self.built, plan)
         self.built += 1
+        if self.built == SHAPES_WARNED:
+            _warn_once(f"shapes:{self.name}", (
+                f"dynamo_vulkan: {self.name} has been built for {self.built} input shapes; each new "
+                "shape costs a program (lowering, pipelines) before it runs. A size that changes "
+                "every call (a KV cache grown by cat, as transformers' DynamicCache does) pays that "
+                "every call: keep the shapes fixed (transformers: generate(..., "
+                "cache_implementation='static'))"))
         return prog
 
 

@@ -77,3 +77,12 @@ def test_a_size_a_partition_returns_is_its_programs_value():
     consts = sorted(o.const for _, subs in got for sub in subs for p in sub.programs.values()
                     for o in p.plan.outputs if o.const is not None)
     assert consts == [3, 6]
+
+
+def test_a_partition_built_for_many_shapes_says_how_to_avoid_it(monkeypatch):
+    monkeypatch.setattr(backend, "SHAPES_WARNED", 3)
+    c = _compiled(_attend)
+    with pytest.warns(UserWarning, match="has been built for 3 input shapes.*cache_implementation='static'"):
+        for t in (5, 6, 7):   # none equal to another size (Dynamo would guard on that)
+            cache, new, q = torch.randn(1, 2, t, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 4, 1, 8)
+            torch.testing.assert_close(c(cache, new, q)[0], _attend(cache, new, q)[0], rtol=1e-4, atol=1e-5)
