@@ -123,10 +123,15 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     unit = [st[0] == 1 for st in strides[:-1]] if vec else []
 
     spec = [WG, numel // 4 if vec else numel]
+    # Sizes, strides, offsets and scalars are specialisation constants whose defaults in
+    # the source are placeholders (the spec list gives every value): one source, one
+    # glslc compile, for every shape of the same expression. With the values as defaults
+    # each new shape compiled its kernels again (a transformers DynamicCache decode step:
+    # 9 new sources a token, most of the step's build on lavapipe).
     decls, loads, names = [], [], []
     cid = 2
     for d in dims:
-        decls.append(f"layout(constant_id={cid}) const uint D{cid - 2}={d}u;")
+        decls.append(f"layout(constant_id={cid}) const uint D{cid - 2}=1u;")
         spec.append(d)
         cid += 1
 
@@ -174,7 +179,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
                 ctype = GLSL_TYPE[ck]
             val = _scalar_spec(o, "f32" if ctype == "float" else "i32")
             base = "float" if ctype == "float" else "int"
-            decls.append(f"layout(constant_id={cid}) const uint C{j}={val}u;")
+            decls.append(f"layout(constant_id={cid}) const uint C{j}=0u;")
             spec.append(val)
             cid += 1
             conv = "uintBitsToFloat" if base == "float" else "int"
@@ -195,15 +200,15 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         index.append(f"{{ uint c = r % D{k}; r /= D{k};" +
                      "".join(f" {v} += c * S{t}_{k};" for v, t in zip(offs, tags)) + " }")
     for j, stride, size in scatter:
-        decls.append(f"layout(constant_id={cid}) const uint XS{j}={stride}u;"
-                     f"layout(constant_id={cid + 1}) const int XN{j}={size};")
+        decls.append(f"layout(constant_id={cid}) const uint XS{j}=0u;"
+                     f"layout(constant_id={cid + 1}) const int XN{j}=1;")
         spec += [stride, size]
         cid += 2
         loads.append(f"{{ int x_ = int(v{j}); if (x_ < 0) x_ += XN{j}; "
                      f"if (x_ < 0 || x_ >= XN{j}) return; oo += uint(x_) * XS{j}; }}")
     for j, k, stride, size in gather:
-        decls.append(f"layout(constant_id={cid}) const uint GS{j}={stride}u;"
-                     f"layout(constant_id={cid + 1}) const int GN{j}={size};")
+        decls.append(f"layout(constant_id={cid}) const uint GS{j}=0u;"
+                     f"layout(constant_id={cid + 1}) const int GN{j}=1;")
         spec += [stride, size]
         cid += 2
         index.append(f"{{ int x_ = ld_i32(b{binding[j]}[o{j}]); if (x_ < 0) x_ += GN{j}; "
