@@ -72,8 +72,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> P
         if node.op == "get_attr":
             values[node] = getattr(gm, node.target)
         elif node.op == "call_function":
-            if is_size_value(node):      # specialise() made its value concrete
-                values[node] = _concrete(node.meta["val"], node)
+            if is_size_value(node):      # from the specialised shapes
+                values[node] = _size_value(node, values)
                 continue
             args_, kwargs = val(node.args), val(node.kwargs)
             if node in added_by:              # its producer's kernel already added it
@@ -223,6 +223,23 @@ def _has_ref(tree) -> bool:
     found = []
     fx.node.map_aggregate(tree, lambda x: found.append(1) if isinstance(x, (TRef, Lazy, Deferred)) else x)
     return bool(found)
+
+
+_SHAPE_OF = {torch.ops.aten.sym_size.int: lambda t, d: t.shape[d],
+             torch.ops.aten.sym_stride.int: lambda t, d: t.stride()[d],
+             torch.ops.aten.sym_numel.default: lambda t: t.numel(),
+             torch.ops.aten.sym_storage_offset.default: lambda t: t.storage_offset()}
+
+
+def _size_value(node: fx.Node, values: dict):
+    """A size query off its tensor's specialised meta value; arithmetic on sizes computed
+    from its arguments' values (torch 2.11's FakeTensorProp leaves such nodes' meta
+    symbolic)."""
+    if node.target in SHAPE_QUERIES:
+        t = node.args[0].meta["val"]
+        return _concrete(_SHAPE_OF[node.target](t, *node.args[1:]), node)
+    args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: values[n])
+    return _concrete(node.target(*args, **kwargs), node)
 
 
 def _concrete(v, node: fx.Node):
