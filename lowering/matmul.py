@@ -131,7 +131,9 @@ def _rows(ctx, defines, bindings, spec, nb, m, n, k, note) -> None:
     """B along k: one workgroup per column, threads over K; a single subgroup when K
     is short (its sums then meet without shared memory or a barrier)."""
     sg = max(1, int(ctx.caps.get("subgroup_size", 32)))
-    wg = min(MV_WG, max(sg, 1 << max(0, k - 1).bit_length()))
+    # at least one thread per row of A: thread m writes row m's sum (subgroups of 4,
+    # lavapipe's 128-bit build, made 4 threads for k <= 4 and left a 5th row unwritten)
+    wg = min(MV_WG, max(sg, 1 << max(0, k - 1).bit_length(), 1 << max(0, m - 1).bit_length()))
     defines |= {"VARIANT": "skinny", "MROWS": m}
     ctx.dispatch("matvec", defines, bindings, [0], [wg] + spec,
                  (min(n, 65535), -(-n // 65535), nb), note=note)
