@@ -130,3 +130,14 @@ def test_llm_suite_times_a_new_prompt_length(tmp_path):
     ((suite, text),) = bench.notes
     assert suite == "llm" and "first token of a 44-token prompt, a new padded length (48)" in text
     assert "of a 45-token prompt of that padded length" in text
+
+
+def test_hf_generate_runs_and_checks_its_tokens(capsys):
+    """benchmarks/hf_generate.py on a one-layer Llama: every row printed, Vulkan's greedy
+    tokens equal eager CPU's."""
+    pytest.importorskip("transformers", reason="the hf extra")
+    from benchmarks import hf_generate
+    hf_generate.main(["--layers", "1", "--prompt", "5", "--new-tokens", "3"])
+    out = capsys.readouterr().out
+    assert "eager CPU   decode" in out
+    assert "vulkan      decode" in out and "tokens equal the CPU's: True" in out
