@@ -6,14 +6,16 @@ in one run; the greedy tokens checked equal to the CPU's.
     python -m benchmarks.hf_generate [--layers 30] [--prompt 32] [--new-tokens 64]
 
 Each backend runs generate() once to warm up (compiling, for Vulkan), then once for
-one new token (the prompt's prefill and one step) and once for N: decode tokens/s are
-(N - 1) over the difference of those two wall times. transformers' own compilation of
+one new token (the prompt's prefill and one step) and once for N, all with one static
+cache of a fixed length (reset between calls): decode tokens/s are (N - 1) over the
+difference of those two wall times. transformers' own compilation of
 static-cache generation is switched off (disable_compile), so eager is eager.
 """
 from __future__ import annotations
 
 import argparse
 import time
+import warnings
 
 import torch
 
@@ -29,15 +31,25 @@ def llama(layers: int):
 
 
 def timed(model, ids, new_tokens: int) -> tuple[dict, torch.Tensor]:
-    kw = dict(do_sample=False, cache_implementation="static", disable_compile=True)
-    with torch.no_grad():
-        model.generate(ids, max_new_tokens=4, min_new_tokens=4, **kw)
+    """One static cache of a fixed length for every call (generate() would otherwise size
+    each call's cache to its own max_length: a new shape, so a new compile, per call)."""
+    from transformers import StaticCache
+    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + new_tokens + 8)
+    kw = dict(do_sample=False, past_key_values=cache, disable_compile=True)
+
+    def run(n):
+        cache.reset()
         t = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, min_new_tokens=1, **kw)
-        one = time.perf_counter() - t
-        t = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kw)
-        many = time.perf_counter() - t
+        out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, **kw)
+        return time.perf_counter() - t, out
+
+    with torch.no_grad(), warnings.catch_warnings():
+        # transformers 5 renames generate()'s past_key_values to cache; 4.x knows the first
+        warnings.filterwarnings("ignore", message=".*past_key_values.*", category=FutureWarning)
+        for _ in range(2):       # warm-up: compiles (the first prefill also fills the cache's
+            run(4)               # tensors in, a path of its own), and every later shape
+        one, _ = run(1)
+        many, out = run(new_tokens)
     return {"prefill_and_one_ms": one * 1e3, "decode_tok_s": (new_tokens - 1) / (many - one)}, out.cpu()
 
 
