@@ -133,7 +133,7 @@ def inline_regions(gm: fx.GraphModule) -> int:
         gm.recompile()
         log.debug("inlined %d nested compile region call(s)", done)
     left = [n.name for n in gm.graph.nodes if n.op == "call_function"
-            and n.target in (_INVOKE, _AUTO_FUNCTIONALIZED) and n.target is not None]
+            and n.target in (_INVOKE, _AUTO_FUNCTIONALIZED)]
     if left:
         log.info("nested compile region calls left as they are (run on the CPU): %s", left)
     return done

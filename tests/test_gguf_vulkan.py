@@ -102,10 +102,11 @@ def test_kernel_choice_and_packed_weight(request, plan_as):
     holds 4 of them), its rows regrouped for the GPU (dynamo_vulkan/gguf/gpu_layout.py:
     Q4_0 rows of 64 are 36 bytes)."""
     from dynamo_vulkan import device
+    from dynamo_vulkan.lowering.core import has_cpu_lanes
     from dynamo_vulkan.runtime.shaders import head_defines
     request.getfixturevalue(plan_as)
     # a CPU device with subgroups of 8 or more (lavapipe's 256-bit build: 8; 128-bit: 4)
-    cpu_lanes = plan_as == "as_cpu" and device.device_info()["subgroup_size"] >= 8
+    cpu_lanes = has_cpu_lanes(device.device_info())
     lin = GGUFLinear(blocks_of("Q4_0", 9, 64, 0), quant_info("Q4_0").ggml_type, 9, 64)
     for m, kernel in ((1, "gguf_matvec:Q4_0"), (8, "gguf_matvec:Q4_0"), (9, "gguf_matmul:Q4_0")):
         plan = _plan_of(lin, m)

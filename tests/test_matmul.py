@@ -323,9 +323,9 @@ def test_cpu_lanes(as_cpu, plans, case):
         fn, args, k = torch.nn.functional.linear, (r(17, 44), r(600, 44)), 44
     check(fn, *args, **tol(k))
     d, defines = only_kernel(plans, cpu_kernel())
-    if "CPU_LANES" not in defines:      # subgroups of 4: the tiled kernel, checked above
-        return
-    if case in ("k_tail", "k_multiple_of_4"):
+    lanes = cpu_kernel() == "matmul:lanes"       # else subgroups of 4: the tiled kernel
+    assert ("CPU_LANES" in defines) == lanes
+    if lanes and case in ("k_tail", "k_multiple_of_4"):
         assert ("B_VEC4" in defines) == (case == "k_multiple_of_4")
 
 

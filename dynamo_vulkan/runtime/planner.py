@@ -195,10 +195,12 @@ def _is_index_put(n) -> bool:
 
 # Sizes of tensors (SymInts under dynamic shapes): known once the partition is
 # specialised to its inputs, so the planner reads them off the concrete shapes, never
-# from a buffer, and a graph that asks for them stays one partition.
-SHAPE_QUERIES = frozenset({torch.ops.aten.sym_size.int, torch.ops.aten.sym_stride.int,
-                           torch.ops.aten.sym_numel.default,
-                           torch.ops.aten.sym_storage_offset.default})
+# from a buffer, and a graph that asks for them stays one partition. Each query -> its
+# value from the tensor's specialised meta value.
+SHAPE_QUERIES = {torch.ops.aten.sym_size.int: lambda t, d: t.shape[d],
+                 torch.ops.aten.sym_stride.int: lambda t, d: t.stride()[d],
+                 torch.ops.aten.sym_numel.default: lambda t: t.numel(),
+                 torch.ops.aten.sym_storage_offset.default: lambda t: t.storage_offset()}
 _SYM_SCALARS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
@@ -225,19 +227,13 @@ def _has_ref(tree) -> bool:
     return bool(found)
 
 
-_SHAPE_OF = {torch.ops.aten.sym_size.int: lambda t, d: t.shape[d],
-             torch.ops.aten.sym_stride.int: lambda t, d: t.stride()[d],
-             torch.ops.aten.sym_numel.default: lambda t: t.numel(),
-             torch.ops.aten.sym_storage_offset.default: lambda t: t.storage_offset()}
-
-
 def _size_value(node: fx.Node, values: dict):
     """A size query off its tensor's specialised meta value; arithmetic on sizes computed
     from its arguments' values (torch 2.11's FakeTensorProp leaves such nodes' meta
     symbolic)."""
     if node.target in SHAPE_QUERIES:
         t = node.args[0].meta["val"]
-        return _concrete(_SHAPE_OF[node.target](t, *node.args[1:]), node)
+        return _concrete(SHAPE_QUERIES[node.target](t, *node.args[1:]), node)
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: values[n])
     return _concrete(node.target(*args, **kwargs), node)
 
