@@ -154,6 +154,21 @@ class RowLoader:
     base: int
 
 
+def _row_offset_fn(fn: str, offset: int, sizes, strides) -> str:
+    """GLSL ``uint fn(uint m)``: the element offset of row m of a leaf, m unravelled over
+    its leading dims (sizes, strides). Arithmetic on constants, so the shader's size does
+    not grow with the row count (a table of every row's offset did, and a 7B model's q
+    rows made a pipeline that NVIDIA's driver refused)."""
+    terms = []
+    div = 1
+    for size, st in zip(reversed(sizes), reversed(strides)):
+        if size > 1 and st:
+            q = f"(m / {div}u)" if div > 1 else "m"
+            terms.append(f"({q} % {size}u) * {st}u")
+        div *= size
+    return f"uint {fn}(uint m) {{ return {' + '.join([f'{offset}u', *terms])}; }}"
+
+
 def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> RowLoader | None:
     """The RowLoader of lazy as [m, k] (None when it is not that shape or reads an
     operand the loader cannot index: those get materialized instead). Each leaf keeps
@@ -183,21 +198,14 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
         if not isinstance(o, TRef):
             return None
         strides = _expand(o, tuple(shape))
-        rows = []
-        for i in range(m):           # offset of row i: unravel i over the leading dims
-            off, q = o.offset, i
-            for size, st in zip(reversed(shape[:-1]), reversed(strides[:-1])):
-                off += (q % size) * st
-                q //= size
-            rows.append(off)
         b = next((i for i, t in enumerate(buffers) if t.buf == o.buf), None)
         if b is None:
             buffers.append(o)
             b = len(buffers) - 1
             decls.append(f"layout(set = 0, binding = {base + b}) readonly buffer "
                          f"{name.upper()}L{b} {{ uint {name}l{b}[]; }};")
-        decls.append(f"const uint {name.upper()}R{j}[{m}] = uint[]({', '.join(f'{r}u' for r in rows)});")
-        subst[j] = f"ld_{o.kind}({name}l{b}[{name.upper()}R{j}[m] + k * {strides[-1]}u])"
+        decls.append(_row_offset_fn(f"{name}r{j}", o.offset, shape[:-1], strides[:-1]))
+        subst[j] = f"ld_{o.kind}({name}l{b}[{name}r{j}(m) + k * {strides[-1]}u])"
     body = re.sub(r"\$(\d+)", lambda mt: subst[int(mt.group(1))], text)
     value = convert(body, rk, "f32")
     decls.append(f"float {name}lazy(uint m, uint k) {{ return {value}; }}")

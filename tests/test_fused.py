@@ -241,15 +241,16 @@ class DecodeAttention(torch.nn.Module):
 
 
 @pytest.mark.parametrize("neox", [True, False], ids=["neox", "adjacent"])
-@pytest.mark.parametrize("hq,hkv,c,t", [(6, 2, 300, 1), (4, 4, 40, 1), (6, 2, 300, 3)], ids=str)
-def test_decode_attention_computes_the_steps_cache_rows(as_gpu, plans, neox, hq, hkv, c, t):
+@pytest.mark.parametrize("hq,hkv,c,t,d", [(6, 2, 300, 1, 32), (4, 4, 40, 1, 32), (6, 2, 300, 3, 32),
+                                          (28, 4, 70, 1, 128)], ids=str)
+def test_decode_attention_computes_the_steps_cache_rows(as_gpu, plans, neox, hq, hkv, c, t, d):
     """One decode row: the attention rotates q as it loads it and computes the step's
     key and value rows itself (never reading them from the caches), so it runs beside
     the scatters that write them, with no barrier between; calls at positions in other
     splits of the keys give eager's output and caches. Several rows (a prompt): the
-    plain kernels, same results."""
+    plain kernels, same results. The 28 x 128 heads are a 7B model's (Qwen2-7B): the
+    kernel's source must not grow with the rows it loads."""
     from dynamo_vulkan.runtime.plan import barriers
-    d = 32
     eager, mod = DecodeAttention(hq, hkv, c, d, neox), DecodeAttention(hq, hkv, c, d, neox)
     mod.load_state_dict(eager.state_dict())
     mod.k_cache.copy_(eager.k_cache)
@@ -272,6 +273,8 @@ def test_decode_attention_computes_the_steps_cache_rows(as_gpu, plans, neox, hq,
     note, waits = plan.dispatches[at[0]].note, barriers(plan.dispatches)
     if t == 1:
         assert note.startswith("rope + ") and "the step's k/v rows computed here" in note, note
+        source = str(plan.sources[plan.dispatches[at[0]].spirv_key])
+        assert "uint[](" not in source, "a table of row offsets in the kernel"
         assert not waits[at[0]], "the attention waits for the cache scatters"
         assert not any(waits), waits        # the scatters and the attention: one level
     else:
