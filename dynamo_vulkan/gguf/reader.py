@@ -4,6 +4,10 @@ Every failure is a :class:`GGUFError` (a ``ValueError``) that names the file and
 wrong with it: a missing file, a file that is not GGUF, a truncated or corrupt one
 (the data section must cover every tensor), an unsupported architecture, a missing
 tensor, a tensor stored in a quant type we cannot decode.
+
+``header_only=True`` reads the metadata and tensor table of a file whose data section
+may be cut short (the first chunk of a split model holds the whole header): the bounds
+check is left out and tensor data cannot be read.
 """
 
 from __future__ import annotations
@@ -167,9 +171,10 @@ class GGUFFile:
     handed out are copies, independent of the file.
     """
 
-    def __init__(self, path, *, check_architecture: bool = True, parser: str = "fast"):
+    def __init__(self, path, *, check_architecture: bool = True, parser: str = "fast", header_only: bool = False):
         path = Path(path)
         self.path = path
+        self.header_only = header_only
         self._mm = None
         self._reader = None
         if not path.exists():
@@ -191,7 +196,7 @@ class GGUFFile:
                 self._open_gguf_reader(path, size)
             else:
                 raise ValueError(f"unknown parser {parser!r}")
-            for info in self.tensors.values():
+            for info in ([] if header_only else self.tensors.values()):
                 end = info.offset + info.nbytes
                 if end > size:
                     raise GGUFError(
@@ -338,6 +343,8 @@ class GGUFFile:
     def raw(self, name: str) -> torch.Tensor:
         """The tensor's bytes as a flat uint8 tensor (a copy)."""
         info = self.tensor_info(name)
+        if self.header_only:
+            raise GGUFError(f"{self.path}: opened header-only; tensor {name!r} cannot be read")
         if self._mm is not None:
             arr = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset).copy()
         elif self._reader is not None:
@@ -385,8 +392,8 @@ class GGUFFile:
         return f"GGUFFile({str(self.path)!r}, architecture={getattr(self, 'architecture', None)!r}, tensors={len(getattr(self, 'tensors', {}))})"
 
 
-def open_gguf(path, *, check_architecture: bool = True, parser: str = "fast") -> GGUFFile:
-    return GGUFFile(path, check_architecture=check_architecture, parser=parser)
+def open_gguf(path, *, check_architecture: bool = True, parser: str = "fast", header_only: bool = False) -> GGUFFile:
+    return GGUFFile(path, check_architecture=check_architecture, parser=parser, header_only=header_only)
 
 
 __all__ += ["UnsupportedQuantType"]
