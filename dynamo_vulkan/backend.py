@@ -24,7 +24,7 @@ from .regions import inline_regions
 from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
 from .runtime import planner, shaders
-from .runtime.program import is_kept_on_device, Program, StaleBinding
+from .runtime.program import is_kept_on_device, Program, StaleBinding, serialised
 
 log = logging.getLogger(__name__)
 _graph_ids = itertools.count()
@@ -104,6 +104,7 @@ class VulkanSubgraph(torch.nn.Module):
         self.graph_text = gm.code + repr([(n.target, getattr(gm, n.target).shape)
                                           for n in gm.graph.nodes if n.op == "get_attr"])
 
+    @serialised      # its program table and the programs' shared memory: one caller at a time
     def forward(self, *args):
         # Programs are looked up by the layouts of the streamed inputs only: a model's
         # hundreds of resident ones (weights, caches) keep theirs, and the Program

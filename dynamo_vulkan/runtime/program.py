@@ -7,9 +7,11 @@ submits the sequence once, and copies outputs out. Resident inputs
 """
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
+import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +35,21 @@ SMALL_INPUT = 4096     # elements up to which host_words converts through numpy
 _NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
                    torch.bool: np.bool_}
 _VERSION = operator.attrgetter("_version")
+# Programs share the device's temporaries (Scratch), the staging memory of a Program's
+# inputs and outputs, and kp's queue: one call at a time in a process, whichever thread
+# makes it (a call releases it only when its outputs are copied out).
+RUN_LOCK = threading.RLock()
+
+
+def serialised(fn):
+    """fn under RUN_LOCK: building, recording and calling programs from several threads."""
+    @functools.wraps(fn)
+    def locked(*args, **kwargs):
+        with RUN_LOCK:
+            return fn(*args, **kwargs)
+    return locked
+
+
 _stats = {"submits": 0, "uploads": 0, "device_bytes": 0, "device_bytes_peak": 0, "staging_bytes": 0}
 
 
@@ -243,6 +260,7 @@ class Program:
     version after each call because the graph mutated it; a resident copy the
     program updated itself must then expect that version, not upload again."""
 
+    @serialised
     def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None, share=None):
         """share: a Program whose plan's buffers are this plan's first ones (a replay of its
         step, runtime/replay.py) and which never runs at the same time (submits wait): its
@@ -346,6 +364,7 @@ class Program:
         """Its shared temporaries that a later program replaced by larger ones."""
         return [s for s in self._scratch if s.superseded()]
 
+    @serialised
     def release(self) -> None:
         """Free the recorded sequence until the next call records it again: recorded
         commands take GPU memory, which the H100's driver grows 4 MiB at a time (five
@@ -383,6 +402,7 @@ class Program:
             built = [build(d) for d in todo.values()]
         self._algorithms.update(zip(todo, built))
 
+    @serialised
     def record(self, dispatches: list):
         """(kp sequence, profile labels) running `dispatches` (the plan's, or a prefix of
         them: runtime/replay.py runs fewer steps of a replay this way) between this
@@ -434,6 +454,7 @@ class Program:
             all(map(operator.is_, map(operator.call, self._res_refs), ts)) and \
             list(map(torch.Tensor.data_ptr, ts)) == self._res_ptrs
 
+    @serialised
     def __call__(self, args, sequence=None):
         """The outputs for `args`; `sequence`: one of this program's record()ings to run
         instead of the whole plan (its outputs then hold what it wrote)."""
