@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import pickle
 import warnings
 from collections import OrderedDict
 
@@ -24,6 +23,7 @@ from .regions import inline_regions
 from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
 from .runtime import planner, shaders
+from .runtime.plan import PlanFormatError, plan_from_bytes, plan_to_bytes
 from .runtime.program import is_kept_on_device, Program, StaleBinding, serialised
 
 log = logging.getLogger(__name__)
@@ -188,16 +188,18 @@ class VulkanSubgraph(torch.nn.Module):
             blob = cache.disk_get("plan", pkey)
             if blob is not None:
                 try:
-                    plan = pickle.loads(blob)
+                    plan = plan_from_bytes(blob)
                     cache.count("plan", "disk_hits")
-                except Exception:           # verified bytes that do not unpickle: rebuild
+                except PlanFormatError as e:     # verified bytes that are no plan: rebuild
+                    log.warning("dynamo_vulkan cache entry plan/%s is not a valid plan (%s); "
+                                "rebuilding it", pkey, e)
                     cache.count("plan", "corrupt")
                     plan = None
             if plan is None:
                 cache.count("plan", "misses")
                 planner.specialise(self.gm, args)
                 plan = planner.lower(self.gm, args, resident, info)
-                cache.disk_put("plan", pkey, pickle.dumps(plan))
+                cache.disk_put("plan", pkey, plan_to_bytes(plan))
             cache.memory_put("plan", pkey, plan)
         prog = Program(plan, args, self.cfg.profile, self.bumped)
         prog.key = key
