@@ -60,13 +60,71 @@ def load_skeleton(path: Path) -> dict:
         return json.load(f)
 
 
+# Qwen2-7B's shapes (DeepSeek-R1-Distill-Qwen-7B too), as a llama-architecture decoder
+# without its q/k/v biases: the 7B-class shapes that the 128 MiB buffer limit of lavapipe
+# splits (token_embd ~306 MB, output ~447 MB)
+QWEN2_7B = dict(hidden=3584, ffn=18944, n_layers=28, n_heads=28, n_kv_heads=4, head_dim=128,
+                vocab=152064)
+
+
+def q4_k_m_type(name: str, layer: int | None, n_layers: int) -> str:
+    """The type llama.cpp's Q4_K_M recipe gives a llama tensor: Q6_K for the output head,
+    and for attn_v and ffn_down in its "more bits" layers (the first and last eighth, and
+    every third between); Q4_K for the other matrices."""
+    if name == "output.weight":
+        return "Q6_K"
+    if layer is not None and name.endswith(("attn_v.weight", "ffn_down.weight")):
+        eighth = n_layers // 8
+        if layer < eighth or layer >= 7 * n_layers // 8 or (layer - eighth) % 3 == 2:
+            return "Q6_K"
+    return "Q4_K"
+
+
+def llama_skeleton(hidden: int, ffn: int, n_layers: int, n_heads: int, n_kv_heads: int,
+                   vocab: int, head_dim: int | None = None, context: int = 4096,
+                   rope_base: float = 1e6, types=q4_k_m_type) -> dict:
+    """The skeleton of a llama-architecture model built from its shapes (no file needed):
+    the hyper-parameters as metadata, no tokenizer, an untied output head, and each
+    matrix's type from types(name, layer, n_layers) (Q4_K_M's recipe by default)."""
+    head_dim = head_dim or hidden // n_heads
+    a = "llama"
+    fields = [[f"{a}.block_count", "UINT32", None, n_layers],
+              [f"{a}.context_length", "UINT32", None, context],
+              [f"{a}.embedding_length", "UINT32", None, hidden],
+              [f"{a}.feed_forward_length", "UINT32", None, ffn],
+              [f"{a}.attention.head_count", "UINT32", None, n_heads],
+              [f"{a}.attention.head_count_kv", "UINT32", None, n_kv_heads],
+              [f"{a}.attention.layer_norm_rms_epsilon", "FLOAT32", None, 1e-6],
+              [f"{a}.rope.freq_base", "FLOAT32", None, rope_base],
+              [f"{a}.rope.dimension_count", "UINT32", None, head_dim]]
+    mats = {"token_embd.weight": [hidden, vocab]}
+    norms = {"output_norm.weight": [hidden]}
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        norms |= {p + "attn_norm.weight": [hidden], p + "ffn_norm.weight": [hidden]}
+        mats |= {p + "attn_q.weight": [hidden, n_heads * head_dim],
+                 p + "attn_k.weight": [hidden, n_kv_heads * head_dim],
+                 p + "attn_v.weight": [hidden, n_kv_heads * head_dim],
+                 p + "attn_output.weight": [n_heads * head_dim, hidden],
+                 p + "ffn_gate.weight": [hidden, ffn], p + "ffn_up.weight": [hidden, ffn],
+                 p + "ffn_down.weight": [ffn, hidden]}
+    mats["output.weight"] = [hidden, vocab]
+    tensors = [[n, "F32", ne] for n, ne in norms.items()] + \
+        [[n, types(n, _layer(n), n_layers), ne] for n, ne in mats.items()]
+    total = sum(_nbytes(t, ne) for _, t, ne in tensors)
+    return {"source": f"llama {hidden}x{n_layers} (from shapes)", "bytes": total, "arch": a,
+            "fields": fields, "tensors": tensors}
+
+
 def _layer(name: str) -> int | None:
     parts = name.split(".")
     return int(parts[1]) if parts[0] == "blk" and len(parts) > 1 and parts[1].isdigit() else None
 
 
 def write_model(skel: dict, out: Path, n_layers: int | None = None, seed: int = 0) -> Path:
-    """Write a random-weight GGUF with the skeleton's metadata, tensor names, types and shapes."""
+    """Write a random-weight GGUF with the skeleton's metadata, tensor names, types and shapes.
+    Tensors are made and written one at a time (the header first, from their infos), so
+    writing a 7B-sized file holds one tensor in memory, not the whole model."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -78,24 +136,37 @@ def write_model(skel: dict, out: Path, n_layers: int | None = None, seed: int = 
         if n_layers is not None and key == f"{arch}.block_count":
             val = n_layers
         w.add_key_value(key, val, gguf.GGUFValueType[vtype], gguf.GGUFValueType[sub] if sub else None)
-    for name, tname, ne in skel["tensors"]:
-        layer = _layer(name)
-        if n_layers is not None and layer is not None and layer >= n_layers:
-            continue
-        qt = gguf.GGMLQuantizationType[tname]
-        np_shape = tuple(reversed(ne))
-        if tname == "F32":
-            x = rng.standard_normal(np_shape, dtype=np.float32)
-            w.add_tensor(name, (1.0 + 0.1 * x) if len(ne) == 1 else 0.02 * x)
-        elif tname == "F16":
-            w.add_tensor(name, (0.02 * rng.standard_normal(np_shape, dtype=np.float32)).astype(np.float16))
-        else:
-            w.add_tensor(name, _random_blocks(rng, tname, ne), raw_shape=None, raw_dtype=qt)
+    kept = [(name, tname, ne) for name, tname, ne in skel["tensors"]
+            if n_layers is None or _layer(name) is None or _layer(name) < n_layers]
+    for name, tname, ne in kept:
+        w.add_tensor_info(name, list(reversed(ne)), np.dtype(np.float32), _nbytes(tname, ne),
+                          raw_dtype=gguf.GGMLQuantizationType[tname])
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    for name, tname, ne in kept:
+        w.write_tensor_data(_random_tensor(rng, tname, ne))
     w.close()
     return out
+
+
+def _nbytes(tname: str, ne: list[int]) -> int:
+    import gguf
+
+    bs, ts = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[tname]]
+    return int(np.prod(ne)) // bs * ts
+
+
+def _random_tensor(rng, tname: str, ne: list[int]) -> np.ndarray:
+    """A tensor's data: norms near 1, other float tensors small normals, quantized ones
+    random blocks (_random_blocks)."""
+    np_shape = tuple(reversed(ne))
+    if tname == "F32":
+        x = rng.standard_normal(np_shape, dtype=np.float32)
+        return (1.0 + 0.1 * x) if len(ne) == 1 else 0.02 * x
+    if tname == "F16":
+        return (0.02 * rng.standard_normal(np_shape, dtype=np.float32)).astype(np.float16)
+    return _random_blocks(rng, tname, ne)
 
 
 def _random_blocks(rng, tname: str, ne: list[int]) -> np.ndarray:

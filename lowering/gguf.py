@@ -164,6 +164,14 @@ NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded i
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
 TILE = 64
+# Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
+# larger (4 GiB on NVIDIA): a resident weight is uploaded one buffer at a time, and the
+# upload holds about three copies of that buffer in host memory meanwhile (its words in
+# the GPU's row order, kp's copy of them, the staging buffer: 383 MB of peak RSS for a
+# 128 MiB buffer on lavapipe). So a 7B Q4_K_M file (4.7 GB; output.weight 447 MB in one
+# buffer would take 1.3 GB) loads within 0.1x of the file above its host copy. A chunk of
+# 128 MiB still holds 40,000+ rows of such a model, thousands of workgroups a dispatch.
+WEIGHT_BUFFER_MAX = 128 << 20
 
 
 class RowChunks(NamedTuple):
@@ -179,6 +187,12 @@ def chunk_rows(row_bytes: int, limit: int) -> int:
     return n - n % (4 // math.gcd(row_bytes, 4))
 
 
+def weight_limit(caps: dict) -> int:
+    """Bytes a GGUF weight's buffer may hold: the device's maxStorageBufferRange, at most
+    WEIGHT_BUFFER_MAX. A larger weight is split into buffers of whole rows (RowChunks)."""
+    return min(int(caps.get("max_storage_buffer_range", 128 << 20)), WEIGHT_BUFFER_MAX)
+
+
 def packed_input(node, value) -> bool:
     """Whether a graph input holds GGUF blocks: a uint8 tensor read only as the
     `blocks` argument of the gguf ops. Such an input is stored as packed bytes."""
@@ -191,7 +205,7 @@ def place_packed(ctx: Context, node, value: torch.Tensor, role: str):
     """Buffers for a packed-bytes graph input: (the value the lowering rules read,
     InputSpec chunks or None). Over the buffer limit, the rows are split across
     buffers by the row size its gguf users agree on."""
-    limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
+    limit = weight_limit(ctx.caps)
     total = value.numel()
     # regrouped when every reader agrees on the type and row length and the bytes are
     # whole rows (otherwise the rules reject the read with an error of their own)
@@ -219,8 +233,9 @@ def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data
     """Buffers of whole rows covering `total` bytes; data: the bytes of a constant."""
     step = chunk_rows(row_bytes, limit)
     if step == 0:
-        raise LoweringError(f"a GGUF row of {row_bytes} bytes exceeds the device's "
-                            f"maxStorageBufferRange ({limit} bytes)")
+        raise LoweringError(f"a GGUF row of {row_bytes} bytes exceeds a weight buffer's "
+                            f"{limit} bytes (the device's maxStorageBufferRange, at most "
+                            f"{WEIGHT_BUFFER_MAX})")
     from dynamo_vulkan.runtime.program import host_words
     rows, parts, chunks = total // row_bytes, [], []
     for r0 in range(0, rows, step):
@@ -234,8 +249,8 @@ def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data
 
 
 def _limit() -> int:
-    from dynamo_vulkan import device
-    return int(device.device_info().get("max_storage_buffer_range", 128 << 20))
+    """weight_limit of the device that graphs are compiled for (the CPU-fallback checks)."""
+    return weight_limit(device.device_info())
 
 
 def _name(qtype) -> str:
@@ -255,16 +270,17 @@ def _check(node) -> str | None:
     blocks = node.args[1].meta.get("val")
     rb = row_nbytes(qtype, cols)
     if blocks is not None and blocks.numel() > limit and chunk_rows(rb, limit) == 0:
-        return (f"a row of its GGUF weight ({rb} bytes) exceeds the device's "
-                f"maxStorageBufferRange ({limit} bytes)")
+        return (f"a row of its GGUF weight ({rb} bytes) exceeds a weight buffer's {limit} "
+                f"bytes (the device's maxStorageBufferRange, at most {WEIGHT_BUFFER_MAX})")
     out = node.meta.get("val")
     if node.target is GGUF_LINEAR and out is not None and out.ndim:
         placed = host_matmul(out.numel() // max(1, out.shape[-1]))
         if placed:
             return placed
-    if out is not None and out.numel() * 4 > limit:
+    buffer_max = int(device.device_info().get("max_storage_buffer_range", 128 << 20))
+    if out is not None and out.numel() * 4 > buffer_max:
         return (f"its output ({out.numel() * 4 / 2**20:.1f} MiB) exceeds the device's "
-                f"maxStorageBufferRange ({limit / 2**20:.0f} MiB)")
+                f"maxStorageBufferRange ({buffer_max / 2**20:.0f} MiB)")
     return None
 
 
@@ -286,7 +302,7 @@ def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
         ref = consts.get(id(blocks))
         if ref is None:
             from dynamo_vulkan.runtime.program import host_words
-            limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
+            limit = weight_limit(ctx.caps)
             kind = _kind(qtype, cols) if blocks.numel() == nbytes else U8
             if blocks.numel() > limit and blocks.numel() == nbytes:
                 ref = _split(ctx, nbytes, rb, limit, "const", blocks, kind)[0]

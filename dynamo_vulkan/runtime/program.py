@@ -32,6 +32,7 @@ STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
 TORCH_OF_KIND = {"f32": torch.float32, "i32": torch.int32, "b": torch.int32}
 SMALL_INPUT = 4096     # elements up to which host_words converts through numpy
+PROGRESS_BYTES = 256 << 20   # weight uploads of a call from which a progress bar shows
 _NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
                    torch.bool: np.bool_}
 _VERSION = operator.attrgetter("_version")
@@ -102,8 +103,14 @@ class Resident:
             weakref.finalize(t, cls._pool.pop, key, None)
         return r
 
+    def stale(self, t: torch.Tensor) -> bool:
+        return t._version != self.version
+
+    def nbytes(self) -> int:
+        return 4 * self.tensor.size()
+
     def sync(self, t: torch.Tensor) -> None:
-        if t._version != self.version:
+        if self.stale(t):
             upload(self.mgr, self.tensor, host_words(t, self.kind, self.span))
             self.version = t._version
             _stats["uploads"] += 1
@@ -461,11 +468,7 @@ class Program:
         ts = [args[i] for i in self._res_args]
         if not self._residents_current(ts):
             self._res_seen = None
-            for i, r in self.residents:
-                t = args[i]
-                if r.ref() is not t or r.ptr != t.data_ptr():
-                    raise StaleBinding(i)
-                r.sync(t)
+            self._sync_residents(args)
             self._res_seen = [r.version for _, r in self.residents]
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
@@ -501,6 +504,29 @@ class Program:
                 out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
         return out
 
+    def _sync_residents(self, args) -> None:
+        """Upload the resident inputs whose GPU copy is stale, one buffer at a time (each
+        upload's host copies are freed before the next: a split weight's chunks one by
+        one), with a progress bar when they add up to PROGRESS_BYTES or more (a model's
+        first call)."""
+        todo = []
+        for i, r in self.residents:
+            t = args[i]
+            if r.ref() is not t or r.ptr != t.data_ptr():
+                raise StaleBinding(i)
+            if r.stale(t):
+                todo.append((t, r))
+        total = sum(r.nbytes() for _, r in todo)
+        bar = _progress(total) if total >= PROGRESS_BYTES else None
+        try:
+            for t, r in todo:
+                r.sync(t)
+                if bar is not None:
+                    bar.update(r.nbytes())
+        finally:
+            if bar is not None:
+                bar.close()
+
     def call_unwrapped(self, args, sequence=None):
         """__call__ for a caller that is not the aot_autograd wrapper the program was built
         for (a replay of its step, runtime/replay.py): it bumps the versions of the inputs
@@ -529,6 +555,17 @@ class Program:
                 plog.addHandler(logging.StreamHandler())
         plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
+
+
+def _progress(total: int):
+    """A tqdm bar over `total` bytes of weight uploads (None without tqdm); it shows on a
+    terminal only (tqdm's disable=None)."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:     # a dependency, but running must not need it
+        return None
+    return tqdm(total=total, desc="uploading weights", unit="B", unit_scale=True,
+                unit_divisor=1024, leave=False, disable=None)
 
 
 def _increment_versions(moved: list) -> None:
