@@ -8,11 +8,13 @@ calls these ops instead (our GGUF decoder does) gets one kernel for each:
 ``torch.ops.dynamo_vulkan.rms_norm(Tensor x, Tensor weight, float eps) -> Tensor``
     ``x * rsqrt(mean(x**2, -1, keepdim=True) + eps) * weight`` over the last dim.
 
-``torch.ops.dynamo_vulkan.attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale) -> Tensor``
+``torch.ops.dynamo_vulkan.attention(Tensor q, Tensor k, Tensor v, Tensor mask, float scale, float softcap=0.0) -> Tensor``
     q [Hq, T, D], k [Hkv, C, D], v [Hkv, C, Dv], mask [T, C] bool (True: attend);
     query head h reads kv head ``h // (Hq // Hkv)`` (grouped-query attention).
-    Returns softmax(scale * q k^T masked) v, [Hq, T, Dv]. A row with no True in its
-    mask is NaN, as the softmax of nothing but -inf is in eager PyTorch.
+    Returns softmax(cap(scale * q k^T) masked) v, [Hq, T, Dv], where ``cap(s)`` is
+    ``tanh(s / softcap) * softcap`` for ``softcap > 0`` (Gemma 2's attention logit
+    soft-capping) and ``s`` for 0. A row with no True in its mask is NaN, as the
+    softmax of nothing but -inf is in eager PyTorch.
 
 The CPU implementations are the reference (eager PyTorch math); the fake ones give
 Dynamo shapes; lowering/rowwise.py and lowering/attention.py have the Vulkan kernels.
@@ -57,21 +59,30 @@ def _check_attention(q, k, v, mask) -> None:
                          f"{mask.dtype} {list(mask.shape)}")
 
 
+def _check_softcap(softcap: float) -> None:
+    torch._check(softcap >= 0.0 and softcap != float("inf"),
+                 lambda: f"attention: softcap must be finite and >= 0 (0: none), got {softcap}")
+
+
 def _attention_cpu(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                   scale: float) -> torch.Tensor:
+                   scale: float, softcap: float = 0.0) -> torch.Tensor:
     _check_attention(q, k, v, mask)
+    _check_softcap(softcap)
     hkv, (hq, t, d), c = k.shape[0], q.shape, k.shape[1]
     g = hq // hkv
     scores = torch.matmul(q.reshape(hkv, g * t, d), k.transpose(1, 2)).reshape(hkv, g, t, c)
     if scale != 1.0:
         scores = scores * scale
+    if softcap > 0.0:
+        scores = torch.tanh(scores / softcap) * softcap
     scores = torch.where(mask, scores, torch.full_like(scores, float("-inf")))
     probs = torch.softmax(scores, dim=-1).reshape(hkv, g * t, c)
     return torch.matmul(probs, v).reshape(hq, t, v.shape[2])
 
 
-def _attention_fake(q, k, v, mask, scale):
+def _attention_fake(q, k, v, mask, scale, softcap=0.0):
     _check_attention(q, k, v, mask)
+    _check_softcap(softcap)
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 

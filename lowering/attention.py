@@ -115,7 +115,7 @@ def _new_row(ctx, cache: TRef, heads: int, width: int, name: str, base: int):
 
 
 @lowering(ATTENTION, check=_check)
-def attention(ctx, q, k, v, mask, scale):
+def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     k, v, mask = (ctx.ref(materialize(ctx, t)) for t in (k, v, mask))
     q_lazy, q_defines = None, {}
     if isinstance(q, (Lazy, LazyView)):
@@ -132,6 +132,9 @@ def attention(ctx, q, k, v, mask, scale):
     q_kind = lazy.kind if q_lazy is not None else q.kind
     if not (q_kind == k.kind == v.kind == "f32") or mask.kind != "b":
         raise LoweringError("attention needs float32 q/k/v and a bool mask")
+    softcap = float(softcap)
+    if not (0.0 <= softcap < math.inf):
+        raise LoweringError(f"attention: softcap must be finite and >= 0, got {softcap}")
     hq, t, d = q.shape
     hkv, c, dv = v.shape
     out = ctx.empty((hq, t, dv), "f32")
@@ -144,8 +147,9 @@ def attention(ctx, q, k, v, mask, scale):
     spec = [hq, t, c, hq // hkv, f32_bits(scale),
             q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
             k.offset, *k.strides, v.offset, *v.strides,
-            mask.offset, *mask.strides, c]
-    note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "")
+            mask.offset, *mask.strides, c, f32_bits(softcap)]
+    note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "") + \
+        (f", softcap {softcap:g}" if softcap else "")
     if cpu_lanes(ctx.caps, t) and aligned and q_lazy is None:
         blocks = hkv * _ceil_div(hq // hkv * t, CPU_ROWS)
         ctx.dispatch("attention", {"CPU_LANES": 1, "VARIANT": "lanes", "WG": 8, "AR": CPU_ROWS,
@@ -176,7 +180,7 @@ def attention(ctx, q, k, v, mask, scale):
         # 6 ms a call for 20 live keys of 2048 (SmolLM2's shapes), so the live range is
         # found first
         defines["LIVE_RANGE"] = 1
-    spec[-1] = split_keys
+    spec[-2] = split_keys
     # bindings: out, q, k, v, mask, then what the variant adds
     bindings = [out, q_lazy.buffers[0] if q_lazy else q, k, v, mask]
     writes = [0]

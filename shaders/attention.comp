@@ -20,6 +20,9 @@
 // beside this kernel (same barrier level), are computed here for key P (read from
 // the scatter's index) and the caches are never read at P.
 // LIVE_RANGE (CPU devices): each workgroup first finds its keys' live range in the mask.
+// SOFTCAP_BITS > 0 (Gemma 2): a score s = scale * q.k becomes tanh(s / cap) * cap before
+// the mask and the softmax; 0 leaves it as is (a specialisation constant, so the branch
+// folds away).
 // lowering/attention.py derives every parameter.
 #ifdef CPU_LANES
 #extension GL_KHR_shader_subgroup_shuffle : enable
@@ -48,6 +51,7 @@ layout(constant_id = 17) const uint M_OFF = 0;
 layout(constant_id = 18) const uint M_ST = 0;
 layout(constant_id = 19) const uint M_SC = 1;
 layout(constant_id = 20) const uint SPLIT_KEYS = 1;  // keys per split (SPLITS > 1)
+layout(constant_id = 21) const uint SOFTCAP_BITS = 0;  // float bits of the logit soft-cap; 0: none
 BUFFER(0, outb)
 #ifndef COMBINE
 IN_BUFFER(1, qb)
@@ -79,6 +83,15 @@ float vnew(uint kvh, uint e) { return vlazy(kvh * V_RPH + e / V_W, e % V_W); }
 #endif
 #include "wg_reduce.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
+
+#ifndef COMBINE
+// a score's soft-cap: tanh(s / cap) * cap, or s itself when SOFTCAP_BITS is 0
+float capped(float s) {
+    if (SOFTCAP_BITS == 0u) return s;
+    float cap = uintBitsToFloat(SOFTCAP_BITS);
+    return tanh_f(s / cap) * cap;
+}
+#endif
 
 #if SPLITS > 1
 #if SPLITS > WG
@@ -186,7 +199,7 @@ void main() {
         }
         float p[AR];
         [[unroll]] for (uint i = 0; i < AR; ++i) {
-            float si = live[i] ? s[i] * scale : NEG_INF;
+            float si = live[i] ? capped(s[i] * scale) : NEG_INF;
             float cm = subgroupMax(si);
             p[i] = 0.0;
             if (cm == NEG_INF) continue;             // uniform: row i sees none of them
@@ -334,7 +347,7 @@ void main() {
         }
         live = live && sub == 0u;                // one invocation speaks for each key
 #endif
-        if (live) s = qk * scale;
+        if (live) s = capped(qk * scale);
         float cm = wg_max(s);
         if (cm == NEG_INF) continue;            // the whole chunk is masked (uniform)
         float nm = max(m, cm);

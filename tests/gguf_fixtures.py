@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,166 @@ def reference() -> dict | None:
 
 def package_installed(import_name: str) -> bool:
     return importlib.util.find_spec(import_name) is not None
+
+
+# ---------------------------------------------------------------------- architectures
+
+# Tiny random-weight models of each architecture the loader supports, compared with
+# llama.cpp's logits by tests/test_architectures.py. Each entry: the GGUF architecture,
+# its shapes, extra metadata, the tensors' quant types (by name suffix; F32 otherwise)
+# and the seed of its weights. Shapes are small and odd where the format allows (rows
+# of quantized weights are whole blocks: 32 values, 256 for K-quants).
+ARCH_MODELS = {
+    # Llama 3.1-style: per-frequency rope factors (rope_freqs.weight), large base, GQA
+    "llama3": dict(arch="llama", pre="llama-bpe", n_layers=2, hidden=96, heads=6, kv=2, ffn=160, seed=11,
+                   kv_extra={"rope.freq_base": 500000.0}, rope_freqs=True,
+                   types={"attn_q": "Q8_0", "attn_k": "Q8_0", "ffn_down": "F16", "output": "F16"}),
+    # Mistral Nemo-style: a head dim (key_length 32) other than hidden / heads (16), linear
+    # rope scaling, and a sliding window in the metadata that llama.cpp's llama graph ignores
+    "mistral": dict(arch="llama", pre="llama-bpe", n_layers=2, hidden=96, heads=6, kv=3, head_dim=32, ffn=128,
+                    seed=12, kv_extra={"rope.scaling.type": "linear", "rope.scaling.factor": 2.0,
+                                       "attention.sliding_window": 3},
+                    types={"attn_v": "Q8_0", "ffn_gate": "F16", "ffn_up": "F16"}),
+    "qwen2": dict(arch="qwen2", pre="qwen2", n_layers=2, hidden=64, heads=4, kv=2, ffn=96, seed=13, tied=True,
+                  kv_extra={"rope.freq_base": 1000000.0}, types={"attn_q": "Q8_0", "ffn_up": "F16"}),
+    # K-quant rows need 256 columns: this one is wider
+    "qwen3": dict(arch="qwen3", pre="qwen2", n_layers=2, hidden=256, heads=4, kv=1, head_dim=48, ffn=256,
+                  seed=14, kv_extra={"rope.freq_base": 1000000.0},
+                  types={"ffn_gate": "Q4_K", "ffn_up": "Q8_0", "attn_output": "F16", "token_embd": "Q8_0"}),
+    # LongRoPE factors, llama.cpp picks the short ones (its context, 256, within the
+    # original 4096) and the attn_factor scales q.k; the sliding window is ignored
+    "phi3": dict(arch="phi3", pre="llama-bpe", n_layers=2, hidden=96, heads=3, kv=3, ffn=160, seed=15,
+                 context=4096, longrope=True,
+                 kv_extra={"rope.scaling.original_context_length": 4096, "rope.scaling.attn_factor": 1.19,
+                           "attention.sliding_window": 3},
+                 types={"attn_qkv": "Q8_0", "ffn_down": "F16"}),
+    # ... and past an original context of 128, the long factors
+    "phi3-long": dict(arch="phi3", pre="llama-bpe", n_layers=1, hidden=64, heads=2, kv=2, ffn=96, seed=16,
+                      context=4096, longrope=True, split_qkv=True, max_ctx=300,
+                      kv_extra={"rope.scaling.original_context_length": 128, "rope.scaling.attn_factor": 1.3}),
+    # soft-capped attention (a small cap, so it matters) and logits, local layers 0 and 2
+    "gemma2": dict(arch="gemma2", pre="llama-bpe", n_layers=3, hidden=128, heads=4, kv=2, head_dim=32, ffn=192,
+                   seed=17, tied=True,
+                   kv_extra={"attention.sliding_window": 4, "attn_logit_softcapping": 1.5,
+                             "final_logit_softcapping": 6.0, "attention.key_length": 32,
+                             "attention.value_length": 32},
+                   types={"attn_k": "Q8_0", "ffn_gate": "F16", "token_embd": "F16"}),
+    "gemma3": dict(arch="gemma3", pre="llama-bpe", n_layers=2, hidden=64, heads=2, kv=1, head_dim=48, ffn=96,
+                   seed=18, tied=True,
+                   kv_extra={"attention.sliding_window": 4, "rope.freq_base": 1000000.0,
+                             "attention.key_length": 48, "attention.value_length": 48},
+                   types={"attn_v": "Q8_0", "ffn_down": "F16", "token_embd": "F16"}),
+}
+
+
+def write_arch_model(path, name: str, *, quantized: bool = True, overrides: dict | None = None) -> Path:
+    """Write ARCH_MODELS[name] as a GGUF file (deterministic: the same bytes every time).
+
+    ``quantized=False`` stores every tensor as F32 (llama.cpp then computes in fp32, so
+    its logits and ours agree to rounding); ``overrides`` replaces metadata values (keys
+    without the architecture prefix; None drops the key), for the validation tests."""
+    import gguf
+
+    spec = ARCH_MODELS[name]
+    arch, H, nh, nkv = spec["arch"], spec["hidden"], spec["heads"], spec["kv"]
+    hd = spec.get("head_dim", H // nh)
+    ffn, n_layers = spec["ffn"], spec["n_layers"]
+    types = spec.get("types", {}) if quantized else {}
+    rng = np.random.default_rng(spec["seed"])
+    tokens, ttypes = tiny_vocab()
+    vocab = len(tokens)
+    path = Path(path)
+    meta = {"block_count": n_layers, "context_length": spec.get("context", 2048), "embedding_length": H,
+            "feed_forward_length": ffn, "attention.head_count": nh, "attention.head_count_kv": nkv,
+            "attention.layer_norm_rms_epsilon": 1e-5 if arch in ("llama", "phi3") else 1e-6,
+            "rope.dimension_count": hd}
+    if hd != H // nh:
+        meta |= {"attention.key_length": hd, "attention.value_length": hd}
+    meta |= spec.get("kv_extra", {})
+    meta |= overrides or {}
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, value in meta.items():
+        key = f"{arch}.{key}"
+        if value is None:
+            continue
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, list):
+            w.add_array(key, value)
+        elif value < 0:
+            w.add_int32(key, value)
+        else:
+            w.add_uint32(key, value)
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", spec["pre"])
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", ttypes)
+    w.add_array("tokenizer.ggml.merges", TINY_MERGES)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+
+    def kind(name):
+        stem = name.split(".")[-2]
+        return types.get(stem, "F32")
+
+    def matrix(name, rows, cols, std):
+        t = kind(name)
+        if t in KQUANTS:  # random blocks whose values have about this std
+            blocks = quantize(np.zeros((rows, cols), np.float32), t, rng, scale=std / 200)
+        else:
+            x = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+            if t == "F32":
+                w.add_tensor(name, x)
+                return
+            blocks = quantize(x, t)
+        w.add_tensor(name, blocks, raw_shape=blocks.shape, raw_dtype=qtype(t))
+
+    def vector(name, n, mean=1.0, std=0.1):
+        w.add_tensor(name, (mean + std * rng.standard_normal(n)).astype(np.float32))
+
+    # a tied head: rows of the size of the output's (logits of a few units)
+    matrix("token_embd.weight", vocab, H, 2.0 / math.sqrt(H) if spec.get("tied") else 1.0)
+    vector("output_norm.weight", H)
+    if not spec.get("tied"):
+        matrix("output.weight", vocab, H, 2.0 / math.sqrt(H))
+    if spec.get("rope_freqs"):
+        w.add_tensor("rope_freqs.weight", rng.uniform(1.0, 8.0, hd // 2).astype(np.float32))
+    if spec.get("longrope"):
+        w.add_tensor("rope_factors_short.weight", rng.uniform(1.0, 1.5, hd // 2).astype(np.float32))
+        w.add_tensor("rope_factors_long.weight", rng.uniform(2.0, 8.0, hd // 2).astype(np.float32))
+    s = 1.0 / math.sqrt(H)
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        vector(p + "attn_norm.weight", H)
+        if arch == "phi3" and not spec.get("split_qkv"):
+            matrix(p + "attn_qkv.weight", (nh + 2 * nkv) * hd, H, 2 * s)
+        else:
+            matrix(p + "attn_q.weight", nh * hd, H, 2 * s)
+            matrix(p + "attn_k.weight", nkv * hd, H, 2 * s)
+            matrix(p + "attn_v.weight", nkv * hd, H, s)
+        if arch == "qwen2":
+            vector(p + "attn_q.bias", nh * hd, 0.0, 0.3)
+            vector(p + "attn_k.bias", nkv * hd, 0.0, 0.5)
+            vector(p + "attn_v.bias", nkv * hd, 0.0, 0.1)
+        if arch in ("qwen3", "gemma3"):
+            vector(p + "attn_q_norm.weight", hd)
+            vector(p + "attn_k_norm.weight", hd)
+        matrix(p + "attn_output.weight", H, nh * hd, 1.0 / math.sqrt(nh * hd))
+        vector(p + "ffn_norm.weight", H)
+        if arch == "phi3":
+            matrix(p + "ffn_up.weight", 2 * ffn, H, s)
+        else:
+            matrix(p + "ffn_gate.weight", ffn, H, s)
+            matrix(p + "ffn_up.weight", ffn, H, s)
+        matrix(p + "ffn_down.weight", H, ffn, 1.0 / math.sqrt(ffn))
+        if arch in ("gemma2", "gemma3"):
+            vector(p + "post_attention_norm.weight", H)
+            vector(p + "post_ffw_norm.weight", H)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

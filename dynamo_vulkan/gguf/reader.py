@@ -32,7 +32,7 @@ from .quants import dequantize, quant_info, qtype_name
 
 __all__ = ["GGUFFile", "TensorInfo", "open_gguf", "SUPPORTED_ARCHITECTURES", "GGUFError"]
 
-SUPPORTED_ARCHITECTURES = ("llama", "gemma3")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")  # models/config.py builds each
 
 _MISSING = object()
 

@@ -1,4 +1,4 @@
-"""Plain PyTorch decoders built from GGUF files (llama family, gemma3)."""
+"""Plain PyTorch decoders built from GGUF files (llama, qwen2, qwen3, phi3, gemma2, gemma3)."""
 
 from .config import DecoderConfig, config_from_gguf
 from .decoder import ContextOverflowError, Decoder

@@ -1,35 +1,81 @@
 """Decoder hyper-parameters read from a GGUF file's metadata.
 
-The rules follow llama.cpp's loader (the reference implementation of GGUF models):
+The rules follow llama.cpp's loader and graph builders (the reference implementation of
+GGUF models). Every field read is range-checked before use (a count, a dimension, an
+epsilon, a rope base, a soft-cap); a value out of range is a :class:`GGUFError` naming the
+file, the field, its value and the allowed range.
+
+Common to all: GQA (query heads a multiple of kv heads); RMSNorm eps
+``attention.layer_norm_rms_epsilon``; rope base ``rope.freq_base`` (default 10000); rope
+scaling ``rope.scaling.type`` (default "linear", as in llama.cpp) with
+``rope.scaling.factor`` (or the older ``rope.scale_linear``) dividing positions for
+"linear" and "longrope" ("none" never scales; "yarn" is not supported; other names are
+refused, as llama.cpp refuses them); ``rope.scaling.attn_factor`` multiplies RoPE's cos
+and sin (so q.k by its square); LM head tied to the token embedding when the file has no
+``output.weight``.
 
 llama (SmolLM2, Llama 1/2/3, Mistral)
-    GQA; RoPE of type NORM (rotation of adjacent pairs; llama.cpp's converter permuted
-    the Q/K rows for it); ``rope.freq_base`` (default 10000); rope scaling ``linear``
-    (``rope.scaling.factor`` or the older ``rope.scale_linear``) and per-frequency
-    factors (the ``rope_freqs.weight`` tensor of Llama 3.1+); SwiGLU FFN; RMSNorm eps
-    ``attention.layer_norm_rms_epsilon``; LM head tied to the token embedding when the
-    file has no ``output.weight``.
+    RoPE of type NORM (rotation of adjacent pairs; llama.cpp's converter permuted the Q/K
+    rows for it) over the whole head (``rope.dimension_count`` must equal the head dim);
+    per-frequency factors from the ``rope_freqs.weight`` tensor (how Llama 3.1+ files
+    carry their "llama3" rope scaling: the converter computes the factors and writes no
+    scaling type); SwiGLU FFN. Mistral files are llama files, a head dim other than
+    hidden/heads (``attention.key_length``, Mistral Nemo) included; a sliding window in
+    their metadata is ignored, as llama.cpp's llama graph ignores it.
+qwen2
+    As llama with RoPE of type NEOX (rotation of the two halves) over ``rope_dim`` dims and
+    biases on q, k and v.
+qwen3
+    As qwen2 without biases and with a per-head RMSNorm of q and k before RoPE.
+phi3
+    RoPE NEOX; q|k|v in one ``attn_qkv.weight`` (or three tensors) and gate|up in one
+    ``ffn_up.weight`` of 2*ffn rows (gate first); LongRoPE factors
+    ``rope_factors_short.weight`` / ``rope_factors_long.weight``: llama.cpp takes the long
+    ones when its context exceeds ``rope.scaling.original_context_length`` (default the
+    trained context), the short ones otherwise, so the loader picks them by its KV cache
+    length; ``attention.sliding_window`` is ignored, as llama.cpp disables Phi-3's SWA.
+gemma2
+    RoPE NEOX; embeddings scaled by sqrt(hidden); GELU-tanh gated FFN; RMSNorms before and
+    after attention and FFN; attention logits soft-capped (``attn_logit_softcapping``,
+    default 50) and final logits too (``final_logit_softcapping``, default 30); every
+    even layer (il % 2 == 0) attends within ``attention.sliding_window`` (default 4096);
+    queries scaled by 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B (46 layers).
 gemma3
-    RoPE of type NEOX (rotation of the two halves); sliding-window layers: the file's
-    ``attention.sliding_window`` and llama.cpp's pattern of 6 (layer ``il`` is local
-    unless ``il % 6 == 5``; an ``attention.sliding_window_pattern`` key overrides it);
-    local layers use rope base ``rope.freq_base_swa`` (default 10000) unscaled, global
-    ones ``rope.freq_base`` with the file's rope scaling; per-head RMSNorm of q and k;
-    RMSNorms before and after attention and FFN; GELU-tanh gated FFN; embeddings scaled
-    by sqrt(hidden); queries scaled by 1/sqrt(query_pre_attn_scalar), which the GGUF does
-    not store: llama.cpp uses head_dim, or hidden/heads for the 27B (62 layers); optional
-    final logit soft-capping. llama.cpp's converter stores Gemma's norm weights as (1 + w),
-    so every norm here is a plain ``x / rms(x) * w``.
+    RoPE NEOX; sliding-window layers: the file's ``attention.sliding_window`` and
+    llama.cpp's pattern of 6 (layer ``il`` is local unless ``il % 6 == 5``; an
+    ``attention.sliding_window_pattern`` key overrides it); local layers use rope base
+    ``rope.freq_base_swa`` (default 10000) unscaled, global ones ``rope.freq_base`` with
+    the file's rope scaling; per-head RMSNorm of q and k; RMSNorms before and after
+    attention and FFN; GELU-tanh gated FFN; embeddings scaled by sqrt(hidden); queries
+    scaled by 1/sqrt(query_pre_attn_scalar), which the GGUF does not store: llama.cpp uses
+    head_dim, or hidden/heads for the 27B (62 layers); optional final logit soft-capping.
+
+llama.cpp's converter stores Gemma's norm weights as (1 + w), so every norm here is a
+plain ``x / rms(x) * w``.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 from ..gguf.errors import GGUFError
+from ..gguf.reader import SUPPORTED_ARCHITECTURES
 
-__all__ = ["DecoderConfig", "config_from_gguf"]
+__all__ = ["DecoderConfig", "config_from_gguf", "SUPPORTED_ARCHITECTURES", "MAX_LAYERS"]
+
+# Bounds of the metadata we accept: far above any released model, low enough that a
+# hostile value fails here, before anything is sized by it.
+MAX_LAYERS = 1024
+MAX_HIDDEN = 1 << 17
+MAX_HEADS = 1 << 12
+MAX_HEAD_DIM = 1 << 12
+MAX_FFN = 1 << 20
+MAX_CONTEXT = 1 << 24
+MAX_WINDOW = (1 << 31) - 1
+
+_MISSING = object()
 
 
 @dataclass
@@ -49,12 +95,20 @@ class DecoderConfig:
     rope_neox: bool  # True: halves (NEOX), False: adjacent pairs (NORM)
     rope_base: list[float] = field(default_factory=list)  # per layer
     rope_freq_scale: list[float] = field(default_factory=list)  # per layer: positions are multiplied by it
-    rope_freq_factors: bool = False  # divide each frequency by rope_freqs.weight (global layers)
+    # per-frequency factors dividing RoPE's frequencies on global layers: a tensor name,
+    # or (short, long) names chosen by the context against rope_orig_context (phi3)
+    rope_factors: str | tuple[str, str] | None = None
+    rope_orig_context: int = 0
+    rope_attn_factor: float = 1.0  # multiplies RoPE's cos and sin (llama.cpp's attn_factor)
     sliding_window: list[int | None] = field(default_factory=list)  # per layer; None = global attention
     act: str = "silu"  # "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     embed_scale: float | None = None
     attn_scale: float = 1.0  # multiplies q before q.k
+    attn_softcap: float = 0.0  # attention logits become tanh(s / c) * c; 0: none
     qk_norm: bool = False
+    qkv_bias: bool = False  # q, k and v projections carry biases (qwen2)
+    fused_qkv: bool = False  # q|k|v rows in one attn_qkv.weight (phi3)
+    fused_gate_up: bool = False  # gate|up rows in one ffn_up.weight (phi3)
     post_norms: bool = False  # gemma's norms after attention and after the FFN
     final_logit_softcap: float | None = None
     tied_embeddings: bool = True
@@ -63,101 +117,182 @@ class DecoderConfig:
     def n_rep(self) -> int:
         return self.n_heads // self.n_kv_heads
 
+    def rope_factors_for(self, max_ctx: int) -> str | None:
+        """The factors tensor for a KV cache of ``max_ctx`` positions (llama.cpp's
+        get_rope_factors: LongRoPE's long factors past the original context)."""
+        if isinstance(self.rope_factors, tuple):
+            short, long = self.rope_factors
+            return long if max_ctx > self.rope_orig_context else short
+        return self.rope_factors
 
-def _int(f, key, default=None) -> int:
-    v = f.arch_get(key, default) if default is not None else f.arch_get(key)
-    if isinstance(v, list):  # per-layer arrays (e.g. head_count_kv): only uniform ones are supported
-        if len(set(v)) != 1:
-            raise GGUFError(f"{f.path}: per-layer {f.architecture}.{key} = {v} is not supported")
-        v = v[0]
-    return int(v)
+
+class _Fields:
+    """Range-checked reads of one file's ``{arch}.*`` metadata."""
+
+    def __init__(self, f):
+        self.f = f
+        self.arch = f.architecture
+
+    def error(self, key: str, value, allowed: str) -> GGUFError:
+        return GGUFError(f"{self.f.path}: metadata {self.arch}.{key} = {value!r} is out of range "
+                         f"(allowed: {allowed})")
+
+    def raw(self, key: str, default=_MISSING):
+        return self.f.arch_get(key) if default is _MISSING else self.f.arch_get(key, default)
+
+    def count(self, key: str, lo: int, hi: int, default=_MISSING) -> int:
+        """An integer in [lo, hi]; a per-layer array must be uniform."""
+        allowed = f"an integer in [{lo}, {hi}]"
+        v = self.raw(key, default)
+        if isinstance(v, list):
+            if not v:
+                raise self.error(key, v, allowed)
+            if len(set(map(repr, v))) != 1:
+                raise GGUFError(f"{self.f.path}: per-layer {self.arch}.{key} = {v[:16]} is not supported "
+                                f"(only one value for every layer)")
+            v = v[0]
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= int(v) <= hi:
+            raise self.error(key, v, allowed)
+        return int(v)
+
+    def real(self, key: str, default=_MISSING, *, positive: bool = True, hi: float = math.inf) -> float:
+        """A finite number, > 0 (``positive``) or >= 0, and at most ``hi``."""
+        allowed = ("a finite number " + ("> 0" if positive else ">= 0")
+                   + (f" and <= {hi:g}" if hi < math.inf else ""))
+        v = self.raw(key, default)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise self.error(key, v, allowed)
+        x = float(v)
+        if not math.isfinite(x) or x < 0 or (positive and x == 0) or x > hi:
+            raise self.error(key, v, allowed)
+        return x
 
 
-def _rope_scaling(f) -> tuple[float, str]:
-    """(freq_scale, type) of the file's rope scaling; freq_scale multiplies positions."""
-    stype = f.arch_get("rope.scaling.type", None)
-    factor = f.arch_get("rope.scaling.factor", None)
-    if factor is None:
-        legacy = f.arch_get("rope.scale_linear", None)
-        if legacy is not None:
-            stype, factor = stype or "linear", legacy
-    if stype in (None, "none") or factor in (None, 0, 0.0, 1.0):
-        return 1.0, "none"
-    if stype == "linear":
-        return 1.0 / float(factor), "linear"
-    raise GGUFError(f"{f.path}: rope scaling {stype!r} is not supported (only 'linear')")
+def _rope_freq_scale(m: _Fields) -> float:
+    """The factor llama.cpp multiplies positions by (cparams.rope_freq_scale)."""
+    stype = m.raw("rope.scaling.type", "linear")
+    if stype not in ("none", "linear", "yarn", "longrope"):
+        raise GGUFError(f"{m.f.path}: rope scaling type {stype!r} ({m.arch}.rope.scaling.type) is not one "
+                        f"llama.cpp knows (none, linear, yarn, longrope); Llama 3.1 files carry their "
+                        f"'llama3' scaling as the rope_freqs.weight tensor")
+    key = "rope.scaling.factor" if m.raw("rope.scaling.factor", None) is not None else "rope.scale_linear"
+    factor = m.real(key, 0.0, positive=False, hi=1e6)
+    if stype == "none" or factor in (0.0, 1.0):
+        return 1.0
+    if stype == "yarn":
+        raise GGUFError(f"{m.f.path}: rope scaling 'yarn' is not supported (only linear and longrope)")
+    return 1.0 / factor
 
 
 def config_from_gguf(f) -> DecoderConfig:
     """Read the hyper-parameters of a :class:`~dynamo_vulkan.gguf.reader.GGUFFile`."""
     arch = f.architecture
-    n_layers = _int(f, "block_count")
-    hidden = _int(f, "embedding_length")
-    n_heads = _int(f, "attention.head_count")
-    n_kv = _int(f, "attention.head_count_kv", n_heads)
-    head_dim = _int(f, "attention.key_length", hidden // n_heads)
-    v_head_dim = _int(f, "attention.value_length", head_dim)
-    ffn = _int(f, "feed_forward_length")
-    emb = f.tensor_info("token_embd.weight")
-    vocab = int(f.arch_get("vocab_size", emb.shape[0]))
-    if emb.shape != (vocab, hidden):
-        raise GGUFError(f"{f.path}: token_embd.weight has shape {list(emb.shape)}, expected [{vocab}, {hidden}]")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise GGUFError(f"{f.path}: unsupported architecture {arch!r}; supported: "
+                        f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+    m = _Fields(f)
+    n_layers = m.count("block_count", 1, MAX_LAYERS)
+    hidden = m.count("embedding_length", 1, MAX_HIDDEN)
+    n_heads = m.count("attention.head_count", 1, MAX_HEADS)
+    n_kv = m.count("attention.head_count_kv", 1, n_heads, n_heads)
     if n_heads % n_kv:
-        raise GGUFError(f"{f.path}: {n_heads} query heads are not a multiple of {n_kv} kv heads")
-    eps = float(f.arch_get("attention.layer_norm_rms_epsilon", 1e-5 if arch == "llama" else 1e-6))
-    ctx = int(f.arch_get("context_length", 2048))
-    rope_dim = _int(f, "rope.dimension_count", head_dim)
-    if rope_dim > head_dim or rope_dim % 2:
-        raise GGUFError(f"{f.path}: rope.dimension_count {rope_dim} does not fit head_dim {head_dim}")
-    base = float(f.arch_get("rope.freq_base", 10000.0))
-    freq_scale, _ = _rope_scaling(f)
-    softcap = f.arch_get("final_logit_softcapping", None)
-    softcap = float(softcap) if softcap else None
+        raise m.error("attention.head_count_kv", n_kv, f"a divisor of attention.head_count = {n_heads}")
+    # head dims default to hidden / heads (llama.cpp), each overridden by its own key
+    if None in (m.raw("attention.key_length", None), m.raw("attention.value_length", None)) and hidden % n_heads:
+        raise m.error("attention.head_count", n_heads, f"a divisor of embedding_length = {hidden} "
+                      f"(the file sets no attention.key_length / value_length)")
+    head_dim = m.count("attention.key_length", 1, MAX_HEAD_DIM, hidden // n_heads)
+    v_head_dim = m.count("attention.value_length", 1, MAX_HEAD_DIM, hidden // n_heads)
+    ffn = m.count("feed_forward_length", 1, MAX_FFN)
+    emb = f.tensor_info("token_embd.weight")
+    vocab = m.count("vocab_size", 1, 1 << 31, emb.shape[0])
+    if tuple(emb.shape) != (vocab, hidden):
+        raise GGUFError(f"{f.path}: token_embd.weight has shape {list(emb.shape)}, expected [{vocab}, {hidden}]")
+    eps = m.real("attention.layer_norm_rms_epsilon", 1e-5 if arch == "llama" else 1e-6, hi=1.0)
+    ctx = m.count("context_length", 1, MAX_CONTEXT, 2048)
+    rope_dim = m.count("rope.dimension_count", 2, head_dim, head_dim)
+    if rope_dim % 2:
+        raise m.error("rope.dimension_count", rope_dim, f"an even number <= the head dim {head_dim}")
+    base = m.real("rope.freq_base", 10000.0)
+    freq_scale = _rope_freq_scale(m)
+    attn_factor = m.real("rope.scaling.attn_factor", 1.0, hi=1e3)
     tied = not f.has_tensor("output.weight")
 
     common = dict(
         arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv,
         head_dim=head_dim, v_head_dim=v_head_dim, ffn_dim=ffn, vocab_size=vocab,
-        norm_eps=eps, context_length=ctx, rope_dim=rope_dim, final_logit_softcap=softcap,
+        norm_eps=eps, context_length=ctx, rope_dim=rope_dim, rope_attn_factor=attn_factor,
         tied_embeddings=tied,
     )
+    plain_layers = dict(rope_base=[base] * n_layers, rope_freq_scale=[freq_scale] * n_layers,
+                        sliding_window=[None] * n_layers, act="silu", attn_scale=1.0 / math.sqrt(head_dim))
     if arch == "llama":
+        if rope_dim != head_dim:
+            raise m.error("rope.dimension_count", rope_dim, f"the head dim {head_dim} (llama rotates whole heads)")
         return DecoderConfig(
-            **common,
-            rope_neox=False,
-            rope_base=[base] * n_layers,
-            rope_freq_scale=[freq_scale] * n_layers,
-            rope_freq_factors=f.has_tensor("rope_freqs.weight"),
-            sliding_window=[None] * n_layers,
-            act="silu",
-            attn_scale=1.0 / math.sqrt(head_dim),
+            **common, **plain_layers, rope_neox=False,
+            rope_factors="rope_freqs.weight" if f.has_tensor("rope_freqs.weight") else None,
         )
-    if arch == "gemma3":
-        window = f.arch_get("attention.sliding_window", None)
-        window = int(window) if window else None
-        pattern = f.arch_get("attention.sliding_window_pattern", 6)
-        if isinstance(pattern, list):  # per layer: True = sliding window
-            if len(pattern) != n_layers:
-                raise GGUFError(f"{f.path}: sliding_window_pattern has {len(pattern)} entries for {n_layers} layers")
-            is_local = [bool(p) for p in pattern]
-        else:
-            period = int(pattern)
-            is_local = [period > 0 and (il % period) < (period - 1) for il in range(n_layers)]
-        if window is None:
-            is_local = [False] * n_layers
-        base_swa = float(f.arch_get("rope.freq_base_swa", 10000.0))
-        qpas = hidden // n_heads if n_layers == 62 else head_dim  # llama.cpp's query_pre_attn_scalar
+    if arch in ("qwen2", "qwen3"):
+        return DecoderConfig(**common, **plain_layers, rope_neox=True,
+                             qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3")
+    if arch == "phi3":
+        if n_heads * head_dim != hidden or v_head_dim != head_dim:
+            raise m.error("attention.head_count", n_heads, f"heads of embedding_length / head_count dims "
+                          f"(phi3 has no attention.key_length), got head dim {head_dim}")
+        factors = None
+        if f.has_tensor("rope_factors_short.weight") or f.has_tensor("rope_factors_long.weight"):
+            factors = ("rope_factors_short.weight", "rope_factors_long.weight")
+        return DecoderConfig(
+            **common, **plain_layers, rope_neox=True, rope_factors=factors,
+            rope_orig_context=m.count("rope.scaling.original_context_length", 1, MAX_CONTEXT, ctx),
+            fused_qkv=f.has_tensor("blk.0.attn_qkv.weight"), fused_gate_up=True,
+        )
+    if arch == "gemma2":
+        window = m.count("attention.sliding_window", 1, MAX_WINDOW, 4096)
+        is_local = [il % 2 == 0 for il in range(n_layers)]
+        base_swa = m.real("rope.freq_base_swa", base)
+        qpas = hidden // n_heads if n_layers == 46 else head_dim  # llama.cpp's query_pre_attn_scalar
+        final_cap = m.real("final_logit_softcapping", 30.0, positive=False, hi=1e6)
         return DecoderConfig(
             **common,
             rope_neox=True,
             rope_base=[base_swa if loc else base for loc in is_local],
-            rope_freq_scale=[1.0 if loc else freq_scale for loc in is_local],
-            rope_freq_factors=False,
+            rope_freq_scale=[freq_scale] * n_layers,
             sliding_window=[window if loc else None for loc in is_local],
             act="gelu_tanh",
             embed_scale=math.sqrt(hidden),
             attn_scale=1.0 / math.sqrt(qpas),
-            qk_norm=True,
+            attn_softcap=m.real("attn_logit_softcapping", 50.0, positive=False, hi=1e6),
             post_norms=True,
+            final_logit_softcap=final_cap or None,
         )
-    raise GGUFError(f"{f.path}: unsupported architecture {arch!r}")
+    # gemma3
+    window = m.count("attention.sliding_window", 0, MAX_WINDOW, 0) or None
+    pattern = m.raw("attention.sliding_window_pattern", 6)
+    if isinstance(pattern, list):  # per layer: True = sliding window
+        if len(pattern) != n_layers:
+            raise m.error("attention.sliding_window_pattern", f"{len(pattern)} entries",
+                          f"one entry per layer ({n_layers})")
+        is_local = [bool(p) for p in pattern]
+    else:
+        period = m.count("attention.sliding_window_pattern", 0, MAX_LAYERS, 6)
+        is_local = [period > 0 and (il % period) < (period - 1) for il in range(n_layers)]
+    if window is None:
+        is_local = [False] * n_layers
+    base_swa = m.real("rope.freq_base_swa", 10000.0)
+    qpas = hidden // n_heads if n_layers == 62 else head_dim  # llama.cpp's query_pre_attn_scalar
+    final_cap = m.real("final_logit_softcapping", 0.0, positive=False, hi=1e6)
+    return DecoderConfig(
+        **common,
+        rope_neox=True,
+        rope_base=[base_swa if loc else base for loc in is_local],
+        rope_freq_scale=[1.0 if loc else freq_scale for loc in is_local],
+        sliding_window=[window if loc else None for loc in is_local],
+        act="gelu_tanh",
+        embed_scale=math.sqrt(hidden),
+        attn_scale=1.0 / math.sqrt(qpas),
+        qk_norm=True,
+        post_norms=True,
+        final_logit_softcap=final_cap or None,
+    )

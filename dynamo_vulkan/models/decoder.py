@@ -1,4 +1,5 @@
-"""A plain PyTorch decoder-only transformer over GGUF weights (llama family, gemma3).
+"""A plain PyTorch decoder-only transformer over GGUF weights (the architectures of
+models/config.py: llama, qwen2, qwen3, phi3, gemma2, gemma3).
 
 Linear layers are :class:`~dynamo_vulkan.gguf.op.GGUFLinear` (weights stay quantized);
 the token embedding is a :class:`~dynamo_vulkan.gguf.op.GGUFEmbedding` (only looked-up
@@ -51,14 +52,17 @@ class RMSNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
-def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_factors: torch.Tensor | None = None):
-    """cos/sin [max_ctx, rot/2] of RoPE angles ``pos * freq_scale * base^(-2i/rot) / factor_i``."""
+def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_factors: torch.Tensor | None = None,
+                attn_factor: float = 1.0):
+    """cos/sin [max_ctx, rot/2] of RoPE angles ``pos * freq_scale * base^(-2i/rot) / factor_i``,
+    both multiplied by ``attn_factor`` (llama.cpp's mscale: it scales the rotated dims of
+    q and k, so their product by its square)."""
     inv = base ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
     if freq_factors is not None:
         inv = inv / freq_factors.to(torch.float64).reshape(-1)[: rot // 2]
     t = torch.arange(max_ctx, dtype=torch.float64) * freq_scale
     ang = torch.outer(t, inv)
-    return torch.cos(ang).to(torch.float32), torch.sin(ang).to(torch.float32)
+    return (torch.cos(ang) * attn_factor).to(torch.float32), (torch.sin(ang) * attn_factor).to(torch.float32)
 
 
 def pair_tables(cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,6 +114,7 @@ class Attention(nn.Module):
         self.neox = cfg.rope_neox
         self.scale = cfg.attn_scale
         self.window = cfg.sliding_window[layer]
+        self.softcap = cfg.attn_softcap
         self.qkv = qkv  # fused q|k|v rows when the three share a quant type
         self.q, self.k, self.v = q, k, v
         self.o = o
@@ -148,7 +153,11 @@ class Attention(nn.Module):
         self.k_cache.index_copy_(1, pos, k)
         self.v_cache.index_copy_(1, pos, v)
         keys = self.k_cache.flatten(2) if self.k_pairs else self.k_cache
-        out = attention(q, keys, self.v_cache, mask, 1.0)  # [nh, T, vd]; q is scaled
+        # [nh, T, vd]; q is scaled
+        if self.softcap:
+            out = attention(q, keys, self.v_cache, mask, 1.0, self.softcap)
+        else:
+            out = attention(q, keys, self.v_cache, mask, 1.0)
         out = out.transpose(0, 1).reshape(1, T, self.n_heads * self.v_head_dim)
         return self.o(out)
 

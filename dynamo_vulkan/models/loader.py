@@ -27,17 +27,20 @@ DEFAULT_MAX_CTX = 2048
 def _layer_tensors(cfg: DecoderConfig, i: int) -> dict[str, tuple[int, ...]]:
     p = f"blk.{i}."
     H, hd, vd = cfg.hidden, cfg.head_dim, cfg.v_head_dim
-    t = {
-        p + "attn_norm.weight": (H,),
-        p + "attn_q.weight": (cfg.n_heads * hd, H),
-        p + "attn_k.weight": (cfg.n_kv_heads * hd, H),
-        p + "attn_v.weight": (cfg.n_kv_heads * vd, H),
-        p + "attn_output.weight": (H, cfg.n_heads * vd),
-        p + "ffn_norm.weight": (H,),
-        p + "ffn_gate.weight": (cfg.ffn_dim, H),
-        p + "ffn_up.weight": (cfg.ffn_dim, H),
-        p + "ffn_down.weight": (H, cfg.ffn_dim),
-    }
+    nq, nk, nv = cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * vd
+    t = {p + "attn_norm.weight": (H,)}
+    if cfg.fused_qkv:
+        t[p + "attn_qkv.weight"] = (nq + nk + nv, H)
+    else:
+        t |= {p + "attn_q.weight": (nq, H), p + "attn_k.weight": (nk, H), p + "attn_v.weight": (nv, H)}
+    if cfg.qkv_bias:
+        t |= {p + "attn_q.bias": (nq,), p + "attn_k.bias": (nk,), p + "attn_v.bias": (nv,)}
+    t |= {p + "attn_output.weight": (H, cfg.n_heads * vd), p + "ffn_norm.weight": (H,)}
+    if cfg.fused_gate_up:
+        t[p + "ffn_up.weight"] = (2 * cfg.ffn_dim, H)
+    else:
+        t |= {p + "ffn_gate.weight": (cfg.ffn_dim, H), p + "ffn_up.weight": (cfg.ffn_dim, H)}
+    t[p + "ffn_down.weight"] = (H, cfg.ffn_dim)
     if cfg.qk_norm:
         t[p + "attn_q_norm.weight"] = (hd,)
         t[p + "attn_k_norm.weight"] = (hd,)
@@ -47,13 +50,28 @@ def _layer_tensors(cfg: DecoderConfig, i: int) -> dict[str, tuple[int, ...]]:
     return t
 
 
-def _expected_tensors(cfg: DecoderConfig) -> dict[str, tuple[int, ...]]:
+def _expected_tensors(cfg: DecoderConfig, max_ctx: int) -> dict[str, tuple[int, ...]]:
     t = {"token_embd.weight": (cfg.vocab_size, cfg.hidden), "output_norm.weight": (cfg.hidden,)}
     if not cfg.tied_embeddings:
         t["output.weight"] = (cfg.vocab_size, cfg.hidden)
+    factors = cfg.rope_factors_for(max_ctx)
+    if factors is not None:
+        t[factors] = (cfg.rope_dim // 2,)
     for i in range(cfg.n_layers):
         t.update(_layer_tensors(cfg, i))
     return t
+
+
+def _finite_vector(f: GGUFFile, name: str, *, positive: bool = False) -> torch.Tensor:
+    """A float vector of the file (norm weights, rope factors), checked finite (and > 0)."""
+    w = f.float_tensor(name)
+    bad = ~torch.isfinite(w) | (w <= 0 if positive else torch.zeros_like(w, dtype=torch.bool))
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        allowed = "finite and > 0" if positive else "finite"
+        raise GGUFError(f"{f.path}: tensor {name!r} holds {float(w.reshape(-1)[i])} at index {i} "
+                        f"(allowed: {allowed})")
+    return w
 
 
 def _progress(total: int, desc: str, enabled: bool):
@@ -67,14 +85,14 @@ def _progress(total: int, desc: str, enabled: bool):
 
 
 def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True, progress: bool = False) -> Decoder:
-    """The decoder of an open GGUF file (llama or gemma3 architecture)."""
+    """The decoder of an open GGUF file (an architecture of config.SUPPORTED_ARCHITECTURES)."""
     cfg = config_from_gguf(f)
     if max_ctx is None:
         max_ctx = min(cfg.context_length, DEFAULT_MAX_CTX)
     max_ctx = int(max_ctx)
     if max_ctx < 1:
         raise ValueError(f"max_ctx must be >= 1, got {max_ctx}")
-    expected = _expected_tensors(cfg)
+    expected = _expected_tensors(cfg, max_ctx)
     f.require(expected)
     for name, shape in expected.items():
         got = f.tensor_info(name).shape
@@ -112,14 +130,15 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
 
     def norm(name, eps=cfg.norm_eps):
         tick()
-        return RMSNorm(f.float_tensor(name), eps)
+        return RMSNorm(_finite_vector(f, name), eps)
 
     try:
         emb_info, emb_blocks = raw("token_embd.weight")
         tick()
         embed = GGUFEmbedding(emb_blocks, emb_info.qtype, emb_info.shape[0], emb_info.shape[1], name="token_embd.weight")
 
-        freq_factors = f.float_tensor("rope_freqs.weight") if cfg.rope_freq_factors else None
+        factors_name = cfg.rope_factors_for(max_ctx)
+        freq_factors = _finite_vector(f, factors_name, positive=True) if factors_name else None
         rotary: dict[str, Rotary] = {}
         rope_keys: dict[tuple, str] = {}
         layer_rope = []
@@ -131,7 +150,7 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
                 name = f"r{len(rope_keys)}"
                 rope_keys[key] = name
                 cos, sin = rope_tables(cfg.rope_base[i], cfg.rope_freq_scale[i], cfg.rope_dim, max_ctx,
-                                       freq_factors if use_factors else None)
+                                       freq_factors if use_factors else None, cfg.rope_attn_factor)
                 rotary[name] = Rotary(cos, sin, cfg.rope_neox)
             layer_rope.append(rope_keys[key])
 
@@ -139,7 +158,9 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
         for i in range(cfg.n_layers):
             p = f"blk.{i}."
             qkv_names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
-            if same_type(qkv_names):
+            if cfg.fused_qkv:
+                proj = dict(qkv=linear([p + "attn_qkv.weight"]))
+            elif same_type(qkv_names):
                 proj = dict(qkv=linear(qkv_names))
             else:
                 proj = dict(q=linear(qkv_names[:1]), k=linear(qkv_names[1:2]), v=linear(qkv_names[2:]))
@@ -147,7 +168,9 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
             k_norm = norm(p + "attn_k_norm.weight") if cfg.qk_norm else None
             attn = Attention(cfg, i, max_ctx, o=linear([p + "attn_output.weight"]), q_norm=q_norm, k_norm=k_norm, **proj)
             gu_names = [p + "ffn_gate.weight", p + "ffn_up.weight"]
-            if same_type(gu_names):
+            if cfg.fused_gate_up:  # gate|up rows of one tensor, gate first
+                ffn = FeedForward(cfg.act, linear([p + "ffn_down.weight"]), gate_up=linear([p + "ffn_up.weight"]))
+            elif same_type(gu_names):
                 ffn = FeedForward(cfg.act, linear([p + "ffn_down.weight"]), gate_up=linear(gu_names))
             else:
                 ffn = FeedForward(cfg.act, linear([p + "ffn_down.weight"]),
