@@ -184,9 +184,10 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             cid += 1
             conv = "uintBitsToFloat" if base == "float" else "int"
             raw = f"C{j}"
-            if base == "float" and val in (0, 0x80000000):
+            if val in (0, 0x80000000):
                 # a zero the compiler cannot see: drivers fold x * 0.0 to 0 (lavapipe
-                # does), which loses torch's NaN/inf * 0 = NaN; the z group count is 1
+                # does), which loses torch's NaN/inf * 0 = NaN; an int 0 too, as a
+                # folded expression converts it to float; the z group count is 1
                 raw = f"(C{j} ^ (gl_NumWorkGroups.z - 1u))"
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}({raw}));")
         names.append(f"v{j}")
@@ -232,7 +233,10 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         "SPEC_DECLS": " ".join(decls) + (" " + " ".join(preamble.split()) if preamble else ""),
         "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
         "INDEX_CODE": " ".join(index + loads),
-        "OUT_STORE": f"{GLSL_TYPE[rk]} res_ = {GLSL_TYPE[rk]}({body}); " +
+        # precise: the driver may not fold x - x, x * 0 or x * 0 + 1 to constants (NaN and inf
+    # inputs give NaN there) nor contract into fma (results then match torch's bit for bit)
+    "OUT_STORE": f"{'precise ' if rk == 'f32' else ''}{GLSL_TYPE[rk]} res_ = "
+                 f"{GLSL_TYPE[rk]}({body}); " +
                      store.replace(f"({body})", "res_", 1),
     }
     if vec:     # the same expression per component of 16-byte words
@@ -289,7 +293,7 @@ def contiguous(ctx: Context, ref: TRef) -> TRef:
 
 # --- tables ----------------------------------------------------------------
 FLOAT_UNARY = {
-    aten.exp.default: "exp($0)", aten.log.default: "log($0)", aten.sqrt.default: "sqrt($0)",
+    aten.exp.default: "exp($0)", aten.log.default: "log_f($0)", aten.sqrt.default: "sqrt($0)",
     aten.rsqrt.default: "inversesqrt($0)", aten.tanh.default: "tanh_f($0)",
     aten.sigmoid.default: "sigmoid_f($0)", aten.sin.default: "sin($0)",
     aten.cos.default: "cos($0)", aten.tan.default: "tan_f($0)", aten.exp2.default: "exp2($0)",
@@ -297,12 +301,12 @@ FLOAT_UNARY = {
     # Kahan's forms: accurate near 0, where log(1 + x) and exp(x) - 1 cancel
     aten.log1p.default: "log1p_f($0)", aten.expm1.default: "expm1_f($0)",
     aten.reciprocal.default: "1.0 / $0", aten.erf.default: "erf_f($0)",
-    aten.asin.default: "(abs($0) <= 1.0 ? atan($0, sqrt((1.0 - $0) * (1.0 + $0))) : "
+    aten.asin.default: "(abs($0) <= 1.0 ? atan2_f($0, sqrt((1.0 - $0) * (1.0 + $0))) : "
                        "uintBitsToFloat(0x7fc00000u))",   # lavapipe asin is 4e-4 off
-    aten.acos.default: "(abs($0) <= 1.0 ? atan(sqrt((1.0 - $0) * (1.0 + $0)), $0) : "
-                       "uintBitsToFloat(0x7fc00000u))", aten.atan.default: "atan($0)",
-    aten.sinh.default: "sinh($0)", aten.cosh.default: "cosh($0)",
-    aten.asinh.default: "asinh($0)", aten.acosh.default: "acosh($0)",
+    aten.acos.default: "(abs($0) <= 1.0 ? atan2_f(sqrt((1.0 - $0) * (1.0 + $0)), $0) : "
+                       "uintBitsToFloat(0x7fc00000u))", aten.atan.default: "atan_f($0)",
+    aten.sinh.default: "sinh_f($0)", aten.cosh.default: "cosh($0)",
+    aten.asinh.default: "asinh_f($0)", aten.acosh.default: "acosh($0)",
     aten.atanh.default: "atanh($0)",
     aten.silu.default: "$0 * sigmoid_f($0)",
     aten.isnan.default: "isnan($0)", aten.isinf.default: "isinf($0)",
@@ -316,12 +320,11 @@ SAME_KIND_UNARY = {
 }
 ARITH = {  # computed in the output's kind
     aten.mul.Tensor: "$0 * $1", aten.div.Tensor: "$0 / $1",
-    aten.maximum.default: "max($0, $1)", aten.minimum.default: "min($0, $1)",
-    aten.pow.Tensor_Tensor: "pow_f($0, $1)", aten.pow.Tensor_Scalar: "pow_f($0, $1)",
-    aten.pow.Scalar: "pow_f($0, $1)", aten.atan2.default: "atan($0, $1)",
-    aten.fmod.Tensor: "$0 - $1 * trunc($0 / $1)", aten.fmod.Scalar: "$0 - $1 * trunc($0 / $1)",
-    aten.remainder.Tensor: "$0 - $1 * floor($0 / $1)",
-    aten.remainder.Scalar: "$0 - $1 * floor($0 / $1)",
+    aten.maximum.default: "max_f($0, $1)", aten.minimum.default: "min_f($0, $1)",
+    aten.pow.Tensor_Tensor: "pow_f($0, $1)",
+    aten.pow.Scalar: "pow_f($0, $1)", aten.atan2.default: "atan2_f($0, $1)",
+    aten.fmod.Tensor: "fmod_f($0, $1)", aten.fmod.Scalar: "fmod_f($0, $1)",
+    aten.remainder.Tensor: "remainder_f($0, $1)", aten.remainder.Scalar: "remainder_f($0, $1)",
     aten.bitwise_and.Tensor: "$0 & $1", aten.bitwise_or.Tensor: "$0 | $1",
     aten.bitwise_xor.Tensor: "$0 ^ $1",
 }
@@ -343,11 +346,12 @@ def _input_kind(ctx: Context) -> str:
 
 _ROUNDING = ("floor($0)", "ceil($0)", "trunc($0)", "roundEven($0)")
 BOOL_FORMS = {"$0 & $1": "$0 && $1", "$0 | $1": "$0 || $1", "$0 ^ $1": "$0 != $1", "~$0": "!$0",
-              "$0 * $1": "$0 && $1", "$0 + $1": "$0 || $1", "max($0, $1)": "$0 || $1",
-              "min($0, $1)": "$0 && $1", "abs($0)": "$0", "sign($0)": "$0",
+              "$0 * $1": "$0 && $1", "$0 + $1": "$0 || $1", "max_f($0, $1)": "$0 || $1",
+              "min_f($0, $1)": "$0 && $1", "abs($0)": "$0", "sign($0)": "$0",
               **{e: "$0" for e in _ROUNDING}}
-INT_FORMS = {"$0 - $1 * floor($0 / $1)": "imod_($0, $1)", "$0 - $1 * trunc($0 / $1)": "irem_($0, $1)",
-             "pow_f($0, $1)": "ipow_($0, $1)", **{e: "$0" for e in _ROUNDING}}
+INT_FORMS = {"remainder_f($0, $1)": "imod_($0, $1)", "fmod_f($0, $1)": "irem_($0, $1)",
+             "pow_f($0, $1)": "ipow_($0, $1)", "max_f($0, $1)": "max($0, $1)",
+             "min_f($0, $1)": "min($0, $1)", **{e: "$0" for e in _ROUNDING}}
 
 
 def _for_kind(expr: str, kind: str) -> str:
@@ -375,7 +379,7 @@ def _register_tables():
 
 _register_tables()
 FUSIBLE.update(FLOAT_UNARY, SAME_KIND_UNARY, ARITH, COMPARE, LOGICAL,
-               [aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
+               [aten.pow.Tensor_Scalar, aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
                 aten.mul.Scalar, aten.div.Scalar, aten.where.self, aten.where.ScalarSelf,
                 aten.where.ScalarOther, aten.relu.default, aten.clamp.default,
                 aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
@@ -393,6 +397,20 @@ def add(ctx, a, b, alpha=1):
     return ew(ctx, f"$0 {sign} $2 * $1", [a, b, alpha], k, compute=k)
 
 
+# torch's float pow with these scalar exponents is these forms (sqrt(-inf) is NaN where
+# pow(-inf, 0.5) is inf; x * x keeps the last bit pow's exp2(log2) loses)
+POW_FORMS = {2: "$0 * $0", 3: "$0 * $0 * $0", -2: "1.0 / ($0 * $0)", 0.5: "sqrt($0)",
+             -0.5: "inversesqrt($0)", -1: "1.0 / $0"}
+
+
+@lowering(aten.pow.Tensor_Scalar)
+def pow_scalar(ctx, a, b):
+    k = ctx.out_kind()
+    if k == "f32" and not isinstance(b, bool) and b in POW_FORMS:
+        return ew(ctx, POW_FORMS[b], [a], k, compute=k)
+    return ew(ctx, _for_kind("pow_f($0, $1)", k), [a, b], k, compute=k)
+
+
 @lowering(aten.mul.Scalar, aten.div.Scalar)
 def scalar_arith(ctx, a, b):
     op = "*" if ctx.node.target == aten.mul.Scalar else "/"
@@ -407,6 +425,8 @@ def div_mode(ctx, a, b, rounding_mode=None):
     if k == "i32" and rounding_mode in ("trunc", "floor"):
         e = "$0 / $1" if rounding_mode == "trunc" else "ifloordiv_($0, $1)"
         return ew(ctx, e, [a, b], k, compute="i32")
+    if rounding_mode == "floor":    # torch's rule, from the exact remainder
+        return ew(ctx, "floordiv_f($0, $1)", [a, b], k, compute="f32", result="f32")
     return ew(ctx, f"{fn}($0 / $1)", [a, b], k, compute="f32", result="f32")
 
 
@@ -420,22 +440,22 @@ def where(ctx, cond, a, b):
 @lowering(aten.relu.default)
 def relu(ctx, x):
     k = ctx.out_kind()
-    e = "(isnan($0) || $0 > 0.0) ? $0 : 0.0" if k == "f32" else "max($0, 0)"
+    e = "$0 < 0.0 ? 0.0 : $0" if k == "f32" else "max($0, 0)"
     return ew(ctx, e, [x], k, compute=k)
 
 
 @lowering(aten.clamp.default, aten.clamp.Tensor)
 def clamp(ctx, x, lo=None, hi=None):
+    """min(max(x, lo), hi); for floats a NaN in x or a bound gives NaN, as torch's."""
     k = ctx.out_kind()
+    mx, mn = ("max_f", "min_f") if k == "f32" else ("max", "min")
     expr, ops = "$0", [x]
     if lo is not None:
         ops.append(lo)
-        expr = f"max({expr}, ${len(ops) - 1})"
+        expr = f"{mx}({expr}, ${len(ops) - 1})"
     if hi is not None:
         ops.append(hi)
-        expr = f"min({expr}, ${len(ops) - 1})"
-    if k == "f32":  # torch propagates NaN through clamp
-        expr = f"(isnan($0) ? $0 : {expr})"
+        expr = f"{mn}({expr}, ${len(ops) - 1})"
     return ew(ctx, expr, ops, k, compute=k)
 
 
@@ -461,7 +481,7 @@ def leaky_relu(ctx, x, slope=0.01):
 
 @lowering(aten.hardtanh.default)
 def hardtanh(ctx, x, lo=-1.0, hi=1.0):
-    return ew(ctx, "clamp($0, $1, $2)", [x, lo, hi], "f32", compute="f32")
+    return ew(ctx, "min_f(max_f($0, $1), $2)", [x, lo, hi], "f32", compute="f32")
 
 
 @lowering(aten._to_copy.default, aten.clone.default, aten.copy.default,

@@ -163,7 +163,7 @@ UNARY = {  # op -> (expr, preamble, result kind)
 FLOAT_BINARY = {
     aten.copysign.Tensor: ("signbit_f($1) ? -abs($0) : abs($0)", SIGNBIT),
     aten.copysign.Scalar: ("signbit_f($1) ? -abs($0) : abs($0)", SIGNBIT),
-    aten.hypot.default: ("length(vec2($0, $1))", ""),
+    aten.hypot.default: ("hypot_f($0, $1)", ""),
     aten.nextafter.default: ("nextafter_f($0, $1)", NEXTAFTER),
     aten.ldexp.Tensor: ("$0 * exp2($1)", ""),
     aten.xlogy.Tensor: ("isnan($1) ? $1 : ($0 == 0.0 ? 0.0 : $0 * log($1))", ""),
@@ -171,8 +171,8 @@ FLOAT_BINARY = {
     aten.igammac.default: ("igamma_f($0, $1, true)", IGAMMA),
 }
 SAME_KIND_BINARY = {  # NaN-ignoring max/min for floats; plain for ints
-    aten.fmax.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : max($0, $1)))", "max($0, $1)"),
-    aten.fmin.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : min($0, $1)))", "min($0, $1)"),
+    aten.fmax.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : max_f($0, $1)))", "max($0, $1)"),
+    aten.fmin.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : min_f($0, $1)))", "min($0, $1)"),
     aten.bitwise_left_shift.Tensor: ("$0 << $1", "$0 << $1"),
     aten.bitwise_right_shift.Tensor: ("$0 >> $1", "$0 >> $1"),
     aten.bitwise_left_shift.Tensor_Scalar: ("$0 << $1", "$0 << $1"),
@@ -207,7 +207,7 @@ def round_decimals(ctx, x, *, decimals=0):
 
 @lowering(aten.elu.default)
 def elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
-    return ew(ctx, "$0 > 0.0 ? $2 * $0 : $2 * $1 * (exp($0 * $3) - 1.0)",
+    return ew(ctx, "$0 > 0.0 ? $2 * $0 : $2 * $1 * expm1_f($0 * $3)",
               [x, float(alpha), float(scale), float(input_scale)], "f32", compute="f32")
 
 

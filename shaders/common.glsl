@@ -28,6 +28,11 @@ const float M_2_SQRTPI = 1.12837916709551257390;
 // erf with |error| < 1.2e-7 (Numerical Recipes erfc, Chebyshev fit).
 float erf_f(float x) {
     float z = abs(x);
+    if (z < 0.5) {  // the Taylor series: 1 - erfc cancels near 0
+        float q = x * x;
+        return M_2_SQRTPI * x * (1.0 - q * (1.0 / 3.0 - q * (0.1 - q * (1.0 / 42.0 - q * (1.0 / 216.0
+               - q * (1.0 / 1320.0))))));
+    }
     float t = 1.0 / (1.0 + 0.5 * z);
     float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
               t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
@@ -63,8 +68,14 @@ float tan_f(float xx) {
     return xx < 0.0 ? -t : t;
 }
 float tanh_f(float x) {  // GLSL tanh overflows to NaN for |x| > ~44 on some drivers
-    float e = exp(-2.0 * abs(x));
-    return sign(x) * (1.0 - e) / (1.0 + e);
+    float e = expm1_f(-2.0 * abs(x));  // exp(-2|x|) - 1: no cancellation near 0
+    float t = -e / (2.0 + e);
+    return x < 0.0 ? -t : (x > 0.0 ? t : x);
+}
+float sinh_f(float x) {  // (E + E / (E + 1)) / 2 with E = expm1(|x|): accurate near 0
+    float e = expm1_f(abs(x));
+    float s = isinf(e) ? e : 0.5 * (e + e / (e + 1.0));
+    return x < 0.0 ? -s : (x > 0.0 ? s : x);
 }
 float sigmoid_f(float x) { return x >= 0.0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x)); }
 // Integer division and modulo with torch's signs (GLSL's int division truncates).
@@ -87,9 +98,4 @@ float round_bf16(float x) {  // to the nearest bfloat16, ties to even (NaN kept)
     u += 0x7fffu + ((u >> 16) & 1u);
     return uintBitsToFloat(u & 0xffff0000u);
 }
-float pow_f(float a, float b) {  // torch semantics for negative bases and integer exponents
-    if (b == 0.0) return 1.0;
-    if (a >= 0.0) return pow(a, b);
-    if (b == floor(b)) { float p = pow(-a, b); return mod(b, 2.0) == 0.0 ? p : -p; }
-    return uintBitsToFloat(0x7fc00000u);
-}
+#include "ieee.glsl"
