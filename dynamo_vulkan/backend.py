@@ -268,6 +268,9 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
     cfg = config.load()
     if not device.is_available(cfg.device_index):
         reason = device.device_info(cfg.device_index).get("reason", "no Vulkan device")
+        if cfg.fallback == "error":
+            raise VulkanFallbackError(f"{reason}; the model would run on the CPU "
+                                      "(DYNAMO_VULKAN_FALLBACK=error)")
         _warn_once("no-device", f"dynamo_vulkan: {reason}; running the model on the CPU")
         return gm.forward
     device.set_fence_spin(cfg.fence_spin_us, cfg.device_index)

@@ -1,7 +1,11 @@
-"""Environment toggles, read each time a graph is compiled (see DESIGN.md)."""
+"""Environment toggles, read each time a graph is compiled (see DESIGN.md).
+
+A value outside what a variable allows is a ConfigError naming the variable, the value
+and what is allowed; nothing is guessed ("maybe" is neither on nor off)."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,16 +15,51 @@ FALLBACK_MODES = ("warn", "error", "silent")
 # calls' waits are short. Not on a CPU device (lavapipe), whose own threads do the work
 # on the cores a polling thread would take.
 DEFAULT_FENCE_SPIN_US = 1000
+MAX_FENCE_SPIN_US = 10_000_000      # 10 s: a longer spin is a mistake, not a setting
+MAX_DEVICE_INDEX = 1 << 16
+FLAG_VALUES = {"1": True, "true": True, "yes": True, "on": True,
+               "0": False, "false": False, "no": False, "off": False}
 CPU_MATMUL_MODES = ("host", "vulkan")
 INT_DOT_MODES = ("auto", "on", "off")
+
+
+class ConfigError(ValueError):
+    """An environment variable holds a value it does not allow."""
 
 
 def _mode(var: str, modes: tuple) -> str:
     """One of `modes` from environment variable `var` (unset or empty: the first)."""
     mode = os.environ.get(var, modes[0]).strip().lower() or modes[0]
     if mode not in modes:
-        raise ValueError(f"{var}={mode!r} is not one of {modes}")
+        raise ConfigError(f"{var}={mode!r} is not one of {modes}")
     return mode
+
+
+def _whole(var: str, hi: int, what: str) -> int | None:
+    """A whole number in [0, hi] from `var`, or None when unset or empty."""
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return None
+    if not re.fullmatch(r"[0-9]+", raw) or int(raw) > hi:
+        raise ConfigError(f"{var}={raw[:40]!r} must be a whole number from 0 to {hi} ({what})")
+    return int(raw)
+
+
+def _dump_dir(var: str) -> Path | None:
+    """The debug dump's directory from `var`, created now so that a path that cannot be a
+    directory is reported here rather than as an OSError in the middle of a compile."""
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        raise ConfigError(f"{var}={raw!r} must be a directory this process can create and "
+                          f"write: {e.strerror or e}") from None
+    return path
 
 
 def cpu_matmul() -> str:
@@ -58,30 +97,28 @@ class Config:
         return f"dev{self.device_index}-cpu_matmul:{cpu_matmul()}-int_dot:{int_dot()}"
 
 
-def _flag(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() not in ("0", "false", "no", "off", "")
+def _flag(name: str, default: bool) -> bool:
+    """On or off from `name`: 1/true/yes/on or 0/false/no/off (unset or empty: default)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if raw.lower() not in FLAG_VALUES:
+        raise ConfigError(f"{name}={raw[:40]!r} is neither on nor off: use one of "
+                          f"{', '.join(FLAG_VALUES)}")
+    return FLAG_VALUES[raw.lower()]
 
 
 def load() -> Config:
-    fallback = os.environ.get("DYNAMO_VULKAN_FALLBACK", "warn").strip().lower()
-    if fallback not in FALLBACK_MODES:
-        raise ValueError(
-            f"DYNAMO_VULKAN_FALLBACK={fallback!r} is not one of {FALLBACK_MODES}")
-    dev = os.environ.get("DYNAMO_VULKAN_DEVICE", "0").strip() or "0"
-    if not dev.isdigit():
-        raise ValueError(f"DYNAMO_VULKAN_DEVICE={dev!r} must be a device index (0, 1, ...)")
-    dump = os.environ.get("DYNAMO_VULKAN_DEBUG_DUMP", "").strip()
+    fallback = _mode("DYNAMO_VULKAN_FALLBACK", FALLBACK_MODES)
+    dev = _whole("DYNAMO_VULKAN_DEVICE", MAX_DEVICE_INDEX, "a device index")
     cache_dir = os.environ.get("DYNAMO_VULKAN_CACHE_DIR", "").strip()
-    spin = os.environ.get("DYNAMO_VULKAN_FENCE_SPIN_US", "").strip()
-    if spin and not spin.isdigit():
-        raise ValueError(f"DYNAMO_VULKAN_FENCE_SPIN_US={spin!r} must be a whole number of "
-                         "microseconds (0 blocks on the fence at once)")
     return Config(
-        cache_enabled=_flag("DYNAMO_VULKAN_CACHE", "1"),
-        cache_dir=Path(cache_dir) if cache_dir else Path.home() / ".cache" / "dynamo_vulkan",
-        debug_dump=Path(dump) if dump else None,
+        cache_enabled=_flag("DYNAMO_VULKAN_CACHE", True),
+        cache_dir=Path(cache_dir).expanduser() if cache_dir else Path.home() / ".cache" / "dynamo_vulkan",
+        debug_dump=_dump_dir("DYNAMO_VULKAN_DEBUG_DUMP"),
         fallback=fallback,
-        device_index=int(dev),
-        profile=_flag("DYNAMO_VULKAN_PROFILE", "0"),
-        fence_spin_us=int(spin) if spin else None,
+        device_index=dev or 0,
+        profile=_flag("DYNAMO_VULKAN_PROFILE", False),
+        fence_spin_us=_whole("DYNAMO_VULKAN_FENCE_SPIN_US", MAX_FENCE_SPIN_US,
+                             "microseconds to poll the fence; 0 blocks at once"),
     )

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import importlib.util
 import logging
+import math
 import os
 import sys
 import time
@@ -140,11 +141,28 @@ def find_model(name) -> Path:
 
 
 def load(model, max_ctx: int | None = None, progress: bool = False):
-    """(decoder, tokenizer) of a GGUF path or model name."""
+    """(decoder, tokenizer) of a GGUF path or model name. A ``max_ctx`` above the file's
+    own context is a ValueError before anything is allocated for it (its RoPE tables and
+    KV cache grow with it)."""
     from .models import load_model
 
     path = find_model(model)
+    if max_ctx is not None:
+        check_ctx(path, max_ctx)
     return load_model(path, max_ctx=max_ctx, progress=progress, with_tokenizer=True)
+
+
+def check_ctx(path, max_ctx: int) -> None:
+    """ValueError unless 1 <= max_ctx <= the file's {arch}.context_length."""
+    from .gguf.reader import open_gguf
+
+    if isinstance(max_ctx, bool) or not isinstance(max_ctx, int) or max_ctx < 1:
+        raise ValueError(f"max_ctx must be a whole number >= 1, got {max_ctx!r}")
+    with open_gguf(path, check_architecture=False, header_only=True) as f:
+        trained = f.arch_get("context_length", None)
+    if isinstance(trained, int) and max_ctx > trained:
+        raise ValueError(f"a context of {max_ctx} tokens is above the {trained} that {Path(path).name} "
+                         f"was trained for (its {f.architecture}.context_length)")
 
 
 @dataclass
@@ -345,6 +363,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     """ % (DEFAULT_STEPS_PER_CALL, BURST_S, GRAPH_STEPS_PER_CALL)
     from .gguf.tokenizer import StreamDecoder
 
+    check_sampling(max_new_tokens, temperature, top_k, top_p)
     if tokenizer is None:
         if not isinstance(model, (str, os.PathLike)):
             raise ValueError("pass the tokenizer with a model object")
@@ -451,22 +470,74 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     return res
 
 
+MAX_NEW_TOKENS = 1 << 20
+MAX_CTX = 1 << 20        # --ctx: beyond any file's context here; the file's own is checked too
+MAX_TEMPERATURE = 100.0
+
+
+def check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
+    """ValueError naming the first setting out of its range."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or \
+            not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise ValueError(f"max_new_tokens must be a whole number from 1 to {MAX_NEW_TOKENS}, "
+                         f"got {max_new_tokens!r}")
+    if not (isinstance(temperature, (int, float)) and 0 <= temperature <= MAX_TEMPERATURE):
+        raise ValueError(f"temperature must be from 0 (greedy) to {MAX_TEMPERATURE:g}, got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be a whole number >= 0 (0: off), got {top_k!r}")
+    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] (1: off), got {top_p!r}")
+
+
+def _ranged(kind, lo, hi, what: str, lo_open: bool = False):
+    """An argparse type: a `kind` (int or float) in [lo, hi] ((lo, hi] with lo_open),
+    finite; anything else is a one-line usage error naming `what` is allowed."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return v
+    return parse
+
+
+def _backend_name(text: str) -> str:
+    """A torch.compile backend Dynamo knows, or 'none'."""
+    import torch._dynamo
+
+    name = text.strip().lower()
+    known = set(torch._dynamo.list_backends(exclude_tags=())) | {"none"}
+    if name not in known:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a torch.compile backend; choose vulkan, eager, inductor, aot_eager, "
+            "none (no compile), or another that torch._dynamo.list_backends() names")
+    return name
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.generate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="a .gguf file, or a model name: " + ", ".join(KNOWN_MODELS))
     p.add_argument("--prompt", "-p", required=True)
-    p.add_argument("--max-new-tokens", "-n", type=int, default=64)
-    p.add_argument("--temperature", "-t", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--max-new-tokens", "-n", default=64,
+                   type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"))
+    p.add_argument("--temperature", "-t", default=0.0, help="0 = greedy (default)",
+                   type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
+    p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
+                   type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
+    p.add_argument("--top-p", default=1.0, help="nucleus sampling mass (1: off)",
+                   type=_ranged(float, 0.0, 1.0, "a number in (0, 1]", lo_open=True))
+    p.add_argument("--seed", default=None, type=_ranged(int, 0, (1 << 64) - 1, "a whole number from 0 to 2^64-1"))
     p.add_argument("--chat", action="store_true", help="apply the file's chat template to the prompt")
     p.add_argument("--system", default=None, help="system message (with --chat)")
-    p.add_argument("--backend", default="vulkan", help="torch.compile backend: vulkan (default), eager, ...; 'none' = no compile")
-    p.add_argument("--ctx", type=int, default=None, help="KV cache size (default: min(file's context, 2048))")
+    p.add_argument("--backend", default="vulkan", type=_backend_name,
+                   help="torch.compile backend: vulkan (default), eager, ...; 'none' = no compile")
+    p.add_argument("--ctx", default=None, help="KV cache size (default: min(file's context, 2048))",
+                   type=_ranged(int, 1, MAX_CTX, f"a whole number from 1 to {MAX_CTX} (and the file's context)"))
     p.add_argument("--no-warmup", action="store_true", help="time the first (compiling) runs too")
-    p.add_argument("--steps-per-call", type=int, default=None,
+    p.add_argument("--steps-per-call", default=None, type=_ranged(int, 1, 1 << 16, "a whole number >= 1"),
                    help=f"greedy decode steps per GPU submit (default: up to {DEFAULT_STEPS_PER_CALL} when "
                         f"greedy on a Vulkan GPU, as many as fit {BURST_S} s; 1 on a CPU Vulkan device "
                         "or when sampling)")
@@ -477,18 +548,28 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    from . import config
+    from .backend import VulkanFallbackError
     from .gguf.errors import GGUFError
     from .models.decoder import ContextOverflowError
 
-    backend = None if args.backend.lower() == "none" else args.backend
+    backend = None if args.backend == "none" else args.backend
+    expected = (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError, VulkanFallbackError)
     try:
+        config.load()                   # the DYNAMO_VULKAN_* settings, before any work
         model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
         res = generate(model, args.prompt, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                        top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, system=args.system,
                        backend=backend, stream=sys.stdout, warmup=not args.no_warmup,
                        steps_per_call=args.steps_per_call)
-    except (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError) as e:
+    except expected as e:
         log.error("%s", e)
+        return 2
+    except torch._dynamo.exc.BackendCompilerFailed as e:   # the backend's own error, one line
+        inner = getattr(e, "inner_exception", None) or e.__cause__
+        if not isinstance(inner, expected):
+            raise
+        log.error("%s", inner)
         return 2
     sys.stdout.write("\n")
     sys.stdout.flush()

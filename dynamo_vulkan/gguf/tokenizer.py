@@ -255,20 +255,10 @@ class GGUFTokenizer:
         template = self.chat_template
         if template is None:
             raise GGUFError("this GGUF file has no chat template (tokenizer.chat_template)")
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from .chat_template import render   # jinja2's sandbox, with bounded time and memory
 
-        def raise_exception(msg):
-            raise jinja2.exceptions.TemplateError(msg)
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-        env.globals["raise_exception"] = raise_exception
-        return env.from_string(template).render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-        )
+        return render(template, messages=messages, add_generation_prompt=add_generation_prompt,
+                      bos_token=self.bos_token, eos_token=self.eos_token)
 
 
 class StreamDecoder:
