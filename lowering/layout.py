@@ -7,7 +7,7 @@ import torch
 
 from .core import TRef, contiguous_strides, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
-from .fusion import FUSIBLE
+from .fusion import FUSIBLE, materialize
 
 aten = torch.ops.aten
 
@@ -52,8 +52,12 @@ def repeat(ctx, x, repeats):
 @lowering(aten.flip.default)
 def flip(ctx, x, dims):
     """A view that walks the flipped dims backwards (negative strides, which the
-    kernels' uint offset arithmetic wraps correctly), copied out."""
-    x = ctx.ref(x)
+    kernels' uint offset arithmetic wraps correctly), copied out. An elementwise
+    producer deferred for it (flip is FUSIBLE) is computed first, as a kernel of its
+    own even when flip itself is being deferred."""
+    defer, ctx.defer_next = ctx.defer_next, False
+    x = ctx.ref(materialize(ctx, x))
+    ctx.defer_next = defer
     strides, offset = list(x.strides), x.offset
     for d in {d % max(1, x.ndim) for d in dims} if x.ndim else ():
         if x.shape[d] > 1:
