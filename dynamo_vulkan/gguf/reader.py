@@ -35,6 +35,7 @@ __all__ = ["GGUFFile", "TensorInfo", "open_gguf", "SUPPORTED_ARCHITECTURES", "GG
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")  # models/config.py builds each
 
 _MISSING = object()
+_COPY_PIECE = 16 << 20   # bytes of a tensor copied out of the mapping at a time (raw)
 
 
 @dataclass(frozen=True)
@@ -363,7 +364,11 @@ class GGUFFile:
         if self.header_only:
             raise GGUFError(f"{self.path}: opened header-only; tensor {name!r} cannot be read")
         if self._mm is not None:
-            arr = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset).copy()
+            arr = np.empty(info.nbytes, np.uint8)
+            src = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+            for i in range(0, info.nbytes, _COPY_PIECE):
+                arr[i:i + _COPY_PIECE] = src[i:i + _COPY_PIECE]
+                self._unmap(info.offset + i, min(_COPY_PIECE, info.nbytes - i))
         elif self._reader is not None:
             arr = np.asarray(self._reader.data[info.offset:info.offset + info.nbytes]).copy()
         else:
@@ -371,6 +376,15 @@ class GGUFFile:
         if arr.size != info.nbytes:
             raise GGUFError(f"{self.path}: tensor {name!r}: {arr.size} bytes, expected {info.nbytes}")
         return torch.from_numpy(arr)
+
+    def _unmap(self, offset: int, nbytes: int) -> None:
+        """Drop copied bytes' pages from the mapping (the page cache keeps them; a later read
+        maps them again): mapped pages count in RSS until the file is closed, so loading a
+        900 MB file peaked at 1.9x its size above the baseline, 1.5x copying each tensor
+        whole before its pages were dropped."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            start = offset - offset % mmap.PAGESIZE
+            self._mm.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
 
     def float_tensor(self, name: str) -> torch.Tensor:
         """The tensor decoded to float32, in torch shape (reversed ne)."""
