@@ -111,7 +111,11 @@ class Resident:
 
     def sync(self, t: torch.Tensor) -> None:
         if self.stale(t):
-            upload(self.mgr, self.tensor, host_words(t, self.kind, self.span))
+            if base_kind(self.kind) == "u8":     # GGUF rows: made in the staging memory itself
+                upload_filled(self.mgr, self.tensor,
+                              lambda out: packed_bytes_into(t, self.kind, self.span, out))
+            else:
+                upload(self.mgr, self.tensor, host_words(t, self.kind, self.span))
             self.version = t._version
             _stats["uploads"] += 1
 
@@ -214,6 +218,16 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
     return t.numpy().view(np.uint32)
 
 
+def packed_bytes_into(t: torch.Tensor, kind: str, span, out: np.ndarray) -> None:
+    """host_words of a "u8" kind, written into `out` (uint8, the words' bytes) instead of
+    a new array: the bytes in the GPU order of their kind, then zeros."""
+    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if span is not None:
+        b = b[span[0]:span[0] + span[1]]
+    gpu_rows(b.numpy(), kind, out[:b.numel()])
+    out[b.numel():] = 0
+
+
 def staging_view(t) -> np.ndarray:
     """A writable numpy view of a kp device tensor's mapped staging memory.
 
@@ -231,9 +245,22 @@ def upload(mgr, dst, words: np.ndarray) -> None:
     The two copies (host staging -> its device buffer -> dst) are both transfers;
     kp orders neither, so the barrier between them is what keeps a real GPU
     from copying the staging tensor before it is filled."""
-    kp = _kp()
     words = np.ascontiguousarray(words, dtype=np.uint32).reshape(-1)
-    staging = mgr.tensor_t(words if words.size else np.zeros(1, np.uint32))
+    _copy_in(mgr, mgr.tensor_t(words if words.size else np.zeros(1, np.uint32)), dst)
+
+
+def upload_filled(mgr, dst, fill) -> None:
+    """upload, with fill(uint8 view of the staging memory) writing the data where a words
+    array would be copied from: a 128 MiB chunk of GGUF rows then takes its staging buffer
+    and no second host copy (kp copies the array it is made from once more)."""
+    staging = mgr.tensor_t(np.zeros(dst.size(), np.uint32))   # zeros: pages untouched till kp's copy
+    fill(staging_view(staging).view(np.uint8))
+    _copy_in(mgr, staging, dst)
+
+
+def _copy_in(mgr, staging, dst) -> None:
+    """Copy a kp device tensor's staging memory into dst, then free the staging tensor."""
+    kp = _kp()
     mgr.sequence().record(kp.OpTensorSyncDevice([staging])) \
         .record(kp.OpMemoryBarrier([staging], TRANSFER_WRITE, TRANSFER_READ,
                                    STAGE_TRANSFER, STAGE_TRANSFER)) \
