@@ -166,11 +166,11 @@ EMB_WG = 64
 TILE = 64
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): a resident weight is uploaded one buffer at a time, and the
-# upload holds about three copies of that buffer in host memory meanwhile (its words in
-# the GPU's row order, kp's copy of them, the staging buffer: 383 MB of peak RSS for a
-# 128 MiB buffer on lavapipe). So a 7B Q4_K_M file (4.7 GB; output.weight 447 MB in one
-# buffer would take 1.3 GB) loads within 0.1x of the file above its host copy. A chunk of
-# 128 MiB still holds 40,000+ rows of such a model, thousands of workgroups a dispatch.
+# upload holds about two copies of that buffer in host memory meanwhile (the staging
+# buffer, and kp's copy of the array it is made from; runtime/program.upload_filled). So
+# a 7B Q4_K_M file (4.7 GB; output.weight, 447 MB, would take 0.9 GB in one buffer) is
+# uploaded within 0.06x of the file above its host copy. A chunk of 128 MiB still holds
+# 40,000+ rows of such a model, thousands of workgroups a dispatch.
 WEIGHT_BUFFER_MAX = 128 << 20
 
 
