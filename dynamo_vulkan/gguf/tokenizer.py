@@ -223,8 +223,8 @@ class GGUFTokenizer:
             bos = opt_id("tokenizer.ggml.bos_token_id", 1)
             eos = opt_id("tokenizer.ggml.eos_token_id", 2)
             unk = opt_id("tokenizer.ggml.unknown_token_id", 0)
-            model = models.BPE(vocab=vocab, merges=_spm_merges(tokens, scores), unk_token=tokens[unk] if unk is not None else None,
-                               fuse_unk=True, byte_fallback=True)
+            model = models.BPE(vocab=vocab, merges=_spm_merges(tokens, scores), fuse_unk=True, byte_fallback=True,
+                               unk_token=tokens[unk] if unk is not None else None)
             tok = Tokenizer(model)
             add_prefix = bool(f.get("tokenizer.ggml.add_space_prefix", True))
             norms = [normalizers.Replace(" ", "\u2581")]
