@@ -9,7 +9,13 @@ every backend's output is checked against eager CPU in the same run.
 
 Peers: IREE on Vulkan (pip install 'dynamo-vulkan[peers]') for the MLP and the
 transformer block; llama.cpp's Vulkan backend for the GGUF models, found with
---llama-cpp DIR or LLAMA_CPP_DIR. A missing peer is skipped with a note.
+--llama-cpp [DIR] or LLAMA_CPP_DIR (its full-strength build where DIR holds both).
+A missing peer is skipped with a note.
+
+Any GGUF model, llama-bench style (prefill 512 / decode 128 and 128 / 64 by default;
+see benchmarks/suites/llm.py, which also says how to run the 7B rows on a GPU machine):
+
+    python -m benchmarks --models MODEL.gguf SKELETON.json.gz --llama-cpp [DIR]
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ OURS = ("vulkan", "vulkan_kernel")   # rows whose errors decide the exit status 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--suites", default=",".join(suites.NAMES), help="comma-separated (see --list); default: all")
+    p.add_argument("--suites", default=None, help="comma-separated (see --list); default: all (with --models: llm)")
     p.add_argument("--list", action="store_true", help="list the suites and exit")
     p.add_argument("--reps", type=int, default=None, help="repetitions per figure after warm-up (default 20, --quick 3)")
     p.add_argument("--max-seconds", type=float, default=None,
@@ -48,14 +54,30 @@ def parser() -> argparse.ArgumentParser:
                    help="start no suite after S seconds (the ones left are noted); results are written after each suite")
     p.add_argument("--no-inductor", action="store_true", help="leave out the inductor CPU baseline")
     p.add_argument("--no-peers", action="store_true", help="leave out IREE and llama.cpp")
-    p.add_argument("--llama-cpp", default=None, metavar="DIR",
-                   help=f"llama.cpp with its Vulkan backend (default: ${'{'}LLAMA_CPP_DIR{'}'}); see benchmarks/peers/llama_cpp.py")
+    p.add_argument("--llama-cpp", default=None, metavar="DIR", nargs="?", const="auto",
+                   help=f"llama.cpp with its Vulkan backend (default: ${'{'}LLAMA_CPP_DIR{'}'}): a build, or a folder of "
+                        "builds (llama-cpp-full taken before llama-cpp); without DIR: ../shared/peers or "
+                        ".device-kit/peers; see benchmarks/peers/llama_cpp.py")
     p.add_argument("--iree-target", default="auto", help="--iree-vulkan-target for IREE (auto: from the device name; "
                                                          "'default': IREE's portable baseline)")
     p.add_argument("--iree-vmfb-dir", default=None, metavar="DIR",
                    help="compiled IREE modules, reused and written here (default ~/.cache/dynamo_vulkan/iree)")
     p.add_argument("--gguf-skeletons", default=None, metavar="DIR",
                    help="NAME.json.gz skeletons (benchmarks/synth_model.py) for models that are not installed")
+    llm = p.add_argument_group("llm suite", "any GGUF model, llama-bench style (benchmarks/suites/llm.py)")
+    llm.add_argument("--models", nargs="+", action="extend", default=[], metavar="PATH_OR_SKELETON",
+                     help="GGUF files, skeletons (NAME.json.gz), header-only chunks or known names (smollm2, gemma3) "
+                          "timed instead of the default SmolLM2 and Gemma 3")
+    llm.add_argument("--prompt-tokens", default=None, metavar="N,...",
+                     help="prompt lengths (default with --models: 512,128; else 128)")
+    llm.add_argument("--gen-tokens", default=None, metavar="N,...",
+                     help="decode steps, one per prompt length or one for all (default with --models: 128,64; else 64)")
+    llm.add_argument("--no-eager", action="store_true", help="leave eager CPU out of the llm suite (no error check)")
+    llm.add_argument("--eager-max-gb", type=float, default=1.0, metavar="GB",
+                     help="time eager CPU only for files up to GB (larger: one prefill and decode step still "
+                          "check our logits; default 1)")
+    llm.add_argument("--layers", type=int, default=None, metavar="N",
+                     help="keep each model's first N layers (random weights, same shapes)")
     p.add_argument("--replot", default=None, metavar="RESULTS_JSON",
                    help="measure nothing: redraw table.md and the plots of a saved results.json into --out")
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -77,7 +99,11 @@ def _iree(args, device_name: str, bench_notes) -> object | None:
 def _llama(args, tmp: Path, bench_notes) -> object | None:
     from .peers.llama_cpp import LlamaCppPeer, locate
 
-    where = locate(args.llama_cpp)
+    try:
+        where = locate(args.llama_cpp)
+    except PeerUnavailable as e:
+        bench_notes.append(f"llama.cpp skipped: {e}")
+        return None
     if where is None:
         try:
             import llama_cpp  # noqa: F401  (installed in the environment)
@@ -93,6 +119,46 @@ def _llama(args, tmp: Path, bench_notes) -> object | None:
 
 class Interrupted(BaseException):
     """SIGTERM (e.g. from `timeout`): stop measuring, then write what was measured."""
+
+
+def _lengths(text: str | None, what: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        out = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what}: {text!r} is not a comma-separated list of integers") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"{what}: {text!r}: give lengths of at least 1")
+    return out
+
+
+def llm_settings(args):
+    """The llm suite's Settings from the command line. The (prompt, decode) pairs zip the
+    two lists; a list of one length serves every entry of the other, and a list not given
+    is the default's (512,128 / 128,64 with --models, else 128 / 64) where it has as
+    many entries as the given one, else the default's first."""
+    from .suites.llm import GIVEN_CASES, Settings
+
+    prompts, gens = _lengths(args.prompt_tokens, "--prompt-tokens"), _lengths(args.gen_tokens, "--gen-tokens")
+    cases = None
+    if prompts or gens:
+        default = GIVEN_CASES if args.models else ((128, 64),)
+        dp, dg = [n for n, _ in default], [g for _, g in default]
+        prompts = prompts or (dp if len(dp) == len(gens) else dp[:1])
+        gens = gens or (dg if len(dg) == len(prompts) else dg[:1])
+        if len(prompts) == 1:
+            prompts = prompts * len(gens)
+        if len(gens) == 1:
+            gens = gens * len(prompts)
+        if len(prompts) != len(gens):
+            raise argparse.ArgumentTypeError(f"--prompt-tokens {args.prompt_tokens} and --gen-tokens "
+                                             f"{args.gen_tokens}: give as many of each, or one of either")
+        cases = list(zip(prompts, gens))
+    if args.layers is not None and args.layers < 1:
+        raise argparse.ArgumentTypeError(f"--layers {args.layers}: keep at least one layer")
+    return Settings(models=list(args.models), cases=cases, eager=not args.no_eager,
+                    eager_max_bytes=args.eager_max_gb * 1e9, layers=args.layers, reps=args.reps)
 
 
 def _interrupt(signum, frame):
@@ -116,13 +182,23 @@ def tables_text(env: dict, probe_results: dict, rows, results, notes: list[str])
                         table.targets_table(results), "Notes:\n" + "\n".join(f"- {n}" for n in notes)])
 
 
+def _plots(rows, out: Path, title: str) -> list[Path]:
+    """The PNG plots, or none (with a warning) where matplotlib is missing: the record and
+    the table are already written."""
+    try:
+        return plots.draw_all(rows, out, title)
+    except ImportError as e:
+        log.warning("plots not drawn: %s (pip install 'dynamo-vulkan[bench]')", e)
+        return []
+
+
 def replot(results_json: Path, out: Path) -> int:
     """The table and plots of a saved run, drawn again (the numbers are the run's, untouched)."""
     doc = record.load_json(results_json)
     out.mkdir(parents=True, exist_ok=True)
     text = tables_text(doc["record"], doc["probes"], doc["rows"], doc["targets"], doc["notes"])
     (out / "table.md").write_text(text + "\n")
-    made = plots.draw_all(doc["rows"], out, f"{doc['record']['device'].get('name')} - {doc['record']['date']}")
+    made = _plots(doc["rows"], out, f"{doc['record']['device'].get('name')} - {doc['record']['date']}")
     sys.stdout.write(text + "\n\nwrote " + ", ".join(str(p) for p in [out / "table.md", *made]) + "\n")
     return 0
 
@@ -136,10 +212,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.replot:
         return replot(Path(args.replot), Path(args.out))
-    names = [s.strip() for s in args.suites.split(",") if s.strip()]
+    chosen = args.suites or ("llm" if args.models else ",".join(suites.NAMES))
+    names = [s.strip() for s in chosen.split(",") if s.strip()]
     unknown = [n for n in names if n not in suites.NAMES]
     if unknown:
         parser().error(f"unknown suite(s) {unknown}; choose from {', '.join(suites.NAMES)}")
+    try:
+        llm = llm_settings(args)
+    except argparse.ArgumentTypeError as e:
+        parser().error(str(e))
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("DYNAMO_VULKAN_FALLBACK", "silent")   # the rows count CPU nodes instead
 
@@ -164,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                                "the two minutes on a small machine)")
         opts = Options(quick=args.quick, plan=plan, inductor=not (args.no_inductor or args.quick),
                        cuda=probes.cuda_available(),
-                       skeleton_dir=args.gguf_skeletons, work_dir=tmp)
+                       skeleton_dir=args.gguf_skeletons, work_dir=tmp, llm=llm)
         if not args.no_peers and {"mlp", "block"} & set(names):
             opts.iree = _iree(args, env["device"].get("name", ""), early_notes)
         if not args.no_peers and "llm" in names:
@@ -203,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         text = _write(out, env, probe_results, bench, args, names, plan)
         title = f"{env['device'].get('name')} - {env['date']}"
-        made = plots.draw_all(bench.rows, out, title)
+        made = _plots(bench.rows, out, title)
         sys.stdout.write(text + "\n\nwrote " + ", ".join(str(p) for p in [out / "results.json", out / "table.md", *made]) + "\n")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -48,6 +48,7 @@ class Options:
     skeleton_dir: Any = None
     work_dir: Any = None
     deadline: float | None = None  # time.perf_counter() after which no new workload starts
+    llm: Any = None               # suites.llm.Settings (--models, lengths, eager CPU) or None: the defaults
 
 
 def max_abs(out, ref) -> tuple[float, float]:

@@ -83,7 +83,7 @@ def latency(rows: list[Row], path: Path, title: str) -> Path | None:
 
 
 def tokens(rows: list[Row], path: Path, title: str) -> Path | None:
-    rows = [r for r in rows if r.suite == "llm" and r.throughput]
+    rows = [r for r in rows if r.suite == "llm" and r.unit == "tok/s" and r.throughput]
     if not rows:
         return None
     plt = _plt()

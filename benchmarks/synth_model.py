@@ -6,9 +6,11 @@ file minus its tensor data: every metadata field (tokenizer included) and every
 tensor's name, type and shape, as gzipped JSON of a few MB. From it we write a
 same-shaped GGUF file whose blocks are random bytes with modest fp16 scales, so
 the model runs with finite numbers (it only babbles). ``n_layers`` keeps the
-first layers only, for quick runs.
+first layers only, for quick runs. A file whose data is cut short (the first chunk
+of a split model, which holds the whole header) gives a skeleton too.
 
     python -m benchmarks.synth_model MODEL.gguf SKELETON.json.gz   # make a skeleton
+    python -m benchmarks.synth_model --llama qwen2-7b --tokenizer-from QWEN2.json.gz LLAMA.json.gz
 """
 from __future__ import annotations
 
@@ -28,9 +30,22 @@ SKIP_FIELDS = ("GGUF.", "general.architecture", "general.alignment")
 
 
 def describe(path: Path) -> dict:
-    """The skeleton of a GGUF file (metadata and tensor infos, no data)."""
+    """The skeleton of a GGUF file (metadata and tensor infos, no data). A file whose data
+    is cut short is read by our header-only reader (gguf.GGUFReader maps every tensor's
+    data, so it fails there), which keeps values but not their GGUF types: those are
+    inferred (value_type)."""
     import gguf
 
+    from dynamo_vulkan.gguf.reader import open_gguf
+
+    with open_gguf(path, check_architecture=False, header_only=True) as h:
+        full = max((t.offset + t.nbytes for t in h.tensors.values()), default=0)
+        if full > h.file_size:
+            fields = [[key, *value_type(val), val] for key, val in h.metadata.items()
+                      if not key.startswith(SKIP_FIELDS)]
+            name = h.get("general.name", None) or Path(path).name
+            return {"source": f"{name} (header of {Path(path).name})", "bytes": full, "arch": h.architecture,
+                    "fields": fields, "tensors": [[t.name, t.qtype_name, list(t.ne)] for t in h.tensors.values()]}
     r = gguf.GGUFReader(str(path))
     fields = []
     for key, f in r.fields.items():
@@ -48,10 +63,41 @@ def describe(path: Path) -> dict:
             "fields": fields, "tensors": tensors}
 
 
+def value_type(val) -> tuple[str, str | None]:
+    """(GGUF value type, array element type) of a metadata value whose type was not kept:
+    the types llama.cpp's converter writes and its loader insists on (it refuses a key of
+    another type): integers UINT32 (INT32 in arrays, as token types are; INT64/UINT64 past
+    32 bits), floats FLOAT32, and booleans and strings as themselves."""
+    if isinstance(val, list):
+        kinds = {value_type(v)[0] for v in val}
+        if len(kinds) > 1 and kinds <= {"UINT32", "INT32", "UINT64", "INT64"}:
+            kinds = {"INT64" if kinds & {"UINT64", "INT64"} else "INT32"}
+        if len(kinds) > 1:
+            raise ValueError(f"a metadata array of mixed types {sorted(kinds)}")
+        sub = kinds.pop() if kinds else "INT32"
+        return "ARRAY", "INT32" if sub == "UINT32" else sub
+    if isinstance(val, bool):
+        return "BOOL", None
+    if isinstance(val, int):
+        if 0 <= val < 1 << 32:
+            return "UINT32", None
+        return ("INT32" if -(1 << 31) <= val < 0 else "INT64" if val < 0 else "UINT64"), None
+    if isinstance(val, float):
+        return "FLOAT32", None
+    if isinstance(val, str):
+        return "STRING", None
+    raise ValueError(f"no GGUF type for a metadata value of type {type(val).__name__}")
+
+
 def save_skeleton(model: Path, out: Path) -> Path:
+    return save(describe(model), out)
+
+
+def save(skel: dict, out: Path) -> Path:
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(out, "wt", encoding="utf-8") as f:
-        json.dump(describe(model), f)
+        json.dump(skel, f)
     return out
 
 
@@ -114,6 +160,23 @@ def llama_skeleton(hidden: int, ffn: int, n_layers: int, n_heads: int, n_kv_head
     total = sum(_nbytes(t, ne) for _, t, ne in tensors)
     return {"source": f"llama {hidden}x{n_layers} (from shapes)", "bytes": total, "arch": a,
             "fields": fields, "tensors": tensors}
+
+
+SHAPES = {"qwen2-7b": QWEN2_7B}
+
+
+def with_tokenizer(skel: dict, donor: dict) -> dict:
+    """``skel`` with the tokenizer fields (tokenizer.*) of ``donor``, whose vocabulary must
+    have as many tokens as skel's embedding has rows (a skeleton made from shapes has no
+    tokenizer; the harness feeds prompts as text and llama.cpp needs a vocabulary)."""
+    tok = [f for f in donor["fields"] if f[0].startswith("tokenizer.")]
+    tokens = next((f[3] for f in tok if f[0] == "tokenizer.ggml.tokens"), None)
+    vocab = next((ne[1] for name, _, ne in skel["tensors"] if name == "token_embd.weight"), None)
+    if tokens is None or vocab is None or len(tokens) != vocab:
+        raise ValueError(f"{donor['source']}'s tokenizer has {len(tokens) if tokens else 'no'} tokens; "
+                         f"{skel['source']}'s embedding has {vocab} rows")
+    fields = [f for f in skel["fields"] if not f[0].startswith("tokenizer.")] + tok
+    return dict(skel, fields=fields, source=f"{skel['source']} with the tokenizer of {donor['source']}")
 
 
 def _layer(name: str) -> int | None:
@@ -185,11 +248,21 @@ def _random_blocks(rng, tname: str, ne: list[int]) -> np.ndarray:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    print(save_skeleton(Path(argv[0]), Path(argv[1])))
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.synth_model", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", nargs="?", help="a GGUF file (or the header-only first chunk of one)")
+    p.add_argument("out", help="the skeleton to write (.json.gz)")
+    p.add_argument("--llama", choices=sorted(SHAPES), help="a llama-architecture skeleton with these shapes instead")
+    p.add_argument("--tokenizer-from", metavar="SKELETON", help="take the tokenizer fields of this skeleton")
+    a = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if (a.model is None) == (a.llama is None):
+        p.error("give a GGUF file or --llama SHAPES")
+    skel = describe(Path(a.model)) if a.model else llama_skeleton(**SHAPES[a.llama])
+    if a.tokenizer_from:
+        skel = with_tokenizer(skel, load_skeleton(Path(a.tokenizer_from)))
+    print(save(skel, Path(a.out)))
     return 0
 
 
