@@ -170,7 +170,7 @@ class GenerationResult:
     prompt_tokens: list[int]
     tokens: list[int]  # generated ids (a stop token excluded)
     text: str
-    stop_reason: str  # "stop_token" or "max_new_tokens" or "context"
+    stop_reason: str  # "stop_token", "max_new_tokens", "context", "stop_string" or "cancelled"
     warmup_s: float = 0.0  # compile + first runs of the two graphs
     prefill_s: float = 0.0
     decode_s: float = 0.0
@@ -257,8 +257,9 @@ def prompt_bucket(n: int, limit: int | None = None) -> int:
     return padded if limit is None else max(n, min(padded, limit))
 
 
-def prompt_args(model, ids: list[int], backend: str | None):
-    """The decoder's arguments (tokens, start_pos, last) for a prompt's prefill. Compiled
+def prompt_args(model, ids: list[int], backend: str | None, start: int = 0):
+    """The decoder's arguments (tokens, start_pos, last) for a prompt's prefill at position
+    ``start`` (the KV cache holds the positions before it). Compiled
     (backend not None), the prompt is padded to prompt_bucket's length, repeating its last
     token, and `last` picks its real last token's logits; its length is marked dynamic, so
     every prompt shares one graph whose length is symbolic (the Vulkan partition still
@@ -268,11 +269,11 @@ def prompt_args(model, ids: list[int], backend: str | None):
     decoder again (SmolLM2 on the H100 machine, 2026-11-25: 14.6-22 s for the second
     length, 1.2-1.35 s for later ones; on lavapipe 32.4 s against 20.7 marked at once,
     the first call 57-61 s and the prefill's speed the same either way)."""
-    padded = len(ids) if backend is None else prompt_bucket(len(ids), model.max_ctx)
+    padded = len(ids) if backend is None else prompt_bucket(len(ids), model.max_ctx - start)
     prompt_t = torch.tensor([ids + ids[-1:] * (padded - len(ids))], dtype=torch.int64)
     if backend is not None:
         torch._dynamo.maybe_mark_dynamic(prompt_t, 1)
-    return prompt_t, torch.tensor(0, dtype=torch.int64), torch.tensor(len(ids) - 1, dtype=torch.int64)
+    return prompt_t, torch.tensor(start, dtype=torch.int64), torch.tensor(len(ids) - 1, dtype=torch.int64)
 
 
 def _kept(model, key, make):
@@ -338,7 +339,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, backend: str | None = "vulkan", max_ctx: int | None = None,
              stream=None, warmup: bool = True, stop_at_eos: bool = True, compiled=None,
-             steps_per_call: int | None = None) -> GenerationResult:
+             steps_per_call: int | None = None, past: int = 0, stop=(), should_stop=None) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
     ``model`` is a Decoder (then pass ``tokenizer``) or a GGUF path / model name.
@@ -360,22 +361,37 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     call. Default, greedy on a Vulkan GPU: up to %d, as many (a power of two) as the last
     call's time per step fits in %.1f s, so text still streams and a stop token wastes
     little on a slow GPU (%d for the k-step graph); else 1 (see default_steps_per_call).
+
+    ``prompt`` may also be a list of token ids (then ``chat`` does not apply). ``past``:
+    the decoder's KV cache already holds the first ``past`` of them from earlier calls
+    (a chat's earlier turns, :mod:`dynamo_vulkan.chat`), so only the rest is prefilled.
+    ``stop``: strings that end the generation; the text (streamed and returned) ends
+    before the first of them, and text that may begin one is held back until it cannot.
+    ``should_stop``: a function called once per new token; when it returns true the
+    generation ends there (stop_reason "cancelled"), e.g. when a server's client is gone.
     """ % (DEFAULT_STEPS_PER_CALL, BURST_S, GRAPH_STEPS_PER_CALL)
     from .gguf.tokenizer import StreamDecoder
+    from .stop_strings import StopStrings
 
     check_sampling(max_new_tokens, temperature, top_k, top_p)
     if tokenizer is None:
         if not isinstance(model, (str, os.PathLike)):
             raise ValueError("pass the tokenizer with a model object")
         model, tokenizer = load(model, max_ctx=max_ctx)
-    if chat:
+    if isinstance(prompt, (list, tuple)):
+        text = None
+    elif chat:
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
     else:
         text = prompt
-    ids = tokenizer.encode(text)
+    ids = list(prompt) if text is None else tokenizer.encode(text)
     if not ids:
         raise ValueError("the prompt encodes to no tokens")
+    if isinstance(past, bool) or not isinstance(past, int) or not 0 <= past < len(ids):
+        raise ValueError(f"past must be a whole number from 0 to {len(ids) - 1} (the prompt's tokens "
+                         f"less one, which is prefilled), got {past!r}")
+    stopper = StopStrings(stop)
     model.check_fits(len(ids), 0)  # ContextOverflowError with the numbers
     room = model.max_ctx - len(ids)
     if max_new_tokens > room:
@@ -397,7 +413,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         torch.manual_seed(seed)
     emit = stream.write if hasattr(stream, "write") else stream
     res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend) if backend is not None else "uncompiled")
-    prompt_t, start_t, last_t = prompt_args(model, ids, backend)
+    prompt_t, start_t, last_t = prompt_args(model, ids[past:], backend, past)
 
     with torch.no_grad():
         if multi is not None:
@@ -433,12 +449,18 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                 res.stop_reason = "stop_token"
                 break
             res.tokens.append(nxt)
-            piece = dec.push(nxt)
+            piece = stopper.push(dec.push(nxt))
             if emit and piece:
                 emit(piece)
                 if hasattr(stream, "flush"):
                     stream.flush()
+            if stopper.hit is not None:
+                res.stop_reason = "stop_string"
+                break
             if len(res.tokens) == max_new_tokens:
+                break
+            if should_stop is not None and should_stop():
+                res.stop_reason = "cancelled"
                 break
             if pending:
                 res.decode_steps += 1
@@ -460,11 +482,14 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             t_dec += time.perf_counter() - t1
             pos += len(pending)
             res.decode_steps += 1
-        tail = dec.flush()
+        tail = stopper.push(dec.flush()) if stopper.hit is None else ""
+        if stopper.hit is not None:
+            res.stop_reason = "stop_string"
+        tail += stopper.flush()
         if emit and tail:
             emit(tail)
         res.decode_s = t_dec
-    res.text = tokenizer.decode(res.tokens)
+    res.text = tokenizer.decode(res.tokens) if stopper.hit is None else stopper.text
     res.extra["compiled"] = compiled
     res.extra["steps_per_call"] = steps_per_call
     return res

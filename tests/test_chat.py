@@ -1,0 +1,157 @@
+"""Multi-turn chat (dynamo_vulkan.chat): a turn's tokens equal one generate() call over
+the whole conversation, only the new tokens are prefilled, the context's end, the chat
+template's absence; stop strings (dynamo_vulkan.stop_strings) in generate()."""
+
+from __future__ import annotations
+
+import io
+import logging
+import types
+
+import pytest
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+from dynamo_vulkan.chat import (ChatSession, ContextFullError, NoChatTemplateError, chat_template,  # noqa: E402
+                                common_prefix, interact, main)
+from dynamo_vulkan.generate import generate  # noqa: E402
+from dynamo_vulkan.stop_strings import StopStrings, check_stops  # noqa: E402
+
+from gguf_fixtures import write_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def llama_path(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("chat") / "tiny-chat.gguf", "llama", context=256)
+
+
+@pytest.fixture(scope="module")
+def session(llama_path):
+    """An uncompiled session (the compiled path: test_turns_on_vulkan)."""
+    return ChatSession.load(llama_path, max_ctx=64, backend=None)
+
+
+def _conversation(*turns):
+    """[user, assistant, user, ...] messages of alternating texts."""
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+
+
+def test_turns_on_vulkan(llama_path):
+    """On the vulkan backend (the prompt's graph on the host on a CPU device, the decode
+    steps on Vulkan, whose KV cache the host's copy then lags): a turn without decode
+    steps, then two turns that each continue the cache where the last one ended."""
+    s = ChatSession.load(llama_path, max_ctx=128, backend="vulkan")
+    tok = s.tokenizer
+    r1 = s.send("hello", max_new_tokens=1)
+    assert r1.decode_steps == 0 and r1.extra["past"] == 0 and r1.extra["prefilled"] == len(r1.prompt_tokens)
+    turns, texts = [r1], ["hello", r1.text]
+    for text in ("the world", "more"):
+        prev = turns[-1]
+        r = s.send(text, max_new_tokens=4)
+        texts.append(text)
+        # the conversation's tokens: the last prompt, the reply as generated, the new turn
+        assert r.prompt_tokens[:len(prev.prompt_tokens) + len(prev.tokens)] == prev.prompt_tokens + prev.tokens
+        assert tok.decode(r.prompt_tokens, skip_special=False) == tok.apply_chat_template(_conversation(*texts))
+        # only what follows the last prompt and the reply's fed tokens is prefilled
+        fed = len(prev.tokens) - (prev.stop_reason != "stop_token")
+        assert r.extra["past"] == len(prev.prompt_tokens) + fed
+        assert r.extra["prefilled"] == len(r.prompt_tokens) - r.extra["past"]
+        turns.append(r)
+        texts.append(r.text)
+    for r in turns[:0:-1]:      # one generate() over the whole conversation (greedy), from position 0
+        alone = generate(s.model, r.prompt_tokens, tok, max_new_tokens=4, backend="vulkan", warmup=False)
+        assert alone.tokens == r.tokens
+
+
+def test_stop_string_ends_the_reply_and_the_next_turn_reuses_the_cache(session):
+    s = session
+    s.reset()
+    full = s.send("hello", max_new_tokens=6)
+    assert len(full.text) >= 3 and full.stop_reason == "max_new_tokens"
+    stop = full.text[1:3]
+    s.reset()
+    chunks = []
+    r1 = s.send("hello", max_new_tokens=6, stop=[stop, "never there"], stream=chunks.append)
+    assert r1.stop_reason == "stop_string"
+    assert r1.text == "".join(chunks) == full.text[:full.text.index(stop)]
+    assert r1.tokens == full.tokens[:len(r1.tokens)]
+    assert r1.extra["past"] == len(r1.prompt_tokens) - 1        # the same prompt: all but its last token reused
+    # the reply's text no longer ends where its tokens do: the conversation is tokenized
+    # anew and the cache reused up to the first token that differs
+    r2 = s.send("the world", max_new_tokens=4)
+    convo = _conversation("hello", r1.text, "the world")
+    assert r2.prompt_tokens == s.tokenizer.encode(s.tokenizer.apply_chat_template(convo))
+    assert r2.extra["past"] == common_prefix(r1.prompt_tokens + r1.tokens[:-1], r2.prompt_tokens)
+    assert r2.extra["past"] >= len(r1.prompt_tokens)
+    alone = generate(s.model, r2.prompt_tokens, s.tokenizer, max_new_tokens=4, backend=None)
+    assert alone.tokens == r2.tokens
+
+
+def test_context_full_and_reset(llama_path):
+    s = ChatSession.load(llama_path, max_ctx=40, backend=None)
+    r = s.send("hello")                       # max_new_tokens: the room left
+    assert r.stop_reason in ("context", "stop_token")
+    if r.stop_reason == "context":
+        assert len(r.prompt_tokens) + len(r.tokens) == 40
+    with pytest.raises(ContextFullError, match=r"context holds 40.*/reset"):
+        s.send("the world " * 3)
+    s.reset()
+    again = s.send("hello", max_new_tokens=3)
+    assert again.extra["past"] == len(again.prompt_tokens) - 1 and again.tokens == r.tokens[:3]
+
+
+def test_chat_template_missing_or_built_in(caplog):
+    from dynamo_vulkan.gguf.tokenizer import GEMMA_TEMPLATE
+
+    with pytest.raises(NoChatTemplateError, match="base model.*completion"):
+        chat_template(types.SimpleNamespace(chat_template=None, arch="llama"), "base.gguf")
+    with caplog.at_level(logging.WARNING, logger="dynamo_vulkan.chat"):
+        assert chat_template(types.SimpleNamespace(chat_template=GEMMA_TEMPLATE, arch="gemma3"),
+                             "g.gguf") is GEMMA_TEMPLATE
+    assert "built-in Gemma template" in caplog.text and "g.gguf" in caplog.text
+    own = "{{ messages[0]['content'] }}"
+    assert chat_template(types.SimpleNamespace(chat_template=own, arch="llama")) == own
+    s = ChatSession(None, types.SimpleNamespace(chat_template=None, arch="llama"), backend=None, name="b.gguf")
+    with pytest.raises(NoChatTemplateError, match="b.gguf"):
+        s.send("hi")
+
+
+def test_interact(session):
+    session.reset()
+    lines = iter(["hello\n", "\n", "/help\n", "/reset\n", "hello\n", "/exit\n", "never read\n"])
+    out, err = io.StringIO(), io.StringIO()
+    assert interact(session, lines, out, err, max_new_tokens=3, stats=True) == 0
+    v = out.getvalue()
+    reply = v[:len(v) // 2]
+    assert v == reply * 2 and len(reply) > 1 and reply.endswith("\n")   # the same reply after /reset
+    assert "/reset" in err.getvalue() and "[a new conversation]" in err.getvalue()
+    assert err.getvalue().count("prefilled") == 2
+    assert next(lines) == "never read\n"
+
+
+def test_cli(llama_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nthe world\n"))
+    assert main([str(llama_path), "--backend", "none", "-n", "2", "--ctx", "96"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
+    assert out.count("\n") >= 2 and out.endswith("\n") and "context full" not in captured.err
+    assert main([str(llama_path) + ".missing.gguf"]) == 2
+
+
+def test_stop_strings():
+    s = StopStrings(["END", "xy"])
+    shown = [s.push(p) for p in ["ab", "cE", "N", "x", "EN", "D", "tail"]]
+    # "E" and "EN" may begin "END": held until they cannot; "x" until "xE" shows it is not "xy"
+    assert shown == ["ab", "c", "", "EN", "x", "", ""]
+    assert s.hit == "END" and s.text == "abcENx" and s.flush() == ""
+    s = StopStrings(["abc"])
+    assert [s.push(p) for p in ["xa", "b"]] == ["x", ""] and s.flush() == "ab" and s.text == "xab"
+    s = StopStrings(["b", "abc"])                   # the first to complete, at its start
+    assert s.push("xab") == "xa" and s.hit == "b"
+    s = StopStrings([])
+    assert s.push("abc") == "abc" and s.hit is None
+    assert check_stops("x") == ["x"] and check_stops(None) == [] and check_stops(["", "y"]) == ["y"]
+    for bad in (3, ["a", 1], ["a"] * 17, ["x" * 1001]):
+        with pytest.raises(ValueError):
+            check_stops(bad)
