@@ -258,6 +258,10 @@ _WRITTEN = [
     "already\u2581has\u2581sentencepiece\u2581spaces",
     "Ġ Ċ ĉ",
     "<0x41>",
+    "<|im_end|>  \n  next <|im_start|> user",
+    "<s> hello </s> \t bye <unk>  x",
+    "<|endoftext|> keeps its space",
+    "<end_of_turn>\n\n<start_of_turn> model",
 ]
 
 _UNICODE = [
@@ -300,6 +304,7 @@ CASES = {
     "qwen2": ("deepseek-r1-qwen-7b", {"tokenizer.ggml.pre": "qwen2"}, True),
     "llama-bpe": ("deepseek-r1-qwen-7b", {"tokenizer.ggml.pre": "llama-bpe"}, True),
     "spm-space-prefix": ("gemma3", {"tokenizer.ggml.add_space_prefix": True}, False),
+    "phi3-named": ("smollm2", {"general.name": "Phi-3 Mini"}, True),  # whitespace after specials dropped
 }
 # one pre-tokenizer name of each regex family the main cases leave out (and the llama3
 # regex without ignore_merges, and without a BOS token)
@@ -318,7 +323,8 @@ ALL = {**CASES, **{f"pre-{n}": ("smollm2", {"tokenizer.ggml.pre": n}, SWEEP_TOKE
 _MERGED = ("don't", " DON'T", "'s", " McDonald's", "CamelCaseIdentifier", "HTTPServerError", " iPhone",
            ".\n", ":\n\n", "!\n", "));\n", " (", "\n\n\n", "    ", " \n", "\t\t", " Привет", "你好世界",
            " नमस्ते", "दुनिया", "สวัสดี", " 3.14159", "٢٣", "😀😃")
-_WHOLE = (" supercalifragilisticexpialidocious", "Server", "Error", "12345", " 12345", " world!", "n't")
+_WHOLE = (" supercalifragilisticexpialidocious", "Server", "Error", "12345", " 12345", " world!", "n't",
+          "<s>", "</s>", "<unk>")  # llama.cpp's Phi-3 rules need these three
 
 
 def _bpe(word: list[str], ranks: dict) -> list[str]:

@@ -23,7 +23,8 @@ dropped by ``decode(skip_special=True)``; user-defined ones (4) are always match
 llama.cpp also makes control tokens of normal ones with end-of-generation or
 fill-in-the-middle texts (``<|im_end|>``, ``</s>``, ``<|fim_prefix|>``...); so does this,
 for every such text the vocabulary holds (llama.cpp takes the first it meets of each
-fill-in-the-middle kind).
+fill-in-the-middle kind). In a model named Phi-3 (``general.name``), whitespace after a
+special token is dropped, as llama.cpp does.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ _FIM_EOG_TEXTS = frozenset((
     "<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>",
     "<|file_sep|>",
 ))
+# special tokens after which llama.cpp keeps the whitespace in a Phi-3 model's text
+_PHI3_KEEP_SPACE = frozenset(("<unk>", "<s>", "<|endoftext|>"))
 # gpt-oss's channel markers, which llama.cpp always matches in text and never hides
 _ALWAYS_SHOWN = frozenset(("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"))
 
@@ -237,8 +240,13 @@ class GGUFTokenizer:
         else:
             raise GGUFError(f"{f.path}: tokenizer model {kind!r} is not supported (gpt2, llama)")
 
+        # llama.cpp drops the whitespace after Phi-3's special tokens (by the model's name)
+        name = str(f.get("general.name", "")).lower()
+        phi3 = "phi-3" in name or "phi3" in name
+
         def added(wanted, special):
-            return [AddedToken(tokens[i], special=special, normalized=False)
+            return [AddedToken(tokens[i], special=special, normalized=False,
+                               rstrip=phi3 and tokens[i] not in _PHI3_KEEP_SPACE)
                     for i in range(n) if types[i] in wanted and vocab.get(tokens[i]) == i and tokens[i]]
 
         special = added((CONTROL, UNKNOWN), True)
