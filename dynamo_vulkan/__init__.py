@@ -4,15 +4,21 @@ The backend is found through the torch_dynamo_backends entry point, so no
 import is needed to use it; this package also offers device queries, cache
 controls and partition reports.
 """
+from importlib import metadata as _metadata
+
 from .cache import cache_stats, clear_cache
-from .device import device_info, is_available
+from .device import device_info, is_available, list_devices
 from .runtime.program import keep_on_device, read_back, runtime_stats
 
-__all__ = ["cache_stats", "clear_cache", "device_info", "is_available", "keep_on_device",
-           "read_back", "reports", "runtime_stats"]
+try:
+    __version__ = _metadata.version("dynamo-vulkan")
+except _metadata.PackageNotFoundError:     # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
+
+__all__ = ["__version__", "cache_stats", "clear_cache", "device_info", "is_available",
+           "keep_on_device", "list_devices", "read_back", "reports", "runtime_stats"]
 
 
 def reports():
     from .backend import reports as _r
     return _r()
-

@@ -255,7 +255,8 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     gm.recompile()
     for got in _captures:
         got.append((gm, subs))
-    log.info("%s", report)
+    log.info("%s", report.summary())     # counts per op and reason (generate -v)
+    log.debug("%s", report)              # and every node (-vv, TORCH_LOGS="+dynamo_vulkan")
     return make_boxed_func(gm.forward)
 
 

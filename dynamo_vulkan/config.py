@@ -88,7 +88,7 @@ class Config:
     cache_dir: Path
     debug_dump: Path | None
     fallback: str
-    device_index: int
+    device_index: int | None     # None: the preferred device (device.resolve_index)
     profile: bool
     fence_spin_us: int | None    # None: the device's default (see device.set_fence_spin)
 
@@ -117,7 +117,7 @@ def load() -> Config:
         cache_dir=Path(cache_dir).expanduser() if cache_dir else Path.home() / ".cache" / "dynamo_vulkan",
         debug_dump=_dump_dir("DYNAMO_VULKAN_DEBUG_DUMP"),
         fallback=fallback,
-        device_index=dev or 0,
+        device_index=dev,
         profile=_flag("DYNAMO_VULKAN_PROFILE", False),
         fence_spin_us=_whole("DYNAMO_VULKAN_FENCE_SPIN_US", MAX_FENCE_SPIN_US,
                              "microseconds to poll the fence; 0 blocks at once"),

@@ -1,15 +1,16 @@
 """The Vulkan device: one kp.Manager per process, and what we know of it.
 
-kp reports only a few properties, so limits that kernels depend on are taken
-from `vulkaninfo` when it is installed and the subgroup size is measured with a
-one-dispatch probe shader, which is right on every driver.
+Devices are described through the loader (vkinfo.py: name, type, driver, limits,
+memory, extensions), and the subgroup size the kernels run with is measured with a
+one-dispatch probe shader, which is right on every driver. Without DYNAMO_VULKAN_DEVICE
+a GPU is preferred to a CPU implementation such as lavapipe.
 """
 from __future__ import annotations
 
 import logging
-import re
-import subprocess
 import threading
+
+from . import prerequisites, vkinfo
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +18,7 @@ _lock = threading.Lock()
 _managers: dict[int, object] = {}
 _failures: dict[int, str] = {}
 _info: dict[int, dict] = {}
+_physical: list[list[dict]] = []     # the loader's devices, asked once (a list of one list)
 
 # Conservative defaults (Vulkan 1.1 minimums or lavapipe's values).
 DEFAULT_LIMITS = {
@@ -26,36 +28,99 @@ DEFAULT_LIMITS = {
     "max_compute_work_group_count": (65535, 65535, 65535),
     "max_compute_work_group_invocations": 128,
 }
+# the default device's order of preference: a GPU before a software (CPU) device
+TYPE_PREFERENCE = ("discrete_gpu", "integrated_gpu", "virtual_gpu", "other", "cpu")
+NO_DEVICE = ("no Vulkan device found: install your GPU's Vulkan driver (Mesa: apt-get install "
+             "mesa-vulkan-drivers, which also has lavapipe for machines without a GPU)")
 
 
 class VulkanUnavailable(RuntimeError):
-    """No usable Vulkan device (no loader, no driver, or a bad device index)."""
+    """No usable Vulkan device (no loader, no driver, no kp or glslc, or a bad device index)."""
 
 
-def manager(index: int | None = None):
-    """The process-wide kp.Manager for device `index` (default: DYNAMO_VULKAN_DEVICE)."""
+def physical_devices() -> list[dict]:
+    """The loader's physical devices (vkinfo.physical_devices), asked once per process;
+    [] when there is no loader or driver."""
+    with _lock:
+        if not _physical:
+            try:
+                _physical.append(vkinfo.physical_devices())
+            except vkinfo.LoaderMissing:
+                _physical.append([])
+        return _physical[0]
+
+
+def preferred_index(devices: list[dict]) -> int:
+    """The device used without DYNAMO_VULKAN_DEVICE: the first of the most preferred type."""
+    if not devices:
+        return 0
+    rank = {t: i for i, t in enumerate(TYPE_PREFERENCE)}
+    return min(devices, key=lambda d: (rank.get(d.get("type"), len(rank)), d["index"]))["index"]
+
+
+def resolve_index(index: int | None = None) -> int:
+    """`index`, else DYNAMO_VULKAN_DEVICE, else the preferred device's index."""
     from . import config
     if index is None:
         index = config.load().device_index
+    return preferred_index(physical_devices()) if index is None else index
+
+
+def list_devices() -> list[dict]:
+    """The Vulkan devices of this machine: index, name, type, driver, api_version,
+    subgroup_size (as the driver reports it), memory (device-local bytes),
+    max_storage_buffer_range (the largest buffer a kernel binds), max_memory_allocation_size,
+    features (the optional extensions dynamo_vulkan may use) and selected (the device
+    compiled graphs run on: DYNAMO_VULKAN_DEVICE's, else the preferred one)."""
+    devices = physical_devices()
+    chosen = resolve_index()
+    keys = ("index", "name", "type", "api_version", "subgroup_size", "memory",
+            "max_storage_buffer_range", "max_memory_allocation_size", "features")
+    out = []
+    for d in devices:
+        e = {k: d.get(k) for k in keys}
+        e["driver"] = " ".join(filter(None, (d.get("driver_name"), d.get("driver_info")))) or None
+        e["selected"] = d["index"] == chosen
+        out.append(e)
+    return out
+
+
+def unavailable_reason(index: int) -> str | None:
+    """Why device `index` cannot be used (every missing prerequisite in one line), or None."""
+    try:
+        vkinfo._loader()
+        loader = None
+    except vkinfo.LoaderMissing as e:
+        loader = f"the Vulkan loader is missing ({e}): {prerequisites.LOADER}"
+    problems = [p for p in prerequisites.problems()
+                if not (loader and p.startswith(prerequisites.KP_NO_LOADER))]
+    devices = physical_devices()
+    if loader:
+        problems.insert(0, loader)
+    elif not devices:
+        problems.append(NO_DEVICE)
+    elif index >= len(devices):
+        problems.append(f"DYNAMO_VULKAN_DEVICE={index} but only {len(devices)} Vulkan "
+                        f"device(s) exist (0..{len(devices) - 1}; dynamo_vulkan.list_devices() lists them)")
+    return "; ".join(problems) if problems else None
+
+
+def manager(index: int | None = None):
+    """The process-wide kp.Manager for device `index` (default: resolve_index())."""
+    from . import config
+    index = resolve_index(index)
+    if index in _managers:
+        return _managers[index]
+    reason = None if index in _failures else unavailable_reason(index)
     with _lock:
         if index in _managers:
             return _managers[index]
         if index in _failures:
             raise VulkanUnavailable(_failures[index])
-        try:
-            import kp
-        except ImportError as e:  # pragma: no cover - set-up problem
-            _failures[index] = f"the kp package is not importable ({e}); run scripts/setup.sh"
-            raise VulkanUnavailable(_failures[index]) from e
-        count = _device_count()
-        if count == 0:
-            _failures[index] = ("no Vulkan device found (is a driver installed? on a machine "
-                                "without a GPU: apt-get install mesa-vulkan-drivers)")
-            raise VulkanUnavailable(_failures[index])
-        if count is not None and index >= count:
-            _failures[index] = (f"DYNAMO_VULKAN_DEVICE={index} but only {count} Vulkan "
-                                f"device(s) exist (0..{count - 1})")
-            raise VulkanUnavailable(_failures[index])
+        if reason is not None:
+            _failures[index] = reason
+            raise VulkanUnavailable(reason)
+        import kp
         try:
             mgr = kp.Manager(index)
         except Exception as e:  # kp raises RuntimeError when no instance/device
@@ -78,42 +143,6 @@ def set_fence_spin(us: int | None, index: int | None = None) -> None:
     kp.set_fence_spin_us(int(us))
 
 
-def _device_count() -> int | None:
-    """Physical devices the loader sees, asked through ctypes so a missing
-    driver gives 0 instead of a crash inside kp. None if it cannot be asked."""
-    import ctypes
-    try:
-        lib = ctypes.CDLL("libvulkan.so.1")
-    except OSError:
-        return 0
-
-    class AppInfo(ctypes.Structure):
-        _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p),
-                    ("pApplicationName", ctypes.c_char_p), ("applicationVersion", ctypes.c_uint32),
-                    ("pEngineName", ctypes.c_char_p), ("engineVersion", ctypes.c_uint32),
-                    ("apiVersion", ctypes.c_uint32)]
-
-    class InstanceInfo(ctypes.Structure):
-        _fields_ = [("sType", ctypes.c_int), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32),
-                    ("pApplicationInfo", ctypes.POINTER(AppInfo)),
-                    ("enabledLayerCount", ctypes.c_uint32), ("ppEnabledLayerNames", ctypes.c_void_p),
-                    ("enabledExtensionCount", ctypes.c_uint32),
-                    ("ppEnabledExtensionNames", ctypes.c_void_p)]
-
-    app = AppInfo(0, None, b"dynamo_vulkan", 0, b"none", 0, (1 << 22) | (1 << 12))
-    info = InstanceInfo(1, None, 0, ctypes.pointer(app), 0, None, 0, None)
-    inst = ctypes.c_void_p()
-    if lib.vkCreateInstance(ctypes.byref(info), None, ctypes.byref(inst)) != 0:
-        return 0
-    try:
-        n = ctypes.c_uint32(0)
-        if lib.vkEnumeratePhysicalDevices(inst, ctypes.byref(n), None) != 0:
-            return 0
-        return int(n.value)
-    finally:
-        lib.vkDestroyInstance(inst, None)
-
-
 def is_available(index: int | None = None) -> bool:
     try:
         manager(index)
@@ -122,45 +151,25 @@ def is_available(index: int | None = None) -> bool:
         return False
 
 
-def _vulkaninfo(index: int) -> dict:
-    """Limits and driver of device `index` parsed from `vulkaninfo` (empty if absent)."""
-    try:
-        out = subprocess.run(["vulkaninfo"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
+def _described(index: int) -> dict:
+    """device_info's fields from the loader's description of device `index`."""
+    devices = physical_devices()
+    if index >= len(devices):
         return {}
-    sections = re.split(r"\nGPU(\d+):\n", out)
-    # sections = [preamble, "0", body0, "1", body1, ...]
-    bodies = {int(sections[i]): sections[i + 1] for i in range(1, len(sections) - 1, 2)}
-    body = bodies.get(index)
-    if body is None:
-        return {}
-
-    def grab(key, conv=int):
-        m = re.search(rf"\b{key}\s*=\s*(.+)", body)
-        return conv(m.group(1).strip().split()[0]) if m else None
-
-    res = {
-        "driver_name": grab("driverName", str),
-        "driver_info": grab("driverInfo", str),
-        "api_version": grab("apiVersion", str),
-        "device_type": grab("deviceType", str),
-        "max_storage_buffer_range": grab("maxStorageBufferRange", lambda s: int(s, 0)),
-        "max_compute_shared_memory_size": grab("maxComputeSharedMemorySize", lambda s: int(s, 0)),
-        "max_push_constants_size": grab("maxPushConstantsSize", lambda s: int(s, 0)),
-        "max_memory_allocation_size": grab("maxMemoryAllocationSize", lambda s: int(s, 0)),
-        "timestamp_period_ns": grab("timestampPeriod", float),
-    }
-    m = re.search(r"maxComputeWorkGroupCount:\s*count\s*=\s*3\s*((?:\s*\d+)+)", body)
-    if m:
-        res["max_compute_work_group_count"] = tuple(int(v) for v in m.group(1).split())
-    return {k: v for k, v in res.items() if v is not None}
+    d = devices[index]
+    keys = ("driver_name", "driver_info", "api_version", "max_storage_buffer_range",
+            "max_compute_shared_memory_size", "max_push_constants_size", "max_memory_allocation_size",
+            "max_compute_work_group_count", "max_compute_work_group_invocations",
+            "timestamp_period_ns", "memory", "features")
+    out = {k: d[k] for k in keys if d.get(k) is not None}
+    out["device_type"] = f"PHYSICAL_DEVICE_TYPE_{d['type'].upper()}"
+    return out
 
 
 def device_info(index: int | None = None) -> dict:
-    """Name, driver, limits and subgroup size of the device (empty dict if none)."""
-    from . import config
-    if index is None:
-        index = config.load().device_index
+    """Name, type, driver, limits and (measured) subgroup size of the device compiled
+    graphs run on, or of device `index`; {"available": False, "reason": ...} if none."""
+    index = resolve_index(index)
     if index in _info:
         return _info[index]
     try:
@@ -177,7 +186,7 @@ def device_info(index: int | None = None) -> dict:
         "max_compute_work_group_count": tuple(props.get("max_work_group_count", (65535,) * 3)),
         "timestamps_supported": bool(props.get("timestamps_supported", False)),
     })
-    info.update(_vulkaninfo(index))
+    info.update(_described(index))
     info["subgroup_size"] = _probe_subgroup_size(mgr)
     # shaderIntegerDotProduct enabled when the device was created (kp patch 7; the flag is
     # the last created device's, and manager() above created this one or found it made)

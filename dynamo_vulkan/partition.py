@@ -8,6 +8,7 @@ CPU; the PartitionReport records each decision with its reason.
 from __future__ import annotations
 
 import operator
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +29,11 @@ class HostPlacement(str):
     allows it."""
 
 
+class WithGraphOnHost(HostPlacement):
+    """The reason of a node Vulkan could run that goes to the host with its graph, which
+    a HostPlacement elsewhere in it sent there."""
+
+
 @dataclass
 class NodeDecision:
     name: str
@@ -41,6 +47,7 @@ class PartitionReport:
     graph_id: int
     nodes: list[NodeDecision] = field(default_factory=list)
     partitions: int = 0
+    host_reason: str | None = None    # why the whole graph was placed on the host, if it was
 
     @property
     def vulkan_nodes(self) -> list[NodeDecision]:
@@ -50,9 +57,31 @@ class PartitionReport:
     def cpu_nodes(self) -> list[NodeDecision]:
         return [n for n in self.nodes if n.where == "cpu"]
 
-    def __str__(self) -> str:
+    def groups(self) -> dict[tuple[str, str], Counter]:
+        """(where, reason) -> how many nodes of each op: one entry per distinct reason,
+        most nodes first (the nodes placed on the host with their graph share one)."""
+        out: dict[tuple[str, str], Counter] = {}
+        for n in self.nodes:
+            reason = n.reason
+            if isinstance(reason, WithGraphOnHost):
+                reason = "placed on the host with the rest of the graph"
+            out.setdefault((n.where, reason), Counter())[n.op] += 1
+        return dict(sorted(out.items(), key=lambda kv: (kv[0][0] != "vulkan", -sum(kv[1].values()))))
+
+    def summary(self) -> str:
+        """Counts per op, grouped by where and why; the per-node list is str(report)."""
         lines = [f"graph {self.graph_id}: {len(self.vulkan_nodes)} nodes on Vulkan in "
                  f"{self.partitions} partition(s), {len(self.cpu_nodes)} on the CPU"]
+        if self.host_reason is not None:
+            lines.append(f"  graph placed on the host: {self.host_reason}")
+        for (where, reason), ops in self.groups().items():
+            counts = ", ".join(f"{op} x{k}" for op, k in ops.most_common())
+            label = "on Vulkan" if where == "vulkan" else f"on the CPU ({reason})"
+            lines.append(f"  {sum(ops.values())} {label}: {counts}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        lines = [self.summary(), "  nodes:"]
         for n in self.nodes:
             lines.append(f"  {n.where:6s} {n.name:24s} {n.op}" + (f"  ({n.reason})" if n.reason else ""))
         return "\n".join(lines)
@@ -143,9 +172,10 @@ def partition(gm: fx.GraphModule, graph_id: int):
         support.is_node_supported(None, n)
     placed = next((r for r in support.reasons.values() if isinstance(r, HostPlacement)), None)
     if placed is not None:
+        report.host_reason = placed
         # a CPU device's prompt: torch on the host beats lavapipe at the rest of it too
         # (its elementwise, norm and copy kernels), and one host graph has no boundaries
-        whole = HostPlacement(f"{placed}; the rest of this graph with it, since torch on the "
+        whole = WithGraphOnHost(f"{placed}; the rest of this graph with it, since torch on the "
                               "host runs every op of it faster than a CPU Vulkan device")
         for n in compute:
             if support.reasons[n] is None:

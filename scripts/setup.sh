@@ -33,21 +33,15 @@ if ! "$PY" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2
   $PIP install "torch==2.13.0"
 fi
 
-if ! "$PY" -c 'import kp; assert kp.dynamo_vulkan_patches >= 9' 2>/dev/null; then
-  echo "[setup] building kp 0.9.0 from PyPI's sdist against the system headers"
-  $PIP install "numpy>=1.26" "pybind11>=2.12" setuptools wheel cmake
-  tmp=$(mktemp -d)
-  $PY -m pip download -q --no-deps --no-binary=:all: -d "$tmp" kp==0.9.0
-  tar xzf "$tmp"/kp-0.9.0.tar.gz -C "$tmp"
-  "$PY" scripts/patch_kp.py "$tmp"/kp-0.9.0
-  KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
-  KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON \
-  KOMPUTE_OPT_INSTALL=OFF \
-  CMAKE_PREFIX_PATH="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())')" \
-  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    $PIP install --no-build-isolation --no-deps "$tmp"/kp-0.9.0 > "$tmp/build.log" 2>&1 \
-    || { tail -40 "$tmp/build.log"; echo "[setup] kp build failed (log: $tmp/build.log)"; exit 1; }
-  rm -rf "$tmp"
+# kp 0.9.0 with our patches, built by pip from PyPI's sdist against the system headers
+# (packaging/kp-dynamo-vulkan); its version names the patch set pyproject.toml requires
+KP_PATCHES=$(sed -n 's/^PATCHES = \([0-9]*\)$/\1/p' scripts/patch_kp.py)
+if ! "$PY" -c 'import importlib.metadata as m, sys, kp; n = int(sys.argv[1]); sys.exit(m.version("kp") != f"0.9.0+dynamovulkan.{n}" or kp.dynamo_vulkan_patches != n)' "$KP_PATCHES" 2>/dev/null; then
+  echo "[setup] building kp 0.9.0 with dynamo_vulkan's patches (pip install ./packaging/kp-dynamo-vulkan)"
+  log=$(mktemp)
+  CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) $PIP install ./packaging/kp-dynamo-vulkan > "$log" 2>&1 \
+    || { tail -40 "$log"; echo "[setup] kp build failed (log: $log)"; exit 1; }
+  rm -f "$log"
 fi
 
 stamp="$VENV/.dynamo_vulkan_installed"
