@@ -76,7 +76,9 @@ class PartitionReport:
             lines.append(f"  graph placed on the host: {self.host_reason}")
         for (where, reason), ops in self.groups().items():
             counts = ", ".join(f"{op} x{k}" for op, k in ops.most_common())
-            label = "on Vulkan" if where == "vulkan" else f"on the CPU ({reason})"
+            label = ("on Vulkan" if where == "vulkan" else
+                     "on the CPU (what placed the graph there)" if reason == self.host_reason else
+                     f"on the CPU ({reason})")
             lines.append(f"  {sum(ops.values())} {label}: {counts}")
         return "\n".join(lines)
 

@@ -52,4 +52,5 @@ def test_whole_graph_on_the_host_is_one_line(as_cpu, monkeypatch):
     assert len(placed) == 1 and "DYNAMO_VULKAN_CPU_MATMUL=vulkan" in placed[0]
     assert any("placed on the host with the rest of the graph" in l and "aten.relu.default x1" in l
                for l in lines)
+    assert any("(what placed the graph there): aten.mm.default x1" in l for l in lines)
     assert sum(sum(ops.values()) for ops in rep.groups().values()) == len(rep.nodes)
