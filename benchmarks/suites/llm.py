@@ -1,4 +1,4 @@
-"""GGUF language models: prefill and decode tokens/s beside eager CPU and llama.cpp.
+r"""GGUF language models: prefill and decode tokens/s beside eager CPU and llama.cpp.
 
 Ours is dynamo_vulkan.generate.generate with backend="vulkan" (compiled once,
 then timed over repetitions; greedy decode runs its default steps_per_call steps per
@@ -33,14 +33,16 @@ leaves the CPU out entirely. ``--layers N`` keeps a model's first N layers.
 The 7B rows on the lent GPU machine (scripts/device_kit.sh puts the skeletons
 ``skel/qwen2-7b.json.gz``, DeepSeek-R1-Distill-Qwen-7B's header, and
 ``skel/llama-7b.json.gz``, a llama with Qwen2-7B's shapes, and both llama.cpp builds
-in .device-kit; the tree and the kit copied there, from the tree's root)::
+in .device-kit, which travels beside the tree), one model per command (writing the
+4.7 GB file, the eager CPU check and both backends take minutes), from the tree's root::
 
-    bash scripts/on_device.sh bash -c "cd /tmp && BENCH_GIT_COMMIT=$SHA PYTHONPATH=$PYTHONPATH:$REPO \\
-        python3 -m benchmarks --suites llm --no-inductor --out $OUT/bench-7b \\
-        --models $REPO/.device-kit/skel/llama-7b.json.gz $REPO/.device-kit/skel/qwen2-7b.json.gz \\
-        --llama-cpp $REPO/.device-kit/peers"
+    REPO=$PWD; SHA=...      # SHA: this checkout's git rev-parse HEAD
+    bash scripts/on_device.sh bash -c "cd /tmp && BENCH_GIT_COMMIT=$SHA \
+        PYTHONPATH=\$PYTHONPATH:$REPO python3 -m benchmarks --no-inductor --out $OUT/llama-7b \
+        --models $REPO/.device-kit/skel/llama-7b.json.gz --llama-cpp $REPO/.device-kit/peers"
 
-and the greedy-token check on their 2-layer variants: the same with ``--layers 2``.
+(``qwen2-7b.json.gz`` likewise), and the greedy-token check on their 2-layer variants
+(1.05 GB files, so eager CPU is timed only when let: ``--layers 2 --eager-max-gb 2``).
 """
 from __future__ import annotations
 
@@ -323,21 +325,21 @@ def _one_case(bench, model, tok, c: Case, compiled, reps: int, eager_check: bool
     pos0 = torch.tensor(0, dtype=torch.int64)
     kw = dict(max_new_tokens=steps + 1, stop_at_eos=False)
 
-    if eager_check:
+    if eager_check:     # the prompt, then one step fed its greedy token, before ours runs
+        pos_t = torch.tensor(n_prompt, dtype=torch.int64)
         with torch.no_grad():
             c.ref = model(ids_t, pos0)
+            step_t = torch.tensor([[int(c.ref.reshape(-1).argmax())]], dtype=torch.int64)
+            ref_step = model(step_t, pos_t)
     first = generate(model, text, tok, backend="vulkan", warmup=True, compiled=compiled, **kw)
     compiled = first.extra["compiled"]
     runs = [generate(model, text, tok, backend="vulkan", warmup=False, compiled=compiled, **kw) for _ in range(reps)]
     c.tokens = tokens = runs[-1].tokens
     errs = ((None, None), (None, None))
     if eager_check:
-        step_t, pos_t = torch.tensor([[tokens[0]]], dtype=torch.int64), torch.tensor(n_prompt, dtype=torch.int64)
-        with torch.no_grad():   # one prefill then one decode step, each backend on its own cache state
+        with torch.no_grad():   # the same prefill and step compiled, on its own cache state
             ours_pre = compiled(*prompt_args(model, ids, "vulkan"))
             ours_step = compiled(step_t, pos_t)
-            model(ids_t, pos0)
-            ref_step = model(step_t, pos_t)
         errs = (max_abs(ours_pre, c.ref), max_abs(ours_step, ref_step))
         c.step_scale = errs[1][1]
     agreement = "greedy tokens not compared with eager CPU's"
