@@ -70,7 +70,8 @@ def _scalar_spec(value, kind: str) -> int:
 def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
        out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
        scatter: list[tuple[int, int, int]] = (), accumulate: bool | str = False,
-       gather: list[tuple[int, int, int, int]] = (), preamble: str = "") -> TRef:
+       gather: list[tuple[int, int, int, int]] = (), preamble: str = "",
+       check: tuple[TRef, int] | None = None, wrap: bool = True) -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
     operands: TRefs, host tensors (0-dim ones become constants) or Python scalars.
@@ -84,7 +85,11 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
       "min" to combine with that instead.
     gather: (operand j, operand k, stride, dim size) each: operand k is read at an
       offset also moved by operand j's value (an index, negative ones wrapped) times
-      the stride; an out-of-range index makes that element 0 (a kernel cannot raise).
+      the stride; an out-of-range index makes that element 0 (and sets `check`'s bit).
+    check: (check buffer, bit) from checks.check_bit: an out-of-range scatter or gather
+      index also sets that bit, and the program raises after the submit.
+    wrap: negative scatter/gather indices count from the end (x[idx], index_put, take);
+      without it they are out of range (gather, scatter).
     `$i` in expr is the element's flat index (int) in the output shape.
     preamble: GLSL functions that expr calls, placed before the kernel.
     Lazy operands (fusion.py) are folded into expr; with ctx.defer_next set, a
@@ -200,20 +205,24 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     for k in reversed(range(nd)):
         index.append(f"{{ uint c = r % D{k}; r /= D{k};" +
                      "".join(f" {v} += c * S{t}_{k};" for v, t in zip(offs, tags)) + " }")
+    flag = ""
+    if check is not None:          # the bit this kernel sets for an index out of range
+        flag = f"atomicOr(b{_bind(buffers, check[0])}[0], {1 << check[1]}u); "
     for j, stride, size in scatter:
         decls.append(f"layout(constant_id={cid}) const uint XS{j}=0u;"
                      f"layout(constant_id={cid + 1}) const int XN{j}=1;")
         spec += [stride, size]
         cid += 2
-        loads.append(f"{{ int x_ = int(v{j}); if (x_ < 0) x_ += XN{j}; "
-                     f"if (x_ < 0 || x_ >= XN{j}) return; oo += uint(x_) * XS{j}; }}")
+        loads.append(f"{{ int x_ = int(v{j}); {f'if (x_ < 0) x_ += XN{j}; ' if wrap else ''}"
+                     f"if (x_ < 0 || x_ >= XN{j}) {{ {flag}return; }} oo += uint(x_) * XS{j}; }}")
     for j, k, stride, size in gather:
         decls.append(f"layout(constant_id={cid}) const uint GS{j}=0u;"
                      f"layout(constant_id={cid + 1}) const int GN{j}=1;")
         spec += [stride, size]
         cid += 2
-        index.append(f"{{ int x_ = ld_i32(b{binding[j]}[o{j}]); if (x_ < 0) x_ += GN{j}; "
-                     f"if (x_ < 0 || x_ >= GN{j}) {{ b0[oo] = 0u; return; }} "
+        index.append(f"{{ int x_ = ld_i32(b{binding[j]}[o{j}]); "
+                     f"{f'if (x_ < 0) x_ += GN{j}; ' if wrap else ''}"
+                     f"if (x_ < 0 || x_ >= GN{j}) {{ {flag}b0[oo] = 0u; return; }} "
                      f"o{k} += uint(x_) * GS{j}; }}")
     body = expr.replace("$i", "int(i)")
     for j in reversed(range(len(names))):
@@ -227,6 +236,10 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     store = f"{'r4_[e_]' if vec else 'b0[oo]'} = st_{out_kind}({value});"
     if accumulate:
         store = _atomic_store(out_kind, "add" if accumulate is True else accumulate, value)
+    checked = ""
+    if "_ck(" in body:             # int64 arithmetic whose overflow flags (checks.glsl)
+        ck = TRef(ctx.plan.check_buffer, (1,), (1,), 0, "i32")
+        checked = f" if (ck_ != 0u) atomicOr(b{_bind(buffers, ck)}[0], ck_);"
 
     defines = {
         "VARIANT": f"{len(tensors)}in{nd}d" + ("v4" if vec else ""),
@@ -246,9 +259,19 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         defines["INDEX_CODE"] = " ".join(vec_loads + ["uvec4 r4_; for (uint e_ = 0u; e_ < 4u; ++e_) {"]
                                          + loads)
         defines["OUT_STORE"] += " } b0v[(Oo >> 2u) + i] = r4_;"
+    defines["OUT_STORE"] += checked
     ctx.dispatch("elementwise", defines, buffers, [0], spec,
                  groups_for(numel // 4 if vec else numel, WG), note=f"{shape} <- {expr}")
     return out
+
+
+def _bind(buffers: list, ref: TRef) -> int:
+    """The binding of ref's buffer among `buffers`, appended if it has none."""
+    for k, b in enumerate(buffers):
+        if b.buf == ref.buf:
+            return k
+    buffers.append(ref)
+    return len(buffers) - 1
 
 
 # combine(old, new) of the accumulating stores; f32 and products go through a CAS loop
@@ -354,10 +377,35 @@ INT_FORMS = {"remainder_f($0, $1)": "imod_($0, $1)", "fmod_f($0, $1)": "irem_($0
              "min_f($0, $1)": "min($0, $1)", **{e: "$0" for e in _ROUNDING}}
 
 
-def _for_kind(expr: str, kind: str) -> str:
+def _for_kind(expr: str, kind: str, ctx: Context | None = None) -> str:
     """The form of expr in kind: bool tensors use GLSL's logical ops, integers
-    their own division, modulo, power and (identity) rounding."""
-    return {"b": BOOL_FORMS, "i32": INT_FORMS}.get(kind, {}).get(expr, expr)
+    their own division, modulo, power and (identity) rounding; with ctx, an int64
+    result that may leave int32 is computed with an overflow check."""
+    expr = {"b": BOOL_FORMS, "i32": INT_FORMS}.get(kind, {}).get(expr, expr)
+    return int64_checked(ctx, expr) if ctx is not None and kind == "i32" else expr
+
+
+# int64 results travel as int32: these forms flag a result that leaves it (checks.glsl)
+CHECKED_INT64 = {"$0 + $1": "iadd_ck($0, $1, {m}u)", "$0 - $1": "isub_ck($0, $1, {m}u)",
+                 "$0 * $1": "imul_ck($0, $1, {m}u)", "-$0": "ineg_ck($0, {m}u)",
+                 "abs($0)": "iabs_ck($0, {m}u)", "$0 << $1": "ishl_ck($0, $1, {m}u)"}
+
+
+def int64_overflow_mask(ctx: Context) -> int:
+    """The check bit (as a mask) for the node's int64 result leaving int32."""
+    from .checks import check_bit, op_label
+    _, bit = check_bit(ctx, f"{op_label(ctx)}: an int64 result does not fit in int32 (int64 "
+                            "values travel as int32 on the GPU)", "OverflowError")
+    return 1 << bit
+
+
+def int64_checked(ctx: Context, expr: str) -> str:
+    """expr with an overflow check where the node's result is int64 and expr can leave
+    int32 (sums, differences, products, negation, left shifts)."""
+    val = ctx.node.meta.get("val") if ctx.node is not None else None
+    if expr not in CHECKED_INT64 or not isinstance(val, torch.Tensor) or val.dtype != torch.int64:
+        return expr
+    return CHECKED_INT64[expr].format(m=int64_overflow_mask(ctx))
 
 
 def _register_tables():
@@ -365,10 +413,10 @@ def _register_tables():
         lowering(op)(lambda ctx, x, e=e: ew(ctx, e, [x], ctx.out_kind(), compute="f32",
                                             result="b" if "isnan" in e or "isinf" in e else "f32"))
     for op, e in SAME_KIND_UNARY.items():
-        lowering(op)(lambda ctx, x, e=e, **kw: ew(ctx, _for_kind(e, ctx.out_kind()), [x],
+        lowering(op)(lambda ctx, x, e=e, **kw: ew(ctx, _for_kind(e, ctx.out_kind(), ctx), [x],
                                                   ctx.out_kind(), compute=ctx.out_kind()))
     for op, e in ARITH.items():
-        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, _for_kind(e, ctx.out_kind()), [a, b],
+        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, _for_kind(e, ctx.out_kind(), ctx), [a, b],
                                                ctx.out_kind(), compute=ctx.out_kind()))
     for op, e in COMPARE.items():
         lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], "b", compute=_input_kind(ctx),
@@ -393,7 +441,7 @@ def add(ctx, a, b, alpha=1):
     sign = "-" if ctx.node.target in (aten.sub.Tensor, aten.sub.Scalar) else "+"
     k = ctx.out_kind()
     if alpha == 1:
-        return ew(ctx, _for_kind(f"$0 {sign} $1", k), [a, b], k, compute=k)
+        return ew(ctx, _for_kind(f"$0 {sign} $1", k, ctx), [a, b], k, compute=k)
     return ew(ctx, f"$0 {sign} $2 * $1", [a, b, alpha], k, compute=k)
 
 
@@ -415,7 +463,7 @@ def pow_scalar(ctx, a, b):
 def scalar_arith(ctx, a, b):
     op = "*" if ctx.node.target == aten.mul.Scalar else "/"
     k = ctx.out_kind()
-    return ew(ctx, _for_kind(f"$0 {op} $1", k), [a, b], k, compute=k)
+    return ew(ctx, _for_kind(f"$0 {op} $1", k, ctx), [a, b], k, compute=k)
 
 
 @lowering(aten.div.Tensor_mode)
@@ -490,7 +538,11 @@ def to_copy(ctx, x, *rest, **kwargs):
     if ctx.node.target == aten.copy.default:   # copy(dst, src): src broadcast to dst's shape
         x = rest[0]
     k = ctx.out_kind()
-    return ew(ctx, _cast_expr(x, k, ctx.meta().dtype), [x], k, shape=ctx.out_shape(), result=k)
+    dtype = ctx.meta().dtype
+    e = _cast_expr(x, k, dtype)
+    if e == "int(trunc($0))" and dtype == torch.int64:     # NaN and beyond int32: an error
+        e = f"ftoi_ck($0, {int64_overflow_mask(ctx)}u)"
+    return ew(ctx, e, [x], k, shape=ctx.out_shape(), result=k)
 
 
 # Narrow dtypes live in wider GPU kinds; a cast into one rounds or wraps as torch does.

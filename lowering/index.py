@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .checks import index_check
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
 from .fusion import FOLDS, Lazy, materialize
@@ -16,16 +17,18 @@ WG = 256
 
 
 def gather_rows(ctx, src: TRef, idx: TRef, out_shape) -> TRef:
-    """out[i, ...] = src[idx[i]] for a 2-D src (rows x row_len, any strides)."""
+    """out[i, ...] = src[idx[i]] for a 2-D src (rows x row_len, any strides); an index
+    out of range raises after the submit (checks.py)."""
     if idx.ndim != 1:
         idx = contiguous(ctx, idx).with_layout((idx.numel,), (1,), 0) if not idx.is_contiguous() \
             else idx.with_layout((idx.numel,), (1,), idx.offset)
     out = ctx.empty(out_shape, src.kind)
     n, row = idx.shape[0], src.shape[1]
     if out.numel:
+        check, bit = index_check(ctx)
         spec = [WG, n, row, src.shape[0], src.offset, src.strides[0], src.strides[1],
-                idx.offset, idx.strides[0] if idx.ndim else 0]
-        ctx.dispatch("gather", {"VARIANT": "rows"}, [out, src, idx], [0], spec,
+                idx.offset, idx.strides[0] if idx.ndim else 0, bit]
+        ctx.dispatch("gather", {"VARIANT": "rows"}, [out, src, idx, check], [0], spec,
                      groups_for(n * row, WG), note=f"{n} rows of {row}")
     return out
 
@@ -138,7 +141,7 @@ def index_put_into(ctx, out: TRef, indices, values, accumulate=False) -> TRef:
     ops = [r for r, _, _ in idx] + [values]
     scatter = [(j, stride, size) for j, (_, stride, size) in enumerate(idx)]
     ew(ctx, f"${len(idx)}", ops, out.kind, compute=out.kind, out=view, shape=shape,
-       scatter=scatter, accumulate=accumulate)
+       scatter=scatter, accumulate=accumulate, check=index_check(ctx))
     return out
 
 

@@ -3,14 +3,16 @@ gather, scatter / scatter_add / scatter_reduce(sum), and embedding_bag.
 
 Gathers and scatters are elementwise kernels (elementwise.ew) whose operand or
 output offset moves by an index read in the kernel; embedding_bag has its own
-kernel (shaders/embedding_bag.comp). Index values out of range read as 0 (a
-kernel cannot raise; eager raises)."""
+kernel (shaders/embedding_bag.comp). An index out of range sets the plan's check
+flag (checks.py) and the call raises after the submit, as eager does (embedding_bag
+still reads such rows as 0)."""
 from __future__ import annotations
 
 import operator
 
 import torch
 
+from .checks import index_check
 from .core import Context, LoweringError, TRef, groups_for, lowering
 from .elementwise import ew
 from .index import advanced_index
@@ -26,7 +28,8 @@ def index(ctx, x, indices):
     shape, view, idx = advanced_index(x, refs)
     ops = [view] + [r for r, _, _ in idx]
     gather = [(j + 1, 0, stride, size) for j, (_, stride, size) in enumerate(idx)]
-    return ew(ctx, "$0", ops, x.kind, compute=x.kind, shape=shape, gather=gather)
+    return ew(ctx, "$0", ops, x.kind, compute=x.kind, shape=shape, gather=gather,
+              check=index_check(ctx))
 
 
 def _along(ref: TRef, shape: tuple, dim: int) -> TRef:
@@ -46,7 +49,7 @@ def gather(ctx, x, dim, index, sparse_grad=False):
     out_shape = ctx.out_shape()
     view = _along(x, idx.shape, dim)
     out = ew(ctx, "$0", [view, idx], x.kind, compute=x.kind, shape=idx.shape,
-             gather=[(1, 0, x.strides[dim], x.shape[dim])])
+             gather=[(1, 0, x.strides[dim], x.shape[dim])], check=index_check(ctx), wrap=False)
     return out.with_layout(out_shape, () if not out_shape else out.strides, 0)
 
 
@@ -76,14 +79,14 @@ def _scatter(ctx, x, dim, index, src, accumulate=False, include_self=True, mean=
     op = "add" if accumulate is True else accumulate
     if op and not include_self:
         ew(ctx, "$0", [IDENTITY[(op, k if k != "b" else "i32")], idx], k, compute=k, out=target,
-           shape=idx.shape, scatter=where)
+           shape=idx.shape, scatter=where, wrap=False)
     ew(ctx, "$0", [src, idx], k, compute=k, out=target, shape=idx.shape, scatter=where,
-       accumulate=op or False)
+       accumulate=op or False, check=index_check(ctx), wrap=False)
     if mean:
         count = ew(ctx, "$0", [1.0 if include_self else 0.0], "f32", shape=x.shape)
         c1 = _as_1d(count)
         ew(ctx, "$0", [1.0, idx], "f32", out=_along(c1, idx.shape, dim), shape=idx.shape,
-           scatter=[(1, c1.strides[dim], c1.shape[dim])], accumulate=True)
+           scatter=[(1, c1.strides[dim], c1.shape[dim])], accumulate=True, wrap=False)
         e = "$1 > 0.0 ? $0 / $1 : $0" if k == "f32" else \
             "$1 > 0.0 ? ifloordiv_($0, int($1)) : $0"
         out = ew(ctx, e, [out, count], k, compute=None, result=k)

@@ -11,7 +11,7 @@ import math
 import torch
 
 from .core import lowering
-from .elementwise import _input_kind, ew
+from .elementwise import _input_kind, ew, int64_checked
 
 aten = torch.ops.aten
 
@@ -174,11 +174,11 @@ SAME_KIND_BINARY = {  # NaN-ignoring max/min for floats; plain for ints
     aten.fmax.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : max_f($0, $1)))", "max($0, $1)"),
     aten.fmin.default: ("(isnan($0) ? $1 : (isnan($1) ? $0 : min_f($0, $1)))", "min($0, $1)"),
     aten.bitwise_left_shift.Tensor: ("$0 << $1", "$0 << $1"),
-    aten.bitwise_right_shift.Tensor: ("$0 >> $1", "$0 >> $1"),
+    aten.bitwise_right_shift.Tensor: ("$0 >> $1", "ishr_($0, $1)"),
     aten.bitwise_left_shift.Tensor_Scalar: ("$0 << $1", "$0 << $1"),
-    aten.bitwise_right_shift.Tensor_Scalar: ("$0 >> $1", "$0 >> $1"),
+    aten.bitwise_right_shift.Tensor_Scalar: ("$0 >> $1", "ishr_($0, $1)"),
     aten.__lshift__.Scalar: ("$0 << $1", "$0 << $1"), aten.__lshift__.Tensor: ("$0 << $1", "$0 << $1"),
-    aten.__rshift__.Scalar: ("$0 >> $1", "$0 >> $1"), aten.__rshift__.Tensor: ("$0 >> $1", "$0 >> $1"),
+    aten.__rshift__.Scalar: ("$0 >> $1", "ishr_($0, $1)"), aten.__rshift__.Tensor: ("$0 >> $1", "ishr_($0, $1)"),
 }
 
 
@@ -191,8 +191,8 @@ def _register():
             ctx, e, [a, b], ctx.out_kind(), compute="f32", result="f32", preamble=pre))
     for op, (ef, ei) in SAME_KIND_BINARY.items():
         lowering(op)(lambda ctx, a, b, ef=ef, ei=ei: ew(
-            ctx, ef if ctx.out_kind() == "f32" else ei, [a, b], ctx.out_kind(),
-            compute=ctx.out_kind()))
+            ctx, ef if ctx.out_kind() == "f32" else int64_checked(ctx, ei), [a, b],
+            ctx.out_kind(), compute=ctx.out_kind()))
 
 
 _register()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from .checks import index_check
 from .core import Context, TRef, contiguous_strides, lowering
 from .elementwise import contiguous, ew
 from .matmul import matmul
@@ -28,7 +29,7 @@ def take(ctx, x, index):
     flat = _flat(ctx, x)
     view = flat.with_layout(idx.shape, (0,) * idx.ndim, flat.offset)
     return ew(ctx, "$0", [view, idx], x.kind, compute=x.kind, shape=idx.shape,
-              gather=[(1, 0, 1, max(1, x.numel))])
+              gather=[(1, 0, 1, max(1, x.numel))], check=index_check(ctx))
 
 
 @lowering(aten.put.default)
@@ -41,7 +42,7 @@ def put(ctx, x, index, source, accumulate=False):
         src = contiguous(ctx, src)
         src = src.with_layout(idx.shape, contiguous_strides(idx.shape), src.offset)
         ew(ctx, "$0", [src, idx], x.kind, compute=x.kind, out=target, shape=idx.shape,
-           scatter=[(1, 1, out.numel)], accumulate=bool(accumulate))
+           scatter=[(1, 1, out.numel)], accumulate=bool(accumulate), check=index_check(ctx))
     return out
 
 

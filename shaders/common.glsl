@@ -99,3 +99,4 @@ float round_bf16(float x) {  // to the nearest bfloat16, ties to even (NaN kept)
     return uintBitsToFloat(u & 0xffff0000u);
 }
 #include "ieee.glsl"
+#include "checks.glsl"

@@ -15,6 +15,9 @@ BUFFER(1, inb)
 #ifdef HAS_AUX
 BUFFER(2, auxb)   // var/std: one mean per output element
 #endif
+#ifdef CHECK_BINDING
+BUFFER(CHECK_BINDING, chkb)   // int64 sums: the plan's check word (lowering/checks.py)
+#endif
 float sq_(float v) { return v * v; }
 float div_(float a) {   // a / divisor, IEEE even where the driver divides by reciprocal
     float d = uintBitsToFloat(DIV_BITS);
@@ -44,6 +47,11 @@ void main() {
         for (uint s = gl_SubgroupSize + gl_SubgroupInvocationID; s < gl_NumSubgroups; s += gl_SubgroupSize)
             acc = COMBINE(acc, partial[s]);
         acc = SUBGROUP_COMBINE(acc);
-        if (subgroupElect()) outb[o] = STORE(FINAL(acc));
+        if (subgroupElect()) {
+            outb[o] = STORE(FINAL(acc));
+#ifdef CHECK_BINDING
+            if (ck_ != 0u) atomicOr(chkb[0], ck_);
+#endif
+        }
     }
 }

@@ -13,6 +13,9 @@ layout(constant_id = 5) const uint OUT_RS = 1;
 SPEC_DECLS
 BUFFER(0, outb)
 BUFFER(1, inb)
+#ifdef CHECK_BINDING
+BUFFER(CHECK_BINDING, chkb)   // int64 sums: the plan's check word (lowering/checks.py)
+#endif
 
 shared ACC_T buf[gl_WorkGroupSize.x];
 
@@ -39,4 +42,7 @@ void main() {
         carry = combine(carry, buf[wg - 1u]);
         barrier();
     }
+#ifdef CHECK_BINDING
+    if (ck_ != 0u) atomicOr(chkb[0], ck_);
+#endif
 }

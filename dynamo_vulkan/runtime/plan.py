@@ -103,6 +103,11 @@ class Plan:
     outputs: list[OutputSpec] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)   # spirv_key -> GLSL
     mutations: list[tuple[int, int]] = field(default_factory=list)  # (input index, buffer) written back
+    # kernels' checks (an index out of range, an int64 result outside int32): bit min(k, 31)
+    # of buffer check_buffer's one word set means checks[k], "<exception name>: <message>",
+    # failed (runtime/program.py raises it; checks from the 32nd on share the last bit)
+    check_buffer: int | None = None
+    checks: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         lines = [f"buffers: {len(self.buffers)} "
@@ -388,6 +393,10 @@ def check_plan(plan: Plan) -> None:
     for k, (i, b) in enumerate(plan.mutations):
         index(i, ni, f"mutations[{k}] input")
         index(b, nb, f"mutations[{k}] buffer")
+    if plan.check_buffer is not None:
+        index(plan.check_buffer, nb, "check_buffer")
+    if plan.checks and plan.check_buffer is None:
+        _fail("checks", "checks without a check_buffer")
     _check_sources(plan)
 
 

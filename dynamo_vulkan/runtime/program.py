@@ -360,6 +360,8 @@ class Program:
                 kind = plan.buffers[o.buffer].kind
                 self.outputs.append((self._staging[o.buffer][:n], o.shape, kind,
                                      getattr(torch, o.dtype.replace("torch.", ""))))
+        # the kernels' check word (runtime checks: plan.checks), zeroed before each submit
+        self._checks = None if plan.check_buffer is None else self._staging[plan.check_buffer]
         self.mutations = []        # (arg index, staging words, kind, Resident or None, bump)
         self.kept = []             # (arg index, Resident, bump): updated on the GPU only
         self._readbacks = []       # (resident kp tensor, device tensor it is copied into)
@@ -446,6 +448,8 @@ class Program:
         n_ts = 2 * len(dispatches) + 2 if self.profile else 0
         seq = mgr.sequence(total_timestamps=n_ts)
         ins = [self.tensors[b] for s in plan.inputs if not s.resident for b in s.buffers()]
+        if plan.check_buffer is not None:
+            ins.append(self.tensors[plan.check_buffer])
         labels = []
         if ins:
             seq.record(kp.OpTensorSyncDevice(ins))
@@ -466,6 +470,7 @@ class Program:
         resident = {b for spec in plan.inputs if spec.resident for b in spec.buffers()}
         outs = [self.tensors[b] for b in sorted(
             {o.buffer for o in plan.outputs if o.buffer is not None} |
+            ({plan.check_buffer} if plan.check_buffer is not None else set()) |
             {b for _, b in plan.mutations if b not in resident})]
         for src, rb in self._readbacks:     # mutated weights/buffers: copy out to host too
             seq.record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
@@ -500,10 +505,14 @@ class Program:
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
+        if self._checks is not None:
+            self._checks[0] = 0
         if sequence is None and self.sequence is None:
             self.sequence, self._labels = self.record(self.plan.dispatches)
         (sequence or self.sequence).eval()
         _stats["submits"] += 1
+        if self._checks is not None and self._checks[0]:
+            raise_failed_checks(self.plan.checks, int(self._checks[0]))
         if self.profile and sequence is None:
             self._report()
         for i, staging, kind, r, bump in self.mutations:
@@ -582,6 +591,20 @@ class Program:
                 plog.addHandler(logging.StreamHandler())
         plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
+
+
+class KernelIndexError(IndexError, RuntimeError):
+    """An index a kernel met out of range: an IndexError, as eager's indexing raises, and a
+    RuntimeError, as eager's gather and scatter raise."""
+
+
+def raise_failed_checks(checks: list[str], word: int) -> None:
+    """Raise the first failed check of plan.checks (bit min(k, 31) of `word` is check k)."""
+    failed = [c for k, c in enumerate(checks) if word >> min(k, 31) & 1]
+    exc, _, message = failed[0].partition(": ")
+    more = f" (and {len(failed) - 1} more failed checks)" if len(failed) > 1 else ""
+    cls = {"IndexError": KernelIndexError, "OverflowError": OverflowError}.get(exc, RuntimeError)
+    raise cls(message + more)
 
 
 def _progress(total: int):

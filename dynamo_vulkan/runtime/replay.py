@@ -79,7 +79,8 @@ def replay_plan(step: Plan, k: int) -> Plan:
     inputs[ports.position] = InputSpec(positions, "torch.int64", (k,), False)
     return Plan(buffers=buffers, dispatches=dispatches, inputs=inputs,
                 outputs=[OutputSpec(tokens, "torch.int64", (k,))],
-                sources={**step.sources, key: source}, mutations=list(step.mutations))
+                sources={**step.sources, key: source}, mutations=list(step.mutations),
+                check_buffer=step.check_buffer, checks=list(step.checks))
 
 
 def steps_prefix(replay: Plan, n: int) -> list[Dispatch]:
