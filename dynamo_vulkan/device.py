@@ -18,7 +18,7 @@ _lock = threading.Lock()
 _managers: dict[int, object] = {}
 _failures: dict[int, str] = {}
 _info: dict[int, dict] = {}
-_physical: list[list[dict]] = []     # the loader's devices, asked once (a list of one list)
+_physical: list[dict] | None = None   # the loader's devices, asked once
 
 # Conservative defaults (Vulkan 1.1 minimums or lavapipe's values).
 DEFAULT_LIMITS = {
@@ -41,13 +41,14 @@ class VulkanUnavailable(RuntimeError):
 def physical_devices() -> list[dict]:
     """The loader's physical devices (vkinfo.physical_devices), asked once per process;
     [] when there is no loader or driver."""
+    global _physical
     with _lock:
-        if not _physical:
+        if _physical is None:
             try:
-                _physical.append(vkinfo.physical_devices())
+                _physical = vkinfo.physical_devices()
             except vkinfo.LoaderMissing:
-                _physical.append([])
-        return _physical[0]
+                _physical = []
+        return _physical
 
 
 def preferred_index(devices: list[dict]) -> int:
@@ -88,7 +89,7 @@ def list_devices() -> list[dict]:
 def unavailable_reason(index: int) -> str | None:
     """Why device `index` cannot be used (every missing prerequisite in one line), or None."""
     try:
-        vkinfo._loader()
+        vkinfo.loader()
         loader = None
     except vkinfo.LoaderMissing as e:
         loader = f"the Vulkan loader is missing ({e}): {prerequisites.LOADER}"

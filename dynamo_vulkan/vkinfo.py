@@ -8,9 +8,6 @@ properties), laid out by ctypes.
 from __future__ import annotations
 
 import ctypes
-import logging
-
-log = logging.getLogger(__name__)
 
 VK_SUCCESS, VK_INCOMPLETE = 0, 5
 ST_APPLICATION_INFO, ST_INSTANCE_CREATE_INFO = 0, 1
@@ -159,7 +156,8 @@ def version_string(v: int) -> str:
     return f"{(v >> 22) & 0x7F}.{(v >> 12) & 0x3FF}.{v & 0xFFF}"
 
 
-def _loader():
+def loader():
+    """libvulkan.so.1, or LoaderMissing."""
     try:
         return ctypes.CDLL("libvulkan.so.1")
     except OSError as e:
@@ -227,7 +225,7 @@ def physical_devices() -> list[dict]:
     """Every physical device the loader enumerates, in its order (kp.Manager(i) opens the
     i-th of the same list). Raises LoaderMissing without a loader; [] when no instance
     can be made or no driver is installed."""
-    lib = _loader()
+    lib = loader()
     app = _AppInfo(ST_APPLICATION_INFO, None, b"dynamo_vulkan", 0, b"none", 0, (1 << 22) | (1 << 12))
     create = _InstanceInfo(ST_INSTANCE_CREATE_INFO, None, 0, ctypes.pointer(app), 0, None, 0, None)
     inst = ctypes.c_void_p()

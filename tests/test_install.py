@@ -125,7 +125,7 @@ def test_every_missing_piece_in_one_message(monkeypatch, fresh_device):
 def test_missing_loader_is_named(monkeypatch, fresh_device):
     def no_loader():
         raise vkinfo.LoaderMissing("libvulkan.so.1: cannot open shared object file")
-    monkeypatch.setattr(vkinfo, "_loader", no_loader)
+    monkeypatch.setattr(vkinfo, "loader", no_loader)
     monkeypatch.setattr(device, "physical_devices", lambda: [])
     reason = device.unavailable_reason(0)
     assert reason.startswith("the Vulkan loader is missing") and "apt-get install libvulkan1" in reason
