@@ -1,6 +1,7 @@
 """Multi-turn chat with a GGUF model, its KV cache kept across turns.
 
     python -m dynamo_vulkan.chat MODEL [--system TEXT] [--ctx N] [--backend vulkan]
+    python -m dynamo_vulkan.generate MODEL -i ...        (the same)
 
 :class:`ChatSession` holds a decoder, its tokenizer and the token ids whose keys and
 values its KV cache holds (positions 0..n-1). Each call prefills only the tokens after
@@ -32,7 +33,7 @@ from .models.decoder import ContextOverflowError
 log = logging.getLogger("dynamo_vulkan.chat")
 
 __all__ = ["ChatSession", "NoChatTemplateError", "ContextFullError", "chat_template", "common_prefix",
-           "interact", "main"]
+           "interact", "chat_at_terminal", "main"]
 
 
 class NoChatTemplateError(GGUFError):
@@ -268,48 +269,64 @@ def _lines(stream, tty: bool):
             return
 
 
+def chat_at_terminal(model, tokenizer, name: str, *, backend: str | None, system: str | None = None,
+                     stats: bool = False, **settings) -> int:
+    """The interactive chat over standard input and output (``python -m
+    dynamo_vulkan.chat``, ``python -m dynamo_vulkan.generate -i``): a prompt and line
+    editing at a terminal, else each line read is a turn. ``settings`` go to generate()."""
+    session = ChatSession(model, tokenizer, backend=backend, system=system, name=name)
+    if session.template_error is not None:
+        raise session.template_error
+    tty = sys.stdin.isatty()
+    if tty:
+        sys.stderr.write(f"{name}: a context of {session.max_ctx} tokens. {HELP}\n")
+    return interact(session, _lines(sys.stdin, tty), sys.stdout, sys.stderr, prompt="> " if tty else "",
+                    stats=stats, **settings)
+
+
 def _parser() -> argparse.ArgumentParser:
-    from .generate import KNOWN_MODELS
+    from .generate import (KNOWN_MODELS, MAX_CTX, MAX_NEW_TOKENS, MAX_TEMPERATURE, _backend_name, _ranged,
+                           add_sampling_arguments)
 
     p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.chat", description=__doc__.split("\n\n")[0],
                                 epilog=HELP, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("model", help="a .gguf file, or a model name: " + ", ".join(KNOWN_MODELS))
-    p.add_argument("--system", default=None, help="a system message that begins the conversation")
-    p.add_argument("--ctx", "-c", type=int, default=None,
-                   help="KV cache size in tokens (default: min(the file's context, 2048))")
-    p.add_argument("--backend", default="vulkan", help="torch.compile backend; 'none': no compile")
-    p.add_argument("--max-new-tokens", "-n", type=int, default=None,
+    p.add_argument("--system", default=None, help="a system message that begins each conversation")
+    p.add_argument("--ctx", "-c", default=None, help="KV cache size in tokens (default: min(the file's, 2048))",
+                   type=_ranged(int, 1, MAX_CTX, f"a whole number from 1 to {MAX_CTX} (and the file's context)"))
+    p.add_argument("--backend", default="vulkan", type=_backend_name,
+                   help="torch.compile backend: vulkan, eager, ...; 'none': no compile")
+    p.add_argument("--max-new-tokens", "-n", default=None,
+                   type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"),
                    help="at most this many tokens a reply (default: until the context is full)")
-    p.add_argument("--temperature", "--temp", type=float, default=0.0, help="0: greedy")
-    p.add_argument("--top-k", type=int, default=0, help="0: off")
-    p.add_argument("--top-p", type=float, default=1.0, help="1: off")
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stop", action="append", default=None, help="a stop string (repeat for more)")
-    p.add_argument("--stats", action="store_true", help="a stats line after each reply (stderr)")
-    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("--temperature", "--temp", default=0.0, help="0: greedy",
+                   type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
+    p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
+                   type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
+    p.add_argument("--top-p", default=1.0, help="nucleus sampling mass (1: off)",
+                   type=_ranged(float, 0.0, 1.0, "a number in (0, 1]", lo_open=True))
+    p.add_argument("--seed", default=None, type=_ranged(int, 0, (1 << 64) - 1, "a whole number from 0 to 2^64-1"))
+    add_sampling_arguments(p)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="a stats line after each reply")
     return p
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    from . import config
     from .backend import VulkanFallbackError
-    from .generate import ModelNotInstalledError
+    from .generate import ModelNotInstalledError, find_model, load, sampling_options
 
-    backend = None if args.backend.lower() == "none" else args.backend
-    tty = sys.stdin.isatty()
+    backend = None if args.backend == "none" else args.backend
     expected = (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError, VulkanFallbackError)
     try:
-        session = ChatSession.load(args.model, max_ctx=args.ctx, backend=backend, system=args.system,
-                                   progress=sys.stderr.isatty())
-        if session.template_error is not None:
-            raise session.template_error
-        if tty:
-            sys.stderr.write(f"{session.name}: a context of {session.max_ctx} tokens. {HELP}\n")
-        return interact(session, _lines(sys.stdin, tty), sys.stdout, sys.stderr, prompt="> " if tty else "",
-                        stats=args.stats or args.verbose > 0, max_new_tokens=args.max_new_tokens,
-                        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                        stop=args.stop or ())
+        config.load()
+        model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
+        return chat_at_terminal(model, tok, Path(find_model(args.model)).name, backend=backend,
+                                system=args.system, stats=args.verbose > 0, max_new_tokens=args.max_new_tokens,
+                                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                seed=args.seed, **sampling_options(args))
     except expected as e:
         log.error("%s", e)
         return 2

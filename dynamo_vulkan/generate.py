@@ -177,6 +177,8 @@ class GenerationResult:
     decode_steps: int = 0
     backend: str = ""
     extra: dict = field(default_factory=dict)
+    first_token_s: float = 0.0  # from the timed prefill's start to the first token (compiling too without warm-up)
+    load_s: float = 0.0  # reading the file, when the caller measured it
 
     @property
     def prefill_tok_s(self) -> float:
@@ -189,13 +191,22 @@ class GenerationResult:
     def stats_line(self) -> str:
         return (f"[{self.backend}] prompt {len(self.prompt_tokens)} tok, prefill {self.prefill_tok_s:.1f} tok/s; "
                 f"generated {len(self.tokens)} tok, decode {self.decode_tok_s:.2f} tok/s; "
-                f"compile+warmup {self.warmup_s:.1f} s; stop: {self.stop_reason}")
+                f"first token {self.first_token_s:.2f} s; "
+                + (f"load {self.load_s:.1f} s; " if self.load_s else "")
+                + f"compile+warmup {self.warmup_s:.1f} s; stop: {self.stop_reason}")
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, gen: torch.Generator | None) -> int:
+def _sample(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, gen: torch.Generator | None,
+            min_p: float = 0.0) -> int:
+    """A token id: the argmax at temperature 0; else drawn after min-p (tokens less likely
+    than min_p times the likeliest, before temperature, as llama.cpp's), temperature,
+    top-k and top-p."""
     logits = logits.reshape(-1).to(torch.float32)
     if temperature <= 0:
         return int(torch.argmax(logits))
+    if min_p > 0:
+        floor = logits.max() + math.log(min_p)
+        logits = torch.where(logits < floor, torch.full_like(logits, float("-inf")), logits)
     logits = logits / temperature
     if top_k and top_k > 0 and top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
@@ -339,7 +350,9 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
              top_k: int = 0, top_p: float = 1.0, seed: int | None = None, chat: bool = False,
              system: str | None = None, backend: str | None = "vulkan", max_ctx: int | None = None,
              stream=None, warmup: bool = True, stop_at_eos: bool = True, compiled=None,
-             steps_per_call: int | None = None, past: int = 0, stop=(), should_stop=None) -> GenerationResult:
+             steps_per_call: int | None = None, past: int = 0, stop=(), should_stop=None, min_p: float = 0.0,
+             repeat_penalty: float = 1.0, repeat_last_n: int = 64, presence_penalty: float = 0.0,
+             frequency_penalty: float = 0.0) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``.
 
     ``model`` is a Decoder (then pass ``tokenizer``) or a GGUF path / model name.
@@ -369,11 +382,19 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     before the first of them, and text that may begin one is held back until it cannot.
     ``should_stop``: a function called once per new token; when it returns true the
     generation ends there (stop_reason "cancelled"), e.g. when a server's client is gone.
+    ``min_p`` (0: off) drops tokens less likely than min_p times the likeliest when
+    sampling; ``repeat_penalty``, ``repeat_last_n``, ``presence_penalty`` and
+    ``frequency_penalty``: :class:`~dynamo_vulkan.sampling.Penalties` (greedy decoding
+    with them runs one step per call, as sampling does).
     """ % (DEFAULT_STEPS_PER_CALL, BURST_S, GRAPH_STEPS_PER_CALL)
     from .gguf.tokenizer import StreamDecoder
+    from .sampling import Penalties
     from .stop_strings import StopStrings
 
     check_sampling(max_new_tokens, temperature, top_k, top_p)
+    if not (isinstance(min_p, (int, float)) and 0 <= min_p <= 1):
+        raise ValueError(f"min_p must be from 0 (off) to 1, got {min_p!r}")
+    penalties = Penalties(repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty)
     if tokenizer is None:
         if not isinstance(model, (str, os.PathLike)):
             raise ValueError("pass the tokenizer with a model object")
@@ -402,11 +423,12 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             _kept(model, ("decoder", backend), lambda: compile_decoder(model, backend))
     auto = steps_per_call is None
     if auto:
-        steps_per_call = default_steps_per_call(backend, temperature)
+        steps_per_call = 1 if penalties.active else default_steps_per_call(backend, temperature)
     if steps_per_call < 1:
         raise ValueError(f"steps_per_call must be >= 1, got {steps_per_call}")
-    if steps_per_call > 1 and temperature > 0:
-        raise ValueError("steps_per_call > 1 needs greedy decoding (temperature 0): sampling draws on the host")
+    if steps_per_call > 1 and (temperature > 0 or penalties.active):
+        raise ValueError("steps_per_call > 1 needs greedy decoding (temperature 0) without penalties: "
+                         "sampling and penalties work on the host")
     multi = step_replay(model, backend) if steps_per_call > 1 else None
     gen = torch.Generator().manual_seed(seed) if seed is not None else None
     if seed is not None:
@@ -442,7 +464,8 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         dec = StreamDecoder(tokenizer)
         pos = len(ids)
         t_dec = 0.0
-        pending = [_sample(logits, temperature, top_k, top_p, gen)]  # tokens not yet emitted
+        pending = [_sample(penalties.apply(logits, ids), temperature, top_k, top_p, gen, min_p)]  # not yet emitted
+        res.first_token_s = time.perf_counter() - t0
         while True:
             nxt = pending.pop(0)
             if stop_at_eos and nxt in tokenizer.stop_ids:
@@ -478,7 +501,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                 pending = multi(nxt, pos, k)
             else:
                 logits = compiled(last, torch.tensor(pos, dtype=torch.int64))
-                pending = [_sample(logits, temperature, top_k, top_p, gen)]
+                pending = [_sample(penalties.apply(logits, ids + res.tokens), temperature, top_k, top_p, gen, min_p)]
             t_dec += time.perf_counter() - t1
             pos += len(pending)
             res.decode_steps += 1
@@ -496,6 +519,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
 
 
 MAX_NEW_TOKENS = 1 << 20
+DEFAULT_MAX_NEW_TOKENS = 64
 MAX_CTX = 1 << 20        # --ctx: beyond any file's context here; the file's own is checked too
 MAX_TEMPERATURE = 100.0
 
@@ -545,9 +569,14 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.generate", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="a .gguf file, or a model name: " + ", ".join(KNOWN_MODELS))
-    p.add_argument("--prompt", "-p", required=True)
-    p.add_argument("--max-new-tokens", "-n", default=64,
-                   type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"))
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", "-p")
+    given.add_argument("--file", "-f", metavar="FILE", help="read the prompt from FILE ('-': standard input)")
+    given.add_argument("--interactive", "-i", action="store_true",
+                       help="a multi-turn chat (python -m dynamo_vulkan.chat): /reset, /exit")
+    p.add_argument("--max-new-tokens", "-n", default=None,
+                   type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"),
+                   help=f"default {DEFAULT_MAX_NEW_TOKENS}; with -i, until the context is full")
     p.add_argument("--temperature", "-t", default=0.0, help="0 = greedy (default)",
                    type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
     p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
@@ -566,8 +595,61 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"greedy decode steps per GPU submit (default: up to {DEFAULT_STEPS_PER_CALL} when "
                         f"greedy on a Vulkan GPU, as many as fit {BURST_S} s; 1 on a CPU Vulkan device "
                         "or when sampling)")
+    add_sampling_arguments(p)
     p.add_argument("-v", "--verbose", action="count", default=0)
     return p
+
+
+def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
+    """Stop strings, EOS, min-p and the penalties: the options generate(), the chat and
+    the server share beyond temperature, top-k and top-p."""
+    from .sampling import MAX_PRESENCE_FREQUENCY, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY
+    from .stop_strings import MAX_STOP_CHARS
+
+    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                   type=_ranged_text(MAX_STOP_CHARS), help="end the text before TEXT (repeat for more)")
+    p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text tokens")
+    p.add_argument("--min-p", default=0.0, type=_ranged(float, 0.0, 1.0, "a number from 0 to 1"),
+                   help="when sampling, drop tokens less likely than this times the likeliest (0: off)")
+    p.add_argument("--repeat-penalty", default=1.0,
+                   type=_ranged(float, 0.0, MAX_REPEAT_PENALTY, f"a number in (0, {MAX_REPEAT_PENALTY:g}]",
+                                lo_open=True),
+                   help="divide recent tokens' positive logits by this, multiply negative ones (1: off)")
+    p.add_argument("--repeat-last-n", default=64,
+                   type=_ranged(int, -1, MAX_REPEAT_LAST_N, f"a whole number from -1 to {MAX_REPEAT_LAST_N}"),
+                   help="the recent tokens the penalties count (0: none, -1: the whole context)")
+    for name in ("presence", "frequency"):
+        p.add_argument(f"--{name}-penalty", default=0.0,
+                       type=_ranged(float, -MAX_PRESENCE_FREQUENCY, MAX_PRESENCE_FREQUENCY,
+                                    f"a number from -{MAX_PRESENCE_FREQUENCY:g} to {MAX_PRESENCE_FREQUENCY:g}"),
+                       help=f"subtract this from recent tokens' logits{' per occurrence' if name == 'frequency' else ''}"
+                            " (0: off)")
+
+
+def _ranged_text(most: int):
+    """An argparse type: a string of at most `most` characters."""
+    def parse(text: str) -> str:
+        if len(text) > most:
+            raise argparse.ArgumentTypeError(f"at most {most} characters, got {len(text)}")
+        return text
+    return parse
+
+
+def sampling_options(args) -> dict:
+    """generate()'s keyword arguments for the options of add_sampling_arguments."""
+    return dict(stop=args.stop or (), stop_at_eos=not args.ignore_eos, min_p=args.min_p,
+                repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
+                presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)
+
+
+def _read_prompt(name: str) -> str:
+    """The text of a prompt file ('-': standard input); ValueError with the reason."""
+    try:
+        if name == "-":
+            return sys.stdin.read()
+        return Path(name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read the prompt from {name}: {getattr(e, 'strerror', None) or e}") from None
 
 
 def main(argv=None) -> int:
@@ -582,11 +664,22 @@ def main(argv=None) -> int:
     expected = (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError, VulkanFallbackError)
     try:
         config.load()                   # the DYNAMO_VULKAN_* settings, before any work
+        prompt = _read_prompt(args.file) if args.file is not None else args.prompt
+        t0 = time.perf_counter()
         model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
-        res = generate(model, args.prompt, tok, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                       top_k=args.top_k, top_p=args.top_p, seed=args.seed, chat=args.chat, system=args.system,
-                       backend=backend, stream=sys.stdout, warmup=not args.no_warmup,
-                       steps_per_call=args.steps_per_call)
+        load_s = time.perf_counter() - t0
+        settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                        steps_per_call=args.steps_per_call, **sampling_options(args))
+        if args.interactive:
+            from .chat import chat_at_terminal
+
+            return chat_at_terminal(model, tok, Path(find_model(args.model)).name, backend=backend,
+                                    system=args.system, stats=args.verbose > 0,
+                                    max_new_tokens=args.max_new_tokens, **settings)
+        res = generate(model, prompt, tok, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                       chat=args.chat, system=args.system, backend=backend, stream=sys.stdout,
+                       warmup=not args.no_warmup, **settings)
+        res.load_s = load_s
     except expected as e:
         log.error("%s", e)
         return 2

@@ -3,7 +3,11 @@
     python -m dynamo_vulkan.serve MODEL [--host 127.0.0.1] [--port 8000] [--ctx N] [--backend vulkan]
 
 ``GET /v1/models``, ``POST /v1/chat/completions`` and ``POST /v1/completions``, streamed
-as server-sent events with ``"stream": true``; ``GET /health``. The model has one KV
+as server-sent events with ``"stream": true``; ``GET /health``. Besides OpenAI's
+settings, requests may give ``top_k``, ``min_p``, ``repetition_penalty`` and
+``repeat_last_n`` (presence, frequency and repetition penalties count the last
+``repeat_last_n`` tokens of the prompt and the reply, as llama.cpp's do:
+:mod:`dynamo_vulkan.sampling`). The model has one KV
 cache, so one request generates at a time: requests wait in a queue (at most
 ``--max-queue``, past that a 503) and run in turn on one worker thread, each reusing
 the cache for the prefix its prompt shares with the last one's (a chat's next turn
@@ -44,6 +48,7 @@ except ImportError as e:    # the serve extra is not installed
 
 from .chat import ChatSession
 from .gguf.errors import GGUFError
+from .sampling import MAX_REPEAT_PENALTY
 from .stop_strings import check_stops
 
 log = logging.getLogger("dynamo_vulkan.serve")
@@ -97,6 +102,9 @@ class _Sampling(BaseModel):
     n: int = Field(1, ge=1, le=1)                         # one choice per request
     presence_penalty: float = _number(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = _number(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = _number(1.0, gt=0.0, le=MAX_REPEAT_PENALTY)   # these three: not OpenAI's
+    repeat_last_n: int = Field(64, ge=-1, le=1 << 20)
+    min_p: float = _number(0.0, ge=0.0, le=1.0)
     logit_bias: dict | None = None
     logprobs: Union[bool, int, None] = None
 
@@ -128,7 +136,6 @@ def _unsupported(req: _Sampling) -> None:
     extra = req.model_extra or {}
     fmt = extra.get("response_format")
     checks = [
-        ("presence_penalty", req.presence_penalty != 0), ("frequency_penalty", req.frequency_penalty != 0),
         ("logit_bias", bool(req.logit_bias)), ("logprobs", bool(req.logprobs)),
         ("top_logprobs", bool(extra.get("top_logprobs"))),
         ("tools", bool(extra.get("tools") or extra.get("functions"))),
@@ -193,7 +200,9 @@ class _Server:
             raise APIError(400, str(e), param="stop") from None
         want = req.max_tokens or req.max_completion_tokens or default_max or room
         return dict(max_new_tokens=min(want, room), temperature=req.temperature, top_k=req.top_k,
-                    top_p=req.top_p, seed=req.seed, stop=stop)
+                    top_p=req.top_p, min_p=req.min_p, seed=req.seed, stop=stop,
+                    repeat_penalty=req.repetition_penalty, repeat_last_n=req.repeat_last_n,
+                    presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty)
 
     def _run(self, job: _Job):
         """The generation, on the worker thread; the text's end (or the error) is queued last."""

@@ -155,3 +155,45 @@ def test_stop_strings():
     for bad in (3, ["a", 1], ["a"] * 17, ["x" * 1001]):
         with pytest.raises(ValueError):
             check_stops(bad)
+
+
+def test_generate_cli_prompt_file_stdin_and_interactive(llama_path, tmp_path, monkeypatch, capsys, caplog):
+    from dynamo_vulkan.generate import main as generate_main
+
+    common = [str(llama_path), "--backend", "none", "-n", "4", "--ctx", "96"]
+    assert generate_main(common + ["--prompt", "hello the world"]) == 0
+    want = capsys.readouterr()
+    assert "first token" in want.err and "load" in want.err
+    f = tmp_path / "prompt.txt"
+    f.write_text("hello the world", encoding="utf-8")
+    assert generate_main(common + ["-f", str(f)]) == 0
+    assert capsys.readouterr().out == want.out
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello the world"))
+    assert generate_main(common + ["-f", "-"]) == 0
+    assert capsys.readouterr().out == want.out
+    assert generate_main(common + ["-f", str(tmp_path / "none.txt")]) == 2
+    assert "cannot read the prompt" in caplog.text
+    with pytest.raises(SystemExit) as e:                   # no prompt given
+        generate_main(common)
+    assert e.value.code == 2
+    # -i: the chat over standard input, as python -m dynamo_vulkan.chat
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nthe world\n"))
+    assert generate_main(common + ["-i"]) == 0
+    chatted = capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\nthe world\n"))
+    assert main(common[:1] + common[3:] + ["--backend", "none"]) == 0
+    assert capsys.readouterr().out == chatted and chatted.count("\n") >= 2
+
+
+def test_generate_cli_stop_and_ignore_eos(llama_path, capsys):
+    from dynamo_vulkan.generate import main as generate_main
+
+    common = [str(llama_path), "--backend", "none", "--ctx", "96", "--prompt", "hello"]
+    assert generate_main(common + ["-n", "8"]) == 0
+    full = capsys.readouterr().out.rstrip("\n")
+    assert generate_main(common + ["-n", "8", "--stop", full[2:4], "--ignore-eos", "--min-p", "0.1"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == full[:full.index(full[2:4])]
+    for bad in (["--min-p", "2"], ["--repeat-penalty", "0"], ["--repeat-last-n", "-2"], ["--stop", "x" * 1001]):
+        with pytest.raises(SystemExit) as e:
+            generate_main(common + bad)
+        assert e.value.code == 2

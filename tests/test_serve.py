@@ -138,6 +138,11 @@ def test_stop_and_seed(client, reference):
     sampled = [client.completions.create(model="tiny", prompt="hello", max_tokens=6, temperature=1.0, seed=7,
                                          top_p=0.9).choices[0].text for _ in range(2)]
     assert sampled[0] == sampled[1] == reference("hello", n=6, temperature=1.0, seed=7, top_p=0.9).text
+    penalised = dict(presence_penalty=1.5, frequency_penalty=0.5)
+    r = client.completions.create(model="tiny", prompt="hello", max_tokens=6, temperature=0, **penalised,
+                                  extra_body={"repetition_penalty": 1.2, "repeat_last_n": 8})
+    want = reference("hello", n=6, repeat_penalty=1.2, repeat_last_n=8, **penalised)
+    assert r.choices[0].text == want.text != reference("hello", n=6).text
 
 
 def test_concurrent_requests_equal_each_alone(client, reference):
@@ -165,7 +170,8 @@ def _error(e) -> dict:
 
 @pytest.mark.parametrize("kwargs, param", [
     (dict(max_tokens=-1), "max_tokens"), (dict(temperature=2.5), "temperature"), (dict(top_p=0), "top_p"),
-    (dict(n=2), "n"), (dict(presence_penalty=0.5), "presence_penalty"), (dict(stop=["x"] * 17), "stop"),
+    (dict(n=2), "n"), (dict(presence_penalty=2.5), "presence_penalty"), (dict(stop=["x"] * 17), "stop"),
+    (dict(extra_body={"logit_bias": {"5": 1}}), "logit_bias"), (dict(extra_body={"min_p": 1.5}), "min_p"),
     (dict(messages=[]), "messages"), (dict(messages=[{"role": "tool", "content": "x"}]), "messages.0.role"),
     (dict(messages=_user("hello " * 80)), "messages"),
 ])
