@@ -96,8 +96,8 @@ def _check_split(name: str, plans, split_at) -> None:
     # mat-vec (one row, 3-D), tiled (9 rows, a transposed view)
     xs = [torch.randn(1, 1, k), torch.randn(k, 9).t()]
     # each chunk's first and last row, repeated, 2-D
-    last = (ROWS - 1) // CHUNK_ROWS * CHUNK_ROWS
-    ids = torch.tensor([[0, CHUNK_ROWS - 1, CHUNK_ROWS, 2 * CHUNK_ROWS - 1], [last, ROWS - 1, 0, 50]])
+    step = gguf_lowering.chunk_rows(row_nbytes(model.lin.qtype, k), model.limit)
+    ids = torch.tensor([[0, step - 1, step, 2 * step - 1], [2 * step, ROWS - 1, 0, step]])
     with torch.no_grad():
         expected = model(xs, ids)
         check(model, xs, ids, **tolerances(k, expected))
