@@ -402,6 +402,9 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     if isinstance(prompt, (list, tuple)):
         text = None
     elif chat:
+        from .chat import chat_template
+
+        chat_template(tokenizer)   # none: NoChatTemplateError; the built-in Gemma one: a warning naming it
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
     else:

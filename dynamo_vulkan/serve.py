@@ -418,6 +418,8 @@ def main(argv=None) -> int:
     except (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError, VulkanFallbackError) as e:
         log.error("%s", e)
         return 2
+    if session.template_error is not None:
+        log.warning("%s; /v1/chat/completions answers 400, /v1/completions works", session.template_error)
     app = create_app(session, name, aliases=[args.model], max_queue=args.max_queue)
     log.info("serving %s as %r on http://%s:%d/v1", session.name, name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning" if args.verbose == 0 else "info")

@@ -117,6 +117,12 @@ def test_chat_template_missing_or_built_in(caplog):
         s.send("hi")
 
 
+def test_generate_chat_needs_a_template(session, monkeypatch):
+    monkeypatch.setattr(type(session.tokenizer), "chat_template", property(lambda self: None))
+    with pytest.raises(NoChatTemplateError, match="no chat template"):
+        generate(session.model, "hi", session.tokenizer, chat=True, max_new_tokens=1, backend=None)
+
+
 def test_interact(session):
     session.reset()
     lines = iter(["hello\n", "\n", "/help\n", "/reset\n", "hello\n", "/exit\n", "never read\n"])
