@@ -143,6 +143,9 @@ def _build_env(src: Path):
     prefix = [pybind11.get_cmake_dir()] + [p for p in saved.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
     os.environ["CMAKE_PREFIX_PATH"] = os.pathsep.join(prefix)
     os.environ.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
+    # kp's setup.py runs `make -j` with no bound unless this is set; it appends the value's
+    # characters one by one to the make arguments, so it must be one digit
+    os.environ.setdefault("KOMPUTE_PYTHON_NUM_PARALLEL_THREADS", str(min(os.cpu_count() or 1, 9)))
     os.chdir(src)
     try:
         yield
