@@ -11,9 +11,10 @@ The OpInfo check calls the backend itself (`vulkan_backend`, as Dynamo does with
 graph) on a module that runs a batch of ops, each on its own inputs: one trace and one
 forward program per batch instead of one Dynamo compile per op, which keeps the whole
 file to well under a minute on two CPU cores. Dynamo's bytecode tracing, the same for
-every backend, is left to the end-to-end tests below. A batch that fails to compile, or
-a partition that fails to lower (it would run eagerly and hide its ops), is split in
-halves until the op at fault is alone.
+every backend, is left to the end-to-end tests below and to the few ops that only Dynamo
+can trace (THROUGH_DYNAMO). A batch that fails to compile, or a partition that fails to
+lower (it would run eagerly and hide its ops), is split in halves until the op at fault
+is alone.
 
 Each op's vector-Jacobian product is taken with random cotangents (a sum would give a
 softmax zero gradients whatever its saved output), and the forward outputs are
@@ -42,16 +43,19 @@ BATCH_OPS = 48          # ops traced and lowered together
 # between our kernels and eager's (summation order, libm)
 TOLERANCES: dict[str, tuple[float, float]] = {}
 
-# OpInfos whose gradients are not compared, and why
-_DATA_DEPENDENT = ("its output's shape or a Python branch depends on tensor values: Dynamo "
-                   "breaks the graph there and the op runs eagerly, outside the backend")
-_RANDOM = "dropout in training (p=0.5 in its only sample): eager and compiled draw different masks"
+# OpInfos whose gradients are not compared, and why (besides those the coverage run does
+# not count: random sampling, uninitialised outputs, linalg/fft/special/sparse; see
+# coverage.EXCLUDED_OPS and EXCLUDED_PREFIXES)
 NOT_COMPARED: dict[str, str] = {
-    "combinations": _DATA_DEPENDENT, "corrcoef": _DATA_DEPENDENT, "cov": _DATA_DEPENDENT,
-    "masked_select": _DATA_DEPENDENT, "nn.functional.ctc_loss": _DATA_DEPENDENT,
-    "nn.functional.gaussian_nll_loss": _DATA_DEPENDENT, "tensor_split": _DATA_DEPENDENT,
-    "nn.functional.multi_head_attention_forward": _RANDOM,
+    "nn.functional.multi_head_attention_forward":
+        "dropout in training (p=0.5, its only sample): eager and compiled draw different masks",
 }
+
+# Ops with an output shape or a Python branch that depends on tensor values: aot_autograd
+# alone cannot trace them (no symbolic shapes), Dynamo can (it keeps the node on the CPU
+# or breaks the graph there). Each is compared on its own, through torch.compile.
+THROUGH_DYNAMO = {"combinations", "corrcoef", "cov", "masked_select", "nn.functional.ctc_loss",
+                  "nn.functional.gaussian_nll_loss", "tensor_split"}
 
 # gradients that differ from eager for a cause not fixed yet (strict: a fix shows up)
 XFAIL: dict[str, str] = {}
@@ -60,6 +64,7 @@ XFAIL: dict[str, str] = {}
 _COUNTED, _NOT_COUNTED = coverage.select_ops(None)
 _OPS = {coverage.op_name(op): op for op in _COUNTED if op.supports_autograd}
 _COMPARED = sorted(set(_OPS) - set(NOT_COMPARED))
+_BATCHED = [n for n in _COMPARED if n not in THROUGH_DYNAMO]
 
 
 # --- one op's sample: its call, its inputs, eager's answer ----------------------------------
@@ -184,8 +189,16 @@ def _compare(case: Case, outputs: list, grads: list) -> str | None:
     return None
 
 
+def _run_compiled(case: Case) -> str | None:
+    """One case through torch.compile (Dynamo, then the backend)."""
+    ins = case.fresh_inputs()
+    outs = _tensor_outputs(compiled(case.call)(*ins))
+    return _compare(case, outs, _vjp(outs, ins, case.cotangents))
+
+
 def _run(cases: list[Case]) -> dict[str, str | None]:
-    """{name: None if its outputs and gradients match eager's, else what differs}."""
+    """{name: None if its outputs and gradients match eager's, else what differs}, the
+    cases traced and compiled together."""
     ins = [t for c in cases for t in c.fresh_inputs()]
     try:
         with backend.capture_partitions() as got:
@@ -216,10 +229,13 @@ _cases: dict[str, Case | str] = {}
 
 def _outcome(name: str) -> str | None:
     """Run the batch that holds `name` (once) and give its result."""
+    if name in THROUGH_DYNAMO:
+        case = _cases[name] = _case(name)
+        return case if isinstance(case, str) else _run_compiled(case)
     if name not in _results:
-        at = _COMPARED.index(name) // BATCH_OPS * BATCH_OPS
+        at = _BATCHED.index(name) // BATCH_OPS * BATCH_OPS
         batch = []
-        for n in _COMPARED[at:at + BATCH_OPS]:
+        for n in _BATCHED[at:at + BATCH_OPS]:
             _cases[n] = _cases.get(n) or _case(n)
             if isinstance(_cases[n], Case):
                 batch.append(_cases[n])
@@ -254,7 +270,8 @@ def _fallback_silent():
 
 
 def test_lists_name_existing_opinfos():
-    assert sorted((set(NOT_COMPARED) | set(XFAIL) | set(TOLERANCES)) - set(_OPS)) == []
+    named = set(NOT_COMPARED) | THROUGH_DYNAMO | set(XFAIL) | set(TOLERANCES)
+    assert sorted(named - set(_OPS)) == []
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in _COMPARED])
