@@ -234,3 +234,33 @@ def test_float_tensor_over_the_buffer_limit_runs_on_the_cpu(monkeypatch):
     with torch.no_grad(), pytest.warns(UserWarning, match="maxStorageBufferRange"):
         got = compiled(lin)(x)
         torch.testing.assert_close(got, lin(x))
+
+
+def test_large_uploads_show_progress(monkeypatch):
+    """A call whose stale resident inputs add up to PROGRESS_BYTES or more uploads them
+    under a progress bar counting their bytes; later calls upload nothing."""
+    from dynamo_vulkan.runtime import program
+    bars = []
+
+    class Bar:
+        def __init__(self, total):
+            self.total, self.done, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self, n):
+            self.done += n
+
+        def close(self):
+            self.closed = True
+    monkeypatch.setattr(program, "PROGRESS_BYTES", 4096)
+    monkeypatch.setattr(program, "_progress", Bar)
+    name = "Q8_0"
+    qt, k = quant_info(name).ggml_type, 256
+    lin = GGUFLinear(blocks_of(name, 40, k, 8), qt, 40, k)      # 10,880 bytes
+    f = compiled(lin)
+    x = torch.randn(1, k)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), lin(x), **tolerances(k, [lin(x)]))
+        f(x)
+    assert len(bars) == 1 and bars[0].closed
+    assert bars[0].done == bars[0].total == -(-lin.blocks.numel() // 4) * 4
