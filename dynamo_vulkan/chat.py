@@ -121,11 +121,6 @@ class ChatSession:
     def max_ctx(self) -> int:
         return self.model.max_ctx
 
-    @property
-    def used(self) -> int:
-        """Tokens of the conversation so far (its last prompt and reply)."""
-        return len(self._last.prompt_ids) + len(self._last.reply_ids) if self._last else 0
-
     def reset(self) -> None:
         """Start a new conversation (the cache is reused for any prefix the next one shares)."""
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
@@ -139,9 +134,9 @@ class ChatSession:
     def complete(self, ids, *, max_new_tokens: int | None = None, **kwargs):
         """generate() for the prompt ``ids`` (a list of token ids), prefilling only those
         after the prefix the KV cache already holds. ``max_new_tokens`` defaults to the
-        room left in the context (the stop reason then says "context"); other keyword arguments go to generate(). The result's
-        ``extra["prefilled"]`` is the number of tokens prefilled, ``extra["past"]`` the
-        number reused."""
+        room left in the context (the stop reason then says "context"); other keyword
+        arguments go to generate(), whose result's ``past`` is the number of tokens reused
+        and ``prefilled`` the number prefilled."""
         from .generate import generate
 
         ids = [int(i) for i in ids]
@@ -170,8 +165,6 @@ class ChatSession:
             self.cached = ids + fed
         if to_the_end and res.stop_reason == "max_new_tokens":
             res.stop_reason = "context"    # what max_new_tokens stood for
-        res.extra["past"] = past
-        res.extra["prefilled"] = len(ids) - past
         return res
 
     def conversation_ids(self, messages) -> tuple[str, list[int]]:
@@ -250,7 +243,7 @@ def interact(session: ChatSession, lines, out, err, *, prompt: str = "> ", stats
         if res.stop_reason == "context":
             note(f"[the context of {session.max_ctx} tokens is full: /reset starts a new conversation]")
         if stats:
-            note(res.stats_line() + f"; prefilled {res.extra['prefilled']}, reused {res.extra['past']}")
+            note(res.stats_line())
 
 
 def _lines(stream, tty: bool):

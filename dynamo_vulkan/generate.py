@@ -179,17 +179,23 @@ class GenerationResult:
     extra: dict = field(default_factory=dict)
     first_token_s: float = 0.0  # from the timed prefill's start to the first token (compiling too without warm-up)
     load_s: float = 0.0  # reading the file, when the caller measured it
+    past: int = 0  # prompt tokens the KV cache held before the call (not prefilled)
+
+    @property
+    def prefilled(self) -> int:
+        return len(self.prompt_tokens) - self.past
 
     @property
     def prefill_tok_s(self) -> float:
-        return len(self.prompt_tokens) / self.prefill_s if self.prefill_s > 0 else float("nan")
+        return self.prefilled / self.prefill_s if self.prefill_s > 0 else float("nan")
 
     @property
     def decode_tok_s(self) -> float:
         return self.decode_steps / self.decode_s if self.decode_s > 0 else float("nan")
 
     def stats_line(self) -> str:
-        return (f"[{self.backend}] prompt {len(self.prompt_tokens)} tok, prefill {self.prefill_tok_s:.1f} tok/s; "
+        cached = f" ({self.past} cached)" if self.past else ""
+        return (f"[{self.backend}] prompt {len(self.prompt_tokens)} tok{cached}, prefill {self.prefill_tok_s:.1f} tok/s; "
                 f"generated {len(self.tokens)} tok, decode {self.decode_tok_s:.2f} tok/s; "
                 f"first token {self.first_token_s:.2f} s; "
                 + (f"load {self.load_s:.1f} s; " if self.load_s else "")
@@ -437,7 +443,8 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     if seed is not None:
         torch.manual_seed(seed)
     emit = stream.write if hasattr(stream, "write") else stream
-    res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend) if backend is not None else "uncompiled")
+    res = GenerationResult(prompt_tokens=ids, tokens=[], text="", stop_reason="max_new_tokens", backend=str(backend) if backend is not None else "uncompiled",
+                           past=past)
     prompt_t, start_t, last_t = prompt_args(model, ids[past:], backend, past)
 
     with torch.no_grad():

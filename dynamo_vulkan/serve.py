@@ -211,7 +211,7 @@ class _Server:
                 return None
             res = self.session.complete(job.ids, stream=job.emit, should_stop=job.cancelled.is_set, **job.params)
             log.info("%s: %d prompt tokens (%d reused), %d generated, stop: %s", job.id, len(job.ids),
-                     res.extra["past"], len(res.tokens), res.stop_reason)
+                     res.past, len(res.tokens), res.stop_reason)
             return res
         finally:
             job.loop.call_soon_threadsafe(job.pieces.put_nowait, _END)

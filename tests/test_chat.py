@@ -44,7 +44,7 @@ def test_turns_on_vulkan(llama_path):
     s = ChatSession.load(llama_path, max_ctx=128, backend="vulkan")
     tok = s.tokenizer
     r1 = s.send("hello", max_new_tokens=1)
-    assert r1.decode_steps == 0 and r1.extra["past"] == 0 and r1.extra["prefilled"] == len(r1.prompt_tokens)
+    assert r1.decode_steps == 0 and r1.past == 0
     turns, texts = [r1], ["hello", r1.text]
     for text in ("the world", "more"):
         prev = turns[-1]
@@ -55,8 +55,7 @@ def test_turns_on_vulkan(llama_path):
         assert tok.decode(r.prompt_tokens, skip_special=False) == tok.apply_chat_template(_conversation(*texts))
         # only what follows the last prompt and the reply's fed tokens is prefilled
         fed = len(prev.tokens) - (prev.stop_reason != "stop_token")
-        assert r.extra["past"] == len(prev.prompt_tokens) + fed
-        assert r.extra["prefilled"] == len(r.prompt_tokens) - r.extra["past"]
+        assert r.past == len(prev.prompt_tokens) + fed
         turns.append(r)
         texts.append(r.text)
     for r in turns[:0:-1]:      # one generate() over the whole conversation (greedy), from position 0
@@ -76,14 +75,14 @@ def test_stop_string_ends_the_reply_and_the_next_turn_reuses_the_cache(session):
     assert r1.stop_reason == "stop_string"
     assert r1.text == "".join(chunks) == full.text[:full.text.index(stop)]
     assert r1.tokens == full.tokens[:len(r1.tokens)]
-    assert r1.extra["past"] == len(r1.prompt_tokens) - 1        # the same prompt: all but its last token reused
+    assert r1.past == len(r1.prompt_tokens) - 1        # the same prompt: all but its last token reused
     # the reply's text no longer ends where its tokens do: the conversation is tokenized
     # anew and the cache reused up to the first token that differs
     r2 = s.send("the world", max_new_tokens=4)
     convo = _conversation("hello", r1.text, "the world")
     assert r2.prompt_tokens == s.tokenizer.encode(s.tokenizer.apply_chat_template(convo))
-    assert r2.extra["past"] == common_prefix(r1.prompt_tokens + r1.tokens[:-1], r2.prompt_tokens)
-    assert r2.extra["past"] >= len(r1.prompt_tokens)
+    assert r2.past == common_prefix(r1.prompt_tokens + r1.tokens[:-1], r2.prompt_tokens)
+    assert r2.past >= len(r1.prompt_tokens)
     alone = generate(s.model, r2.prompt_tokens, s.tokenizer, max_new_tokens=4, backend=None)
     assert alone.tokens == r2.tokens
 
@@ -98,7 +97,7 @@ def test_context_full_and_reset(llama_path):
         s.send("the world " * 3)
     s.reset()
     again = s.send("hello", max_new_tokens=3)
-    assert again.extra["past"] == len(again.prompt_tokens) - 1 and again.tokens == r.tokens[:3]
+    assert again.past == len(again.prompt_tokens) - 1 and again.tokens == r.tokens[:3]
 
 
 def test_chat_template_missing_or_built_in(caplog):
@@ -132,7 +131,7 @@ def test_interact(session):
     reply = v[:len(v) // 2]
     assert v == reply * 2 and len(reply) > 1 and reply.endswith("\n")   # the same reply after /reset
     assert "/reset" in err.getvalue() and "[a new conversation]" in err.getvalue()
-    assert err.getvalue().count("prefilled") == 2
+    assert err.getvalue().count("tok/s") == 4 and "cached" in err.getvalue()   # two stats lines
     assert next(lines) == "never read\n"
 
 
