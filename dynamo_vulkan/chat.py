@@ -210,11 +210,13 @@ def interact(session: ChatSession, lines, out, err, *, prompt: str = "> ", stats
         err.flush()
 
     while True:
-        err.write(prompt)
-        err.flush()
+        if prompt:
+            err.write(prompt)
+            err.flush()
         line = next(lines, None)
         if line is None:
-            err.write("\n")
+            if prompt:
+                err.write("\n")
             return 0
         line = line.rstrip("\n")
         cmd = line.strip()
@@ -246,9 +248,10 @@ def interact(session: ChatSession, lines, out, err, *, prompt: str = "> ", stats
             note(res.stats_line())
 
 
-def _lines(stream, tty: bool):
-    """The user's lines: input() (with line editing) at a terminal, else the stream's lines."""
-    if not tty:
+def _lines(stream, prompt: str | None):
+    """The user's lines: input(prompt) at a terminal (prompt not None; readline's line
+    editing, which must know the prompt to redraw it), else the stream's lines."""
+    if prompt is None:
         yield from stream
         return
     try:
@@ -257,7 +260,7 @@ def _lines(stream, tty: bool):
         pass
     while True:
         try:
-            yield input()
+            yield input(prompt)
         except EOFError:
             return
 
@@ -273,7 +276,7 @@ def chat_at_terminal(model, tokenizer, name: str, *, backend: str | None, system
     tty = sys.stdin.isatty()
     if tty:
         sys.stderr.write(f"{name}: a context of {session.max_ctx} tokens. {HELP}\n")
-    return interact(session, _lines(sys.stdin, tty), sys.stdout, sys.stderr, prompt="> " if tty else "",
+    return interact(session, _lines(sys.stdin, "> " if tty else None), sys.stdout, sys.stderr, prompt="",
                     stats=stats, **settings)
 
 
