@@ -217,18 +217,23 @@ class VulkanSubgraph(torch.nn.Module):
         return prog
 
 
-def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None = None):
-    """The fw compiler: partition, wrap each Vulkan partition, keep the rest eager."""
+def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None = None,
+                  kind: str = "graph"):
+    """aot_autograd's compiler of each graph (kind: forward, backward or inference):
+    partition, wrap each Vulkan partition, keep the rest eager."""
     cfg = cfg or config.load()
     gid = next(_graph_ids)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    static = _fw_metadata_indices("static_input_indices")
+    # the metadata's indices are the forward's inputs: a backward graph's are saved
+    # activations and gradients, none of them resident
+    static = _fw_metadata_indices("static_input_indices") if kind != "backward" else set()
     static_nodes = {n.name for i, n in enumerate(placeholders) if i in static}
-    bumped = _fw_metadata_indices("mutated_graph_handled_indices_seen_by_autograd")
+    bumped = (_fw_metadata_indices("mutated_graph_handled_indices_seen_by_autograd")
+              if kind != "backward" else set())
     bumped_nodes = {n.name for i, n in enumerate(placeholders) if i in bumped}
     inline_regions(gm)      # nested compile regions: one flat graph for the partitions
     original = gm.code
-    gm, report = partition(gm, gid)
+    gm, report = partition(gm, gid, kind)
     _reports.append(report)
     dump_dir = None
     if cfg.debug_dump is not None:
@@ -260,10 +265,6 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     return make_boxed_func(gm.forward)
 
 
-def _cpu_backward(gm: fx.GraphModule, example_inputs):
-    return make_boxed_func(gm.forward)
-
-
 def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
     """The `vulkan` backend registered through the torch_dynamo_backends entry point."""
     cfg = config.load()
@@ -276,8 +277,9 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
         return gm.forward
     device.set_fence_spin(cfg.fence_spin_us, cfg.device_index)
     return aot_autograd(
-        fw_compiler=lambda g, ex: compile_graph(g, ex, cfg),
-        bw_compiler=_cpu_backward,
+        fw_compiler=lambda g, ex: compile_graph(g, ex, cfg, "forward"),
+        bw_compiler=lambda g, ex: compile_graph(g, ex, cfg, "backward"),
+        inference_compiler=lambda g, ex: compile_graph(g, ex, cfg, "inference"),
         decompositions=lowering_decompositions(),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)

@@ -48,6 +48,7 @@ class PartitionReport:
     nodes: list[NodeDecision] = field(default_factory=list)
     partitions: int = 0
     host_reason: str | None = None    # why the whole graph was placed on the host, if it was
+    kind: str = "graph"     # "forward" | "backward" | "inference" (aot_autograd's graphs)
 
     @property
     def vulkan_nodes(self) -> list[NodeDecision]:
@@ -70,7 +71,7 @@ class PartitionReport:
 
     def summary(self) -> str:
         """Counts per op, grouped by where and why; the per-node list is str(report)."""
-        lines = [f"graph {self.graph_id}: {len(self.vulkan_nodes)} nodes on Vulkan in "
+        lines = [f"{self.kind} graph {self.graph_id}: {len(self.vulkan_nodes)} nodes on Vulkan in "
                  f"{self.partitions} partition(s), {len(self.cpu_nodes)} on the CPU"]
         if self.host_reason is not None:
             lines.append(f"  graph placed on the host: {self.host_reason}")
@@ -165,10 +166,10 @@ class _Support(OperatorSupportBase):
         return self.reasons[node] is None
 
 
-def partition(gm: fx.GraphModule, graph_id: int):
+def partition(gm: fx.GraphModule, graph_id: int, kind: str = "graph"):
     """Fuse supported nodes into submodules named fused_N; return (gm, report)."""
     support = _Support()
-    report = PartitionReport(graph_id)
+    report = PartitionReport(graph_id, kind=kind)
     compute = [n for n in gm.graph.nodes if n.op == "call_function"]
     for n in compute:
         support.is_node_supported(None, n)
