@@ -37,10 +37,13 @@ def _conversation(*turns):
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
 
 
-def test_turns_on_vulkan(llama_path):
-    """On the vulkan backend (the prompt's graph on the host on a CPU device, the decode
-    steps on Vulkan, whose KV cache the host's copy then lags): a turn without decode
-    steps, then two turns that each continue the cache where the last one ended."""
+@pytest.mark.parametrize("prompts_on", ["host", "vulkan"])
+def test_turns_on_vulkan(llama_path, prompts_on, monkeypatch):
+    """On the vulkan backend, a turn without decode steps, then two turns that each
+    continue the cache where the last one ended. The prompt's graph runs on Vulkan, or
+    (a CPU device's default, DYNAMO_VULKAN_CPU_MATMUL=host) on the host, whose copy of
+    the KV cache then lags the one the decode steps wrote on the device."""
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", prompts_on)
     s = ChatSession.load(llama_path, max_ctx=128, backend="vulkan")
     tok = s.tokenizer
     r1 = s.send("hello", max_new_tokens=1)
