@@ -97,7 +97,10 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     if any(isinstance(o, Lazy) for o in operands):
         expr, operands, compute, result, shape = fold(expr, operands, out_kind, compute,
                                                       result, shape)
-    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, preamble):
+    # an int64 overflow check (checks.glsl) stays in an elementwise kernel, which flushes it:
+    # a kernel that computes a Lazy as it loads (fusion.row_loader) would drop it
+    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, preamble) and \
+            "_ck(" not in expr:
         ctx.defer_next = False
         if shape is None:
             shape = fold(expr, operands, out_kind, compute, result, None)[4]

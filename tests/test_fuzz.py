@@ -116,10 +116,10 @@ def run_batch(seeds: list, lowering_errors: list) -> list:
     return failures or [f"seeds {seeds} fail together, each passes alone: {batch_error}"]
 
 
-def _report(failures: list, ran: int, base: int | None) -> str:
-    head = f"{len(failures)} of {ran} fuzzed graphs differ from eager" + \
-        (f" (base seed {base}: DYNAMO_VULKAN_FUZZ_SEED={base} replays the run)" if base is not None else "")
-    return head + "\n\n" + "\n\n".join(failures[:MAX_REPORTED])
+def _report(failures: list, ran: int, base: int) -> str:
+    return (f"{len(failures)} of {ran} fuzzed graphs differ from eager (base seed {base}: "
+            f"DYNAMO_VULKAN_FUZZ_SEED={base} replays the run)\n\n" +
+            "\n\n".join(failures[:MAX_REPORTED]))
 
 
 @pytest.mark.parametrize("seed", sorted(REGRESSION_SEEDS))
