@@ -280,12 +280,21 @@ def chat_at_terminal(model, tokenizer, name: str, *, backend: str | None, system
                     stats=stats, **settings)
 
 
+class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """--help with each option's default, where it has one (not None or off)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def _parser() -> argparse.ArgumentParser:
     from .generate import (KNOWN_MODELS, MAX_CTX, MAX_NEW_TOKENS, MAX_TEMPERATURE, _backend_name, _ranged,
                            add_sampling_arguments)
 
     p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.chat", description=__doc__.split("\n\n")[0],
-                                epilog=HELP, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                epilog=HELP, formatter_class=HelpWithDefaults)
     p.add_argument("model", help="a .gguf file, or a model name: " + ", ".join(KNOWN_MODELS))
     p.add_argument("--system", default=None, help="a system message that begins each conversation")
     p.add_argument("--ctx", "-c", default=None, help="KV cache size in tokens (default: min(the file's, 2048))",

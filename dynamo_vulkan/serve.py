@@ -46,7 +46,7 @@ except ImportError as e:    # the serve extra is not installed
     raise ImportError(f"dynamo_vulkan.serve needs the serve extra ({e.name} is missing): "
                       "pip install 'dynamo-vulkan[serve]'") from e
 
-from .chat import ChatSession
+from .chat import ChatSession, HelpWithDefaults
 from .gguf.errors import GGUFError
 from .sampling import MAX_REPEAT_PENALTY
 from .stop_strings import check_stops
@@ -381,10 +381,11 @@ def _parser() -> argparse.ArgumentParser:
     from .generate import KNOWN_MODELS, MAX_CTX, _backend_name, _ranged
 
     p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.serve", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpWithDefaults)
     p.add_argument("model", help="a .gguf file, or a model name: " + ", ".join(KNOWN_MODELS))
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
-    p.add_argument("--port", default=8000, type=_ranged(int, 0, 65535, "a port number from 0 to 65535"))
+    p.add_argument("--port", default=8000, type=_ranged(int, 0, 65535, "a port number from 0 to 65535"),
+                   help="the port to listen on")
     p.add_argument("--ctx", "-c", default=None, help="KV cache size in tokens (default: min(the file's, 2048))",
                    type=_ranged(int, 1, MAX_CTX, f"a whole number from 1 to {MAX_CTX} (and the file's context)"))
     p.add_argument("--backend", default="vulkan", type=_backend_name,
