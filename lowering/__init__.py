@@ -42,12 +42,15 @@ def decompositions() -> dict:
     """The core ATen decompositions, less those of ops lowered whole (misc.KEEP_WHOLE:
     their decompositions guard on data, which breaks tracing), with decomp_overrides'
     in place of those whose outputs would not be what the op's backward reads, and
-    backward_decomps' for backward ops that core ATen keeps whole."""
+    backward_decomps' for backward ops that core ATen keeps whole, and optimizer_decomps'
+    per-tensor forms of the optimizers' _foreach_ ops."""
     from torch._decomp import core_aten_decompositions
     from .backward_decomps import BACKWARD_DECOMPOSITIONS
     from .decomp_overrides import OVERRIDES
+    from .optimizer_decomps import optimizer_decompositions
     table = core_aten_decompositions()
     table = {op: fn for op, fn in table.items() if op not in misc.KEEP_WHOLE}
     table.update(OVERRIDES)
     table.update(BACKWARD_DECOMPOSITIONS)
+    table.update(optimizer_decompositions())
     return table
