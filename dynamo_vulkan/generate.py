@@ -511,7 +511,9 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                 pending = multi(nxt, pos, k)
             else:
                 logits = compiled(last, torch.tensor(pos, dtype=torch.int64))
-                pending = [_sample(penalties.apply(logits, ids + res.tokens), temperature, top_k, top_p, gen, min_p)]
+                if penalties.active:
+                    logits = penalties.apply(logits, ids + res.tokens)
+                pending = [_sample(logits, temperature, top_k, top_p, gen, min_p)]
             t_dec += time.perf_counter() - t1
             pos += len(pending)
             res.decode_steps += 1
