@@ -52,7 +52,7 @@ def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p: flo
     same); the logsumexp is computed beside it for the backward, and an inference graph,
     which does not use it, drops it as dead code."""
     torch._check(dropout_p == 0.0,
-                 lambda: f"flash attention for CPU: dropout probability must be zero, got {dropout_p}")
+                 lambda: f"flash attention for CPU: dropout must be zero, got p={dropout_p}")
     torch._check(query.dim() == 4 and key.dim() == 4 and value.dim() == 4,
                  lambda: "flash attention for CPU: q, k, v must be 4-dimensional")
     output, _ = aten._scaled_dot_product_attention_math.default(

@@ -289,16 +289,21 @@ def _bool_mask(l, s, seed):
     return keep
 
 
+def _float_mask(l, s):
+    """An additive mask broadcast over batch and heads."""
+    return torch.randn(1, 1, l, s, generator=torch.Generator().manual_seed(1))
+
+
 # (q, k, v shapes, keyword arguments); 4-D q, k, v of one head size take the CPU flash
 # kernel in eager, whose backward reads the logsumexp the forward saved
 SDPA_CASES = {
     "plain": ((2, 3, 5, 8), (2, 3, 5, 8), (2, 3, 5, 8), {}),
     "bool_mask": ((2, 2, 5, 8), (2, 2, 7, 8), (2, 2, 7, 8), {"attn_mask": _bool_mask(5, 7, 0)}),
-    "float_mask": ((1, 2, 6, 4), (1, 2, 3, 4), (1, 2, 3, 4),
-                   {"attn_mask": torch.randn(1, 1, 6, 3, generator=torch.Generator().manual_seed(1))}),
+    "float_mask": ((1, 2, 6, 4), (1, 2, 3, 4), (1, 2, 3, 4), {"attn_mask": _float_mask(6, 3)}),
     "causal": ((2, 2, 7, 8), (2, 2, 7, 8), (2, 2, 7, 8), {"is_causal": True}),
     "causal_short_queries": ((1, 3, 3, 5), (1, 3, 6, 5), (1, 3, 6, 5), {"is_causal": True}),
-    "gqa_causal": ((2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8), {"is_causal": True, "enable_gqa": True}),
+    "gqa_causal": ((2, 4, 5, 8), (2, 2, 5, 8), (2, 2, 5, 8),
+                   {"is_causal": True, "enable_gqa": True}),
     "gqa_mask_scale": ((1, 6, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4),
                        {"attn_mask": _bool_mask(3, 5, 2), "enable_gqa": True, "scale": 0.3}),
     "size_one": ((1, 1, 1, 3), (1, 1, 1, 3), (1, 1, 1, 3), {}),
