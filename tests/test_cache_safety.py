@@ -368,3 +368,19 @@ def test_clear_cache_removes_temporary_files_and_directories_in_an_entry_place(c
     assert not list(cache_dir.rglob("*.bin")) and not _temps(cache_dir)
     cache.disk_put("spirv", "cd" * 16, b"new")
     assert cache.disk_get("spirv", "cd" * 16) == b"new"
+
+
+def test_the_plans_of_a_decoder_are_valid_entries(plans, tmp_path):
+    """Every plan the planner makes for a decoder's prompt and decode step passes the
+    load-time checks (a check stricter than the planner made every such entry a rebuild)."""
+    from gguf_fixtures import write_tiny_model
+    from dynamo_vulkan.models import load_model
+    model = load_model(write_tiny_model(tmp_path / "m.gguf", n_layers=1, hidden=256, ffn=256), max_ctx=32)
+    step = torch.compile(model, backend="vulkan")
+    with torch.no_grad():
+        step(torch.tensor([[1, 2, 3, 4, 5]]), torch.tensor(0))
+        step(torch.tensor([[6]]), torch.tensor(5))
+    assert len(plans) >= 2
+    for p in plans:
+        blob = plan_to_bytes(p)
+        assert plan_to_bytes(plan_from_bytes(blob)) == blob

@@ -342,8 +342,8 @@ def check_plan(plan: Plan) -> None:
 
     for i, b in enumerate(plan.buffers):
         where = f"buffers[{i}]"
-        if not 1 <= b.words <= MAX_WORDS:
-            _fail(where, f"words {b.words} outside [1, {MAX_WORDS}]")
+        if not 0 <= b.words <= MAX_WORDS:     # 0: a buffer no dispatch binds (role unused)
+            _fail(where, f"words {b.words} outside [0, {MAX_WORDS}]")
         if b.role not in ROLES:
             _fail(where, f"role {b.role!r} is not one of {ROLES}")
         if not _kind_ok(b.kind):
