@@ -39,9 +39,14 @@ from vk import compiled
 RTOL = ATOL = 1e-4
 BATCH_OPS = 48          # ops traced and lowered together
 
-# (rtol, atol) where an op's gradient amplifies the forward's last-bit differences
-# between our kernels and eager's (summation order, libm)
-TOLERANCES: dict[str, tuple[float, float]] = {}
+# (rtol, atol) where an op's gradient amplifies last-bit differences between our kernels
+# and eager's (summation order, libm)
+TOLERANCES: dict[str, tuple[float, float]] = {
+    # torch's backward formula is a difference of two exp(logcumsumexp(...)) terms: in
+    # float32 eager's gradient is itself 2.4e-3 off the float64 one on this sample, and the
+    # Vulkan backward's as far, in other elements (3.0e-3 apart at most)
+    "logcumsumexp": (5e-3, 5e-3),
+}
 
 # OpInfos whose gradients are not compared, and why (besides those the coverage run does
 # not count: random sampling, uninitialised outputs, linalg/fft/special/sparse; see
@@ -58,13 +63,18 @@ THROUGH_DYNAMO = {"combinations", "corrcoef", "cov", "masked_select", "nn.functi
                   "nn.functional.gaussian_nll_loss", "tensor_split"}
 
 # gradients that differ from eager for a cause not fixed yet (strict: a fix shows up)
-XFAIL: dict[str, str] = {}
+XFAIL: dict[str, str] = {
+    "sgn": ("its gradient for real inputs is an _efficientzerotensor, which the backward "
+            "graph's lowering turns into numpy (lowering/core.py ref via planner._output): "
+            "RuntimeError 'Cannot convert a ZeroTensor to numpy'"),
+}
 
 
 _COUNTED, _NOT_COUNTED = coverage.select_ops(None)
 _OPS = {coverage.op_name(op): op for op in _COUNTED if op.supports_autograd}
 _COMPARED = sorted(set(_OPS) - set(NOT_COMPARED))
-_BATCHED = [n for n in _COMPARED if n not in THROUGH_DYNAMO]
+# an expected failure runs alone: in a batch it would make that batch split to find it
+_BATCHED = [n for n in _COMPARED if n not in THROUGH_DYNAMO and n not in XFAIL]
 
 
 # --- one op's sample: its call, its inputs, eager's answer ----------------------------------
@@ -229,9 +239,11 @@ _cases: dict[str, Case | str] = {}
 
 def _outcome(name: str) -> str | None:
     """Run the batch that holds `name` (once) and give its result."""
-    if name in THROUGH_DYNAMO:
+    if name in THROUGH_DYNAMO or name in XFAIL:
         case = _cases[name] = _case(name)
-        return case if isinstance(case, str) else _run_compiled(case)
+        if isinstance(case, str):
+            return case
+        return _run_compiled(case) if name in THROUGH_DYNAMO else _run([case])[name]
     if name not in _results:
         at = _BATCHED.index(name) // BATCH_OPS * BATCH_OPS
         batch = []
