@@ -195,5 +195,28 @@ def partition(gm: fx.GraphModule, graph_id: int, kind: str = "graph"):
                                              reason or "not placed in a partition"))
     report.partitions = len(parts)
     if parts:
-        gm = partitioner.fuse_partitions(parts)   # submodules named fused_N
+        gm = _fuse_partitions(gm, parts)   # submodules named fused_N
     return gm, report
+
+
+def _fuse_partitions(gm: fx.GraphModule, parts) -> fx.GraphModule:
+    """CapabilityBasedPartitioner.fuse_partitions, also for a partition whose results no
+    node outside it reads (an optimizer step's in-place updates): torch before 2.13 puts
+    each fused module after the partition's last output, and such a partition has none."""
+    from torch.fx.passes.tools_common import stable_topological_sort
+    from torch.fx.passes.utils.fuser_utils import erase_nodes, fuse_as_graphmodule, insert_subgm, topo_sort
+    for pid, part in enumerate(parts):
+        nodes = topo_sort(list(part.nodes))
+        sub_gm, ins, outs = fuse_as_graphmodule(gm, nodes, f"{PARTITION_PREFIX}{pid}",
+                                                partition_lookup_table=part.nodes)
+        if outs:
+            insert_subgm(gm, sub_gm, ins, outs)
+        else:
+            name = sub_gm.__class__.__name__
+            gm.add_submodule(name, sub_gm)
+            with gm.graph.inserting_after(nodes[-1]):
+                gm.graph.call_module(name, args=ins)
+        erase_nodes(gm, nodes)
+    stable_topological_sort(gm)
+    gm.graph.lint()
+    return gm

@@ -24,9 +24,9 @@ def _compiled_graphs(fn, *args):
     seen = []
     real = backend.compile_graph
 
-    def spy(gm, ex, cfg=None):
+    def spy(gm, ex, *rest):
         seen.append(_hops(gm))
-        out = real(gm, ex, cfg)
+        out = real(gm, ex, *rest)
         seen.append(_hops(gm))
         return out
     backend.compile_graph = spy
