@@ -1,4 +1,4 @@
-"""Environment toggles, read each time a graph is compiled (see DESIGN.md).
+"""Environment toggles, read each time a graph is compiled (docs/design.md; the README lists them).
 
 A value outside what a variable allows is a ConfigError naming the variable, the value
 and what is allowed; nothing is guessed ("maybe" is neither on nor off)."""
