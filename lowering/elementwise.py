@@ -250,8 +250,9 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
         "INDEX_CODE": " ".join(index + loads),
         # precise: the driver may not fold x - x, x * 0 or x * 0 + 1 to constants (NaN and inf
-    # inputs give NaN there) nor contract into fma (results then match torch's bit for bit)
-    "OUT_STORE": f"{'precise ' if rk == 'f32' else ''}{GLSL_TYPE[rk]} res_ = "
+    # inputs give NaN there) nor contract into fma (results then match torch's bit for bit);
+    # on bool and int results too, for the float arithmetic under isnan(x - x) or x > y
+    "OUT_STORE": f"precise {GLSL_TYPE[rk]} res_ = "
                  f"{GLSL_TYPE[rk]}({body}); " +
                      store.replace(f"({body})", "res_", 1),
     }
@@ -491,7 +492,7 @@ def where(ctx, cond, a, b):
 @lowering(aten.relu.default)
 def relu(ctx, x):
     k = ctx.out_kind()
-    e = "$0 < 0.0 ? 0.0 : $0" if k == "f32" else "max($0, 0)"
+    e = "relu_f($0)" if k == "f32" else "max($0, 0)"
     return ew(ctx, e, [x], k, compute=k)
 
 
@@ -521,7 +522,7 @@ def gelu(ctx, x, approximate="none"):
     if approximate == "tanh":
         e = "0.5 * $0 * (1.0 + tanh_f(0.7978845608028654 * ($0 + 0.044715 * $0 * $0 * $0)))"
     else:
-        e = "0.5 * $0 * (1.0 + erf_f($0 * M_SQRT1_2))"
+        e = "0.5 * $0 * erfc_f(-$0 * M_SQRT1_2)"   # erfc: no cancellation for x < 0
     return ew(ctx, e, [x], "f32", compute="f32")
 
 
@@ -543,6 +544,12 @@ def to_copy(ctx, x, *rest, **kwargs):
     k = ctx.out_kind()
     dtype = ctx.meta().dtype
     e = _cast_expr(x, k, dtype)
+    src = getattr(getattr(ctx.node.args[0] if ctx.node.target != aten.copy.default
+                          else ctx.node.args[1], "meta", {}).get("val"), "dtype", None)
+    if src in (torch.float16, torch.bfloat16) and src != dtype:
+        # a float16 value is kept in float32 (unrounded where it was computed): rounded
+        # first, as torch holds it, so that .float() and .long() see eager's value
+        e = e.replace("$0", NARROW[src].format("$0"))
     if e == "int(trunc($0))" and dtype == torch.int64:     # NaN and beyond int32: an error
         e = f"ftoi_ck($0, {int64_overflow_mask(ctx)}u)"
     return ew(ctx, e, [x], k, shape=ctx.out_shape(), result=k)

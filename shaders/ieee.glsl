@@ -5,9 +5,24 @@
 #define INF_F uintBitsToFloat(0x7f800000u)
 #define NAN_F uintBitsToFloat(0x7fc00000u)
 bool signbit_(float x) { return (floatBitsToUint(x) >> 31) != 0u; }
+// -0 or +0 from bits (a select between the constants -0.0 and 0.0 may be folded)
+float zero_signed_(bool negative) { return uintBitsToFloat(negative ? 0x80000000u : 0u); }
+// max, min and relu choose between bit patterns: Vulkan lets a compiler that sees a float
+// select turn it into fmax/fmin, which drop NaN and the sign of zero (NVIDIA's does).
 // max and min keep the first operand when the two compare equal (+0 and -0), as torch's
-float max_f(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : (a < b ? b : a); }
-float min_f(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : (b < a ? b : a); }
+float max_f(float a, float b) {
+    return uintBitsToFloat(isnan_bits(a) || isnan_bits(b) ? 0x7fc00000u
+                           : (a < b ? floatBitsToUint(b) : floatBitsToUint(a)));
+}
+float min_f(float a, float b) {
+    return uintBitsToFloat(isnan_bits(a) || isnan_bits(b) ? 0x7fc00000u
+                           : (b < a ? floatBitsToUint(b) : floatBitsToUint(a)));
+}
+// torch's relu: negative numbers to +0; -0 and NaN as they are
+float relu_f(float x) {
+    uint u = floatBitsToUint(x);
+    return uintBitsToFloat(u > 0x80000000u && u <= 0xff800000u ? 0u : u);
+}
 // atan by reduction to |x| <= tan(pi/8) and a polynomial (the Cephes atanf scheme):
 // lavapipe's atan is 3e-6 off at 1
 float atan_f(float x) {
@@ -25,7 +40,7 @@ float atan2_f(float y, float x) {
     float pi = 3.14159265358979;
     if (y == 0.0) return signbit_(x) ? (signbit_(y) ? -pi : pi) : y;
     if (isinf(x) && isinf(y)) return (x > 0.0 ? 0.25 * pi : 0.75 * pi) * sign(y);
-    if (isinf(x)) return x > 0.0 ? (signbit_(y) ? -0.0 : 0.0) : pi * sign(y);
+    if (isinf(x)) return x > 0.0 ? zero_signed_(signbit_(y)) : pi * sign(y);
     if (abs(x) >= abs(y)) {
         float r = atan_f(y / x);
         return x > 0.0 ? r : (y > 0.0 ? r + pi : r - pi);
@@ -64,7 +79,7 @@ float floordiv_f(float a, float b) {  // torch's div(rounding_mode="floor")
     float m = fmod_f(a, b);
     float d = (a - m) / b;
     if (m != 0.0 && ((b < 0.0) != (m < 0.0))) d -= 1.0;
-    if (d == 0.0) return signbit_(a) != signbit_(b) ? -0.0 : 0.0;
+    if (d == 0.0) return zero_signed_(signbit_(a) != signbit_(b));
     float f = floor(d);
     return d - f > 0.5 ? f + 1.0 : f;
 }
