@@ -15,13 +15,7 @@ from .elementwise import _input_kind, ew, int64_checked
 
 aten = torch.ops.aten
 
-ERFC = """
-float erfc_f(float x) { float z = abs(x); float t = 1.0 / (1.0 + 0.5 * z);
-  float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
-  t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
-  t * (-0.82215223 + t * 0.17087277)))))))));
-  return x >= 0.0 ? r : 2.0 - r; }
-"""
+ERFC = ""    # erfc_f is in shaders/common.glsl (gelu uses it)
 # Giles' single-precision erfinv ("Approximating the erfinv function", 2010), then two
 # Newton steps on erf_f to reach float32 accuracy.
 ERFINV = """

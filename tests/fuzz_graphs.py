@@ -195,8 +195,13 @@ def unary(b: Builder):
               "tanh": (torch.tanh, False), "sigmoid": (torch.sigmoid, False),
               "clamp": (lambda x: x.clamp(-0.5, 0.7), True), "hardtanh": (F.hardtanh, True),
               "leaky_relu": (F.leaky_relu, True), "square": (lambda x: x * x, True)}
+    t = b.vals[i].t
+    finite = t[t.isfinite()].float()
+    if not fp16 and (not finite.numel() or finite.abs().max().item() < 1e4):
+        # lavapipe's sin loses its accuracy beyond (sin(1e9) is off by 1.1)
+        smooth["sin"] = (torch.sin, False)
     if not fp16:
-        smooth |= {"exp": (torch.exp, False), "sin": (torch.sin, False),
+        smooth |= {"exp": (torch.exp, False),
                    "sqrt_abs": (lambda x: torch.sqrt(x.abs()), False),
                    "log1p_abs": (lambda x: torch.log1p(x.abs()), False), "silu": (F.silu, False),
                    "gelu": (lambda x: F.gelu(x.clamp(max=1e30)), False),
@@ -237,6 +242,10 @@ def binary(b: Builder):
     names = ["add", "sub", "mul", "maximum", "minimum"] if dt == torch.float16 else sorted(BINARY)
     name = b.rng.choice(names)
     j = b.partner(i, (dt,) if dt == torch.float16 else (torch.float32, torch.float32, torch.int32))
+    if name == "div" and not b.vals[j].exact:
+        # a divisor near 0 turns eager's own last-bit errors into large ones (its float32
+        # gelu is 2e-3 off at -4 where the kernel's is 1e-6)
+        name = "mul"
     fn, ex = BINARY[name]
     ex = ex and (dt != torch.float16 or name in ("maximum", "minimum"))
     b.add(f"{name}({{0}}, {{1}})", fn, (i, j), exact=ex)
@@ -401,6 +410,10 @@ def cast(b: Builder):
         targets.append(torch.float16)
     if floating and not v.exact:
         targets.remove(torch.bool)       # x != 0 on a value that may round to 0 elsewhere
+    if v.t.dtype == torch.float16 and not v.exact:
+        # a chain of float16 ops rounds once in a kernel, at each op in eager: only a
+        # float16 result's own tolerance holds
+        targets = [torch.float16]
     dt = b.rng.choice(targets)
     b.add(f"{{0}}.to({dt})", lambda x: x.to(dt), (i,), exact=dt != torch.float16 or v.exact)
 
