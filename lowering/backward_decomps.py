@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from .decomp_overrides import attention_scores
+
 aten = torch.ops.aten
 
 
@@ -77,15 +79,7 @@ def flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp
     if rep != 1:                                              # grouped-query attention
         k, v = k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
     sc = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
-    scores = torch.matmul(q, k.transpose(-2, -1)) * sc
-    if is_causal:
-        keep = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
-        scores = scores.masked_fill(keep.logical_not(), float("-inf"))
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
-        else:
-            scores = scores + attn_mask.to(acc)
+    scores = attention_scores(query, key, attn_mask, is_causal, scale)
     probs = (scores - logsumexp.to(acc).unsqueeze(-1)).exp()
     gv = torch.matmul(probs.transpose(-2, -1), go)
     gp = torch.matmul(go, v.transpose(-2, -1))

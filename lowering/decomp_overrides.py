@@ -18,11 +18,10 @@ import torch
 aten = torch.ops.aten
 
 
-def _attention_logsumexp(query, key, attn_mask, is_causal: bool, scale: float | None):
-    """log(sum(exp(scores))) over each query row, as the CPU flash-attention kernel saves it
-    for its backward: scores = scale * q k^T plus the mask, computed in float32 (the
-    kernel's accumulation type for half types); a row with nothing to attend gets 0 (the
-    kernel's convention, which keeps its backward's exp(scores - lse) free of NaN)."""
+def attention_scores(query, key, attn_mask, is_causal: bool, scale: float | None):
+    """scale * q k^T plus the mask (-inf where a bool mask or causality hides a key), in
+    float32 for half types (the CPU kernel's accumulation type); grouped-query keys are
+    repeated for their query heads."""
     acc = torch.promote_types(query.dtype, torch.float32)
     q, k = query.to(acc), key.to(acc)
     if q.size(-3) != k.size(-3):                      # grouped-query attention
@@ -37,6 +36,15 @@ def _attention_logsumexp(query, key, attn_mask, is_causal: bool, scale: float | 
             scores = scores.masked_fill(attn_mask.logical_not(), float("-inf"))
         else:
             scores = scores + attn_mask.to(acc)
+    return scores
+
+
+def _attention_logsumexp(query, key, attn_mask, is_causal: bool, scale: float | None):
+    """log(sum(exp(scores))) over each query row, as the CPU flash-attention kernel saves it
+    for its backward: scores = scale * q k^T plus the mask, computed in float32 (the
+    kernel's accumulation type for half types); a row with nothing to attend gets 0 (the
+    kernel's convention, which keeps its backward's exp(scores - lse) free of NaN)."""
+    scores = attention_scores(query, key, attn_mask, is_causal, scale)
     peak = scores.amax(-1, keepdim=True)
     peak = torch.where(peak == float("-inf"), torch.zeros_like(peak), peak)
     total = (scores - peak).exp().sum(-1)

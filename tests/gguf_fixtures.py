@@ -14,6 +14,24 @@ from dynamo_vulkan.gguf.random_blocks import random_blocks
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 REFERENCE_DIR = SHARED / "reference"
+PEER_DIR = SHARED / "peers" / "llama-cpp"      # llama.cpp's Python package: the reference
+
+
+def peer_python_path(tmp: Path) -> Path | None:
+    """The llama_cpp package and diskcache, extracted from the peer's tgz and wheel into
+    tmp (None where the peer is absent)."""
+    import tarfile
+    import zipfile
+
+    tgz = sorted(PEER_DIR.glob("llama_cpp-*.tgz"))
+    whl = sorted(PEER_DIR.glob("diskcache-*.whl"))
+    if not tgz or not whl:
+        return None
+    with tarfile.open(tgz[-1]) as t:
+        t.extractall(tmp, filter="data")
+    with zipfile.ZipFile(whl[-1]) as z:
+        z.extractall(tmp)
+    return tmp
 
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # gguf.quants can quantize these
 KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # it can only dequantize these

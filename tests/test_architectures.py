@@ -23,8 +23,6 @@ import math
 import os
 import subprocess
 import sys
-import tarfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +37,10 @@ from dynamo_vulkan.gguf import GGUFError  # noqa: E402
 from dynamo_vulkan.gguf.reader import open_gguf  # noqa: E402
 from dynamo_vulkan.lowering import attention as att_lowering  # noqa: E402
 from dynamo_vulkan.models import load_model  # noqa: E402
-from gguf_fixtures import ARCH_MODELS, SHARED, write_arch_model  # noqa: E402
+from gguf_fixtures import ARCH_MODELS, PEER_DIR, peer_python_path, write_arch_model  # noqa: E402
 from vk import check  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "data" / "arch_logits.json"
-PEER_DIR = SHARED / "peers" / "llama-cpp"
 UPDATE = os.environ.get("DYNAMO_VULKAN_UPDATE_ARCH_LOGITS") == "1"
 TOKENS = [5, 60, 7, 80, 9, 100, 11, 40, 200, 3]  # longer than the fixtures' sliding windows
 VARIANTS = ("f32", "quant")
@@ -97,23 +94,10 @@ def files(tmp_path_factory):
             for n in ARCH_MODELS for v in VARIANTS}
 
 
-def _peer_python_path(tmp: Path) -> Path | None:
-    """The llama_cpp package and diskcache, extracted from the peer's tgz and wheel."""
-    tgz = sorted(PEER_DIR.glob("llama_cpp-*.tgz"))
-    whl = sorted(PEER_DIR.glob("diskcache-*.whl"))
-    if not tgz or not whl:
-        return None
-    with tarfile.open(tgz[-1]) as t:
-        t.extractall(tmp, filter="data")
-    with zipfile.ZipFile(whl[-1]) as z:
-        z.extractall(tmp)
-    return tmp
-
-
 @pytest.fixture(scope="module")
 def live(files, tmp_path_factory):
     """llama.cpp's logits of every file, or None where the peer is absent."""
-    pypath = _peer_python_path(tmp_path_factory.mktemp("llamacpp"))
+    pypath = peer_python_path(tmp_path_factory.mktemp("llamacpp"))
     if pypath is None:
         assert not UPDATE, f"DYNAMO_VULKAN_UPDATE_ARCH_LOGITS needs the llama.cpp peer in {PEER_DIR}"
         return None

