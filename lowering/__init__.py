@@ -29,6 +29,8 @@ the `@lowering` decorator; this file is the index of families:
 | histogram   | histogram(dd).comp | histc, histogram, histogramdd                                    |
 | misc        | (the families)     | take, put, addmv, addbmm, median, nonzero_static, native_dropout |
 """
+import functools
+
 from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
 from . import conv, pool, norm, scan, indexing, sort  # noqa: F401  (register: coverage families)
@@ -38,12 +40,14 @@ __all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "
            "lowering", "decompositions"]
 
 
+@functools.cache
 def decompositions() -> dict:
     """The core ATen decompositions, less those of ops lowered whole (misc.KEEP_WHOLE:
     their decompositions guard on data, which breaks tracing), with decomp_overrides'
     in place of those whose outputs would not be what the op's backward reads, and
     backward_decomps' for backward ops that core ATen keeps whole, and optimizer_decomps'
-    per-tensor forms of the optimizers' _foreach_ ops."""
+    per-tensor forms of the optimizers' _foreach_ ops. Built once per process (the core
+    table takes a good part of a second to build) and shared: callers only read it."""
     from torch._decomp import core_aten_decompositions
     from .backward_decomps import BACKWARD_DECOMPOSITIONS
     from .decomp_overrides import OVERRIDES

@@ -88,6 +88,7 @@ def fma(a, b, c):
 
 
 def optimizer_decompositions() -> dict:
+    import torch._inductor.inductor_prims  # noqa: F401  (registers prims.fma, which optimizers' graphs hold)
     table = foreach_decompositions()
     table[torch.ops.prims.fma.default] = fma
     return table
