@@ -589,7 +589,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", "-n", default=None,
                    type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"),
                    help=f"default {DEFAULT_MAX_NEW_TOKENS}; with -i, until the context is full")
-    p.add_argument("--temperature", "-t", default=0.0, help="0 = greedy (default)",
+    p.add_argument("--temperature", "--temp", "-t", default=0.0, help="0 = greedy (default)",
                    type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
     p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
                    type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
@@ -600,7 +600,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--system", default=None, help="system message (with --chat)")
     p.add_argument("--backend", default="vulkan", type=_backend_name,
                    help="torch.compile backend: vulkan (default), eager, ...; 'none' = no compile")
-    p.add_argument("--ctx", default=None, help="KV cache size (default: min(file's context, 2048))",
+    p.add_argument("--ctx", "-c", default=None, help="KV cache size (default: min(file's context, 2048))",
                    type=_ranged(int, 1, MAX_CTX, f"a whole number from 1 to {MAX_CTX} (and the file's context)"))
     p.add_argument("--no-warmup", action="store_true", help="time the first (compiling) runs too")
     p.add_argument("--steps-per-call", default=None, type=_ranged(int, 1, 1 << 16, "a whole number >= 1"),

@@ -48,6 +48,12 @@ def test_good_arguments_parse():
         (5, 0.7, 1.0, 0, "eager", 64)
 
 
+def test_llama_cpp_flag_names_parse():
+    """llama-cli's --temp and -c mean what they mean there."""
+    a = generate._parser().parse_args(["m.gguf", "-p", "hi", "--temp", "0.5", "-c", "128"])
+    assert (a.temperature, a.ctx) == (0.5, 128)
+
+
 def test_the_cli_exits_2_with_one_line():
     r = subprocess.run([sys.executable, "-m", "dynamo_vulkan.generate", "m.gguf", "-p", "hi", "--top-p", "5"],
                        capture_output=True, text=True, cwd=tempfile.gettempdir())
