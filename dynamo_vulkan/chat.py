@@ -318,23 +318,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    from . import config
-    from .backend import VulkanFallbackError
-    from .generate import ModelNotInstalledError, find_model, load, sampling_options
+    from .generate import find_model, load, run_cli, sampling_options
 
-    backend = None if args.backend == "none" else args.backend
-    expected = (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError, VulkanFallbackError)
-    try:
-        config.load()
+    def run() -> int:
         model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
-        return chat_at_terminal(model, tok, Path(find_model(args.model)).name, backend=backend,
+        return chat_at_terminal(model, tok, Path(find_model(args.model)).name,
+                                backend=None if args.backend == "none" else args.backend,
                                 system=args.system, stats=args.verbose > 0, max_new_tokens=args.max_new_tokens,
                                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                                 seed=args.seed, **sampling_options(args))
-    except expected as e:
-        log.error("%s", e)
-        return 2
+    return run_cli(args.verbose, run)
 
 
 if __name__ == "__main__":

@@ -664,34 +664,20 @@ def _read_prompt(name: str) -> str:
         raise ValueError(f"cannot read the prompt from {name}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+def run_cli(verbose: int, body) -> int:
+    """body()'s exit code, with logging set up for ``-v`` / ``-vv`` and the DYNAMO_VULKAN_*
+    settings read first; an error the user can fix (a bad file, setting or argument, also
+    when the compiler raised it) is one line and exit code 2."""
+    logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     from . import config
     from .backend import VulkanFallbackError
     from .gguf.errors import GGUFError
     from .models.decoder import ContextOverflowError
 
-    backend = None if args.backend == "none" else args.backend
     expected = (GGUFError, ModelNotInstalledError, ContextOverflowError, ValueError, VulkanFallbackError)
     try:
         config.load()                   # the DYNAMO_VULKAN_* settings, before any work
-        prompt = _read_prompt(args.file) if args.file is not None else args.prompt
-        t0 = time.perf_counter()
-        model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
-        load_s = time.perf_counter() - t0
-        settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                        steps_per_call=args.steps_per_call, **sampling_options(args))
-        if args.interactive:
-            from .chat import chat_at_terminal
-
-            return chat_at_terminal(model, tok, Path(find_model(args.model)).name, backend=backend,
-                                    system=args.system, stats=args.verbose > 0,
-                                    max_new_tokens=args.max_new_tokens, **settings)
-        res = generate(model, prompt, tok, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
-                       chat=args.chat, system=args.system, backend=backend, stream=sys.stdout,
-                       warmup=not args.no_warmup, **settings)
-        res.load_s = load_s
+        return body()
     except expected as e:
         log.error("%s", e)
         return 2
@@ -701,6 +687,32 @@ def main(argv=None) -> int:
             raise
         log.error("%s", inner)
         return 2
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    return run_cli(args.verbose, lambda: _run(args))
+
+
+def _run(args) -> int:
+    """The CLI's work: load, then generate (or chat); the stats line to stderr."""
+    backend = None if args.backend == "none" else args.backend
+    prompt = _read_prompt(args.file) if args.file is not None else args.prompt
+    t0 = time.perf_counter()
+    model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
+    load_s = time.perf_counter() - t0
+    settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                    steps_per_call=args.steps_per_call, **sampling_options(args))
+    if args.interactive:
+        from .chat import chat_at_terminal
+
+        return chat_at_terminal(model, tok, Path(find_model(args.model)).name, backend=backend,
+                                system=args.system, stats=args.verbose > 0,
+                                max_new_tokens=args.max_new_tokens, **settings)
+    res = generate(model, prompt, tok, max_new_tokens=args.max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+                   chat=args.chat, system=args.system, backend=backend, stream=sys.stdout,
+                   warmup=not args.no_warmup, **settings)
+    res.load_s = load_s
     sys.stdout.write("\n")
     sys.stdout.flush()
     print(res.stats_line(), file=sys.stderr)
