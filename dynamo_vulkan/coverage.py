@@ -242,9 +242,9 @@ def _seeded_outside():
         torch.set_rng_state(state)
 
 
-def run_sample(op, sample) -> Outcome | None:
-    """Compile one sample with backend="vulkan" and compare with eager.
-    None when eager itself raises (the sample is not counted)."""
+def sample_call(op, sample):
+    """(call, tensors): op applied to an OpInfo sample as a function of the sample's
+    tensors only (its other arguments held as constants), and those tensors."""
     from torch.utils import _pytree as pytree
     leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
     where = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
@@ -256,8 +256,13 @@ def run_sample(op, sample) -> Outcome | None:
             full[i] = t
         inp, args, kwargs = pytree.tree_unflatten(full, spec)
         return op(inp, *args, **kwargs)
+    return call, [leaves[i] for i in where]
 
-    tensors = [leaves[i] for i in where]
+
+def run_sample(op, sample) -> Outcome | None:
+    """Compile one sample with backend="vulkan" and compare with eager.
+    None when eager itself raises (the sample is not counted)."""
+    call, tensors = sample_call(op, sample)
     try:
         with warnings.catch_warnings(), _seeded_outside():
             warnings.simplefilter("ignore")

@@ -96,20 +96,6 @@ class Case:
         return [t.detach().clone().requires_grad_(t.requires_grad) for t in self.inputs]
 
 
-def _call_of(op, sample):
-    leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
-    where = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-    consts = [None if isinstance(x, torch.Tensor) else x for x in leaves]
-
-    def call(*tensors):
-        full = list(consts)
-        for i, t in zip(where, tensors):
-            full[i] = t
-        inp, args, kwargs = pytree.tree_unflatten(full, spec)
-        return op(inp, *args, **kwargs)
-    return call, [leaves[i] for i in where]
-
-
 def _tensor_outputs(out) -> list:
     return [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
 
@@ -144,7 +130,7 @@ def _case(name: str) -> Case | str:
     op = _OPS[name]
     torch.manual_seed(0)
     for sample in _samples(op):
-        call, inputs = _call_of(op, sample)
+        call, inputs = coverage.sample_call(op, sample)
         case = Case(name, call, inputs, coverage.describe(sample))
         if not case.wrt:
             continue
