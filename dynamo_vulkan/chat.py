@@ -306,11 +306,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="at most this many tokens a reply (default: until the context is full)")
     p.add_argument("--temperature", "--temp", default=0.0, help="0: greedy",
                    type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
-    p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
-                   type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
-    p.add_argument("--top-p", default=1.0, help="nucleus sampling mass (1: off)",
-                   type=_ranged(float, 0.0, 1.0, "a number in (0, 1]", lo_open=True))
-    p.add_argument("--seed", default=None, type=_ranged(int, 0, (1 << 64) - 1, "a whole number from 0 to 2^64-1"))
     add_sampling_arguments(p)
     p.add_argument("-v", "--verbose", action="count", default=0, help="a stats line after each reply")
     return p

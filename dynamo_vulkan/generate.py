@@ -591,11 +591,6 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"default {DEFAULT_MAX_NEW_TOKENS}; with -i, until the context is full")
     p.add_argument("--temperature", "--temp", "-t", default=0.0, help="0 = greedy (default)",
                    type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
-    p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
-                   type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
-    p.add_argument("--top-p", default=1.0, help="nucleus sampling mass (1: off)",
-                   type=_ranged(float, 0.0, 1.0, "a number in (0, 1]", lo_open=True))
-    p.add_argument("--seed", default=None, type=_ranged(int, 0, (1 << 64) - 1, "a whole number from 0 to 2^64-1"))
     p.add_argument("--chat", action="store_true", help="apply the file's chat template to the prompt")
     p.add_argument("--system", default=None, help="system message (with --chat)")
     p.add_argument("--backend", default="vulkan", type=_backend_name,
@@ -613,11 +608,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
-    """Stop strings, EOS, min-p and the penalties: the options generate(), the chat and
-    the server share beyond temperature, top-k and top-p."""
+    """Top-k, top-p, the seed, stop strings, EOS, min-p and the penalties: the sampling
+    options of the generate and chat CLIs beyond the temperature."""
     from .sampling import MAX_PRESENCE_FREQUENCY, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY
     from .stop_strings import MAX_STOP_CHARS
 
+    p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
+                   type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
+    p.add_argument("--top-p", default=1.0, help="nucleus sampling mass (1: off)",
+                   type=_ranged(float, 0.0, 1.0, "a number in (0, 1]", lo_open=True))
+    p.add_argument("--seed", default=None, type=_ranged(int, 0, (1 << 64) - 1, "a whole number from 0 to 2^64-1"))
     p.add_argument("--stop", action="append", default=None, metavar="TEXT",
                    type=_ranged_text(MAX_STOP_CHARS), help="end the text before TEXT (repeat for more)")
     p.add_argument("--ignore-eos", action="store_true", help="go on past the model's end-of-text tokens")
