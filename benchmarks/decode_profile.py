@@ -1,0 +1,108 @@
+"""Where a decode step's GPU time goes: per-kernel GPU timestamps of greedy decode steps,
+grouped by kernel, beside the bytes each group reads.
+
+    python -m benchmarks.decode_profile --models smollm2 llama-7b.json.gz --steps 16
+
+Runs generate() with DYNAMO_VULKAN_PROFILE=1 (timestamps around every dispatch; each
+costs about a microsecond that an unprofiled step does not pay), collects the
+"dynamo_vulkan.profile" tables of the k-step replays, and prints, per kernel name, the
+dispatches and microseconds per step. The sum is the GPU-busy time of a step; the gap to
+the wall time per token is launch, barrier and host time.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import sys
+from collections import defaultdict
+
+ROW = re.compile(r"^\s*([0-9.]+) us\s+(\S+)(?:\s+(.*))?$")
+
+
+class _Tables(logging.Handler):
+    """Keeps the text of every profile table logged."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.tables: list[str] = []
+
+    def emit(self, record):
+        self.tables.append(record.getMessage())
+
+
+def parse(table: str) -> list[tuple[str, str, float]]:
+    """(kernel name, note, us) of each row of one profile table."""
+    out = []
+    for line in table.splitlines()[1:]:
+        m = ROW.match(line)
+        if m and m.group(2) != "total":
+            out.append((m.group(2), m.group(3) or "", float(m.group(1))))
+    return out
+
+
+def summarise(rows: list[tuple[str, str, float]], steps: int) -> list[tuple[str, float, float]]:
+    """(name, dispatches per step, us per step), largest time first."""
+    count, total = defaultdict(int), defaultdict(float)
+    for name, _note, us in rows:
+        count[name] += 1
+        total[name] += us
+    return sorted(((n, count[n] / steps, total[n] / steps) for n in count), key=lambda r: -r[2])
+
+
+def profile_model(entry: str, steps: int, skeleton_dir: str | None) -> None:
+    from benchmarks.llm_models import resolve
+    from benchmarks.llm_work import model_work
+    from dynamo_vulkan.generate import generate, load
+
+    bench = resolve(entry, skeleton_dir)
+    model, tok = load(bench.path)
+    work = model_work(bench.path)
+    handler = _Tables()
+    plog = logging.getLogger("dynamo_vulkan.profile")
+    plog.setLevel(logging.INFO)
+    plog.addHandler(handler)
+    plog.propagate = False
+    text = "The quick brown fox jumps over the lazy dog. " * 4
+    try:
+        generate(model, text, tok, max_new_tokens=steps + 1, steps_per_call=steps, warmup=True,
+                 stop_at_eos=False)
+        handler.tables.clear()
+        res = generate(model, text, tok, max_new_tokens=steps + 1, steps_per_call=steps, warmup=False,
+                       stop_at_eos=False)
+    finally:
+        plog.removeHandler(handler)
+    tables = [t for t in handler.tables if len(parse(t)) > 50]
+    if not tables:
+        raise SystemExit(f"{bench.label}: no decode profile was logged (does decode replay on this device?)")
+    rows = parse(tables[-1])
+    summary = summarise(rows, steps)
+    busy = sum(us for _n, _c, us in summary)
+    print(f"\n{bench.label}: {bench.what}")
+    print(f"decode {res.decode_tok_s:.1f} tok/s unprofiled-ish ({res.decode_steps} steps); "
+          f"GPU busy {busy:.1f} us/step over {sum(c for _n, c, _u in summary):.0f} dispatches; "
+          f"weights {work.step_bytes / 1e9:.3f} GB/step -> {work.step_bytes / busy / 1e3:.0f} GB/s while busy")
+    print(f"{'kernel':40s} {'per step':>9s} {'us/step':>10s} {'share':>6s}")
+    for name, c, us in summary:
+        print(f"{name[:40]:40s} {c:9.1f} {us:10.1f} {us / busy:6.1%}")
+    big = sorted(rows[: len(rows) // steps], key=lambda r: -r[2])[:25]
+    print("largest dispatches of the first step:")
+    for name, note, us in big:
+        print(f"  {us:8.1f} us  {name} {note[:90]}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=["smollm2"], help="model names, GGUF files or skeletons")
+    p.add_argument("--steps", type=int, default=16, help="decode steps per replay (default 16)")
+    p.add_argument("--skeleton-dir", default=None)
+    args = p.parse_args(argv)
+    os.environ["DYNAMO_VULKAN_PROFILE"] = "1"
+    for m in args.models:
+        profile_model(m, args.steps, args.skeleton_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
