@@ -11,10 +11,11 @@ LAST_BIT = 31      # checks from the 32nd on share the last bit
 
 
 def op_label(ctx: Context) -> str:
-    """The node's op as a user knows it: "index_select" for aten.index_select.default."""
+    """The node's op as a user knows it: "index_select" for aten.index_select.default,
+    "embedding_bag" for aten._embedding_bag_forward_only.default."""
     target = getattr(ctx.node, "target", None)
     name = getattr(target, "__name__", str(target))
-    return name.split(".")[0]
+    return name.split(".")[0].lstrip("_").removesuffix("_forward_only")
 
 
 def check_bit(ctx: Context, message: str, exc: str = "IndexError") -> tuple[TRef, int]:

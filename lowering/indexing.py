@@ -4,15 +4,14 @@ gather, scatter / scatter_add / scatter_reduce(sum), and embedding_bag.
 Gathers and scatters are elementwise kernels (elementwise.ew) whose operand or
 output offset moves by an index read in the kernel; embedding_bag has its own
 kernel (shaders/embedding_bag.comp). An index out of range sets the plan's check
-flag (checks.py) and the call raises after the submit, as eager does (embedding_bag
-still reads such rows as 0)."""
+flag (checks.py) and the call raises after the submit, as eager does."""
 from __future__ import annotations
 
 import operator
 
 import torch
 
-from .checks import index_check
+from .checks import check_bit, index_check
 from .core import Context, LoweringError, TRef, groups_for, lowering
 from .elementwise import ew
 from .index import advanced_index
@@ -138,8 +137,12 @@ def embedding_bag(ctx, weight, indices, offsets, scale_grad_by_freq=False, mode=
                 w.strides[0], w.strides[1], idx.offset, idx.strides[0], offs.offset,
                 offs.strides[0], int(padding_idx if padding_idx is not None else -1)
                 & 0xFFFFFFFF, 0, 0, int(bool(include_last_offset))]
+        check, bit = index_check(ctx)
+        _, offsets_bit = check_bit(ctx, "embedding_bag: offsets must start at 0, not decrease "
+                                        "and not pass the number of indices", "IndexError")
+        spec += [1 << bit, 1 << offsets_bit]
         defines = {"VARIANT": MODES[int(mode)].lower(), MODES[int(mode)]: 1}
-        bindings = [out, w, idx, offs]
+        bindings = [out, w, idx, offs, check]
         if per_sample_weights is not None:
             p = ctx.ref(per_sample_weights)
             spec[14:16] = [p.offset, p.strides[0]]

@@ -2,7 +2,9 @@
 // weight[idx[i], j] (times per_sample_weights[i] with HAS_PSW), one invocation
 // per output element. Bag b spans offsets[b] .. offsets[b+1] (the last one
 // runs to the end unless LAST_OFF). Entries equal to PAD are skipped; empty
-// bags give 0; out-of-range rows read as 0 (a kernel cannot raise).
+// bags give 0. An index out of range sets CHECK_MASK in the plan's check word, and
+// offsets that do not start at 0, decrease or pass the end set OFFSETS_MASK (the
+// program raises after the submit: lowering/checks.py); nothing is read for them.
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NUMEL = 1;
@@ -21,21 +23,27 @@ layout(constant_id = 13) const int PAD = -1;
 layout(constant_id = 14) const uint P_OFF = 0;
 layout(constant_id = 15) const uint P_S = 1;
 layout(constant_id = 16) const uint LAST_OFF = 0;
+layout(constant_id = 17) const uint CHECK_MASK = 0;
+layout(constant_id = 18) const uint OFFSETS_MASK = 0;
 BUFFER(0, outb)
 BUFFER(1, wb)
 BUFFER(2, idxb)
 BUFFER(3, offb)
+BUFFER(4, chkb)
 #ifdef HAS_PSW
-BUFFER(4, pswb)
+BUFFER(5, pswb)
 #endif
 
 void main() {
     uint e = flat_invocation();
     if (e >= NUMEL) return;
     uint b = e / DIM, j = e % DIM;
-    uint start = uint(ld_i32(offb[F_OFF + b * F_S]));
-    uint end = (b + 1u < NOFF) ? uint(ld_i32(offb[F_OFF + (b + 1u) * F_S])) : NIDX;
-    end = min(end, NIDX);
+    int first = ld_i32(offb[F_OFF + b * F_S]);
+    int last = (b + 1u < NOFF) ? ld_i32(offb[F_OFF + (b + 1u) * F_S]) : int(NIDX);
+    bool bad_offsets = (b == 0u && first != 0) || first < 0 || last < first ||
+                       uint(last) > NIDX;
+    uint start = bad_offsets ? 0u : uint(first), end = bad_offsets ? 0u : uint(last);
+    bool bad = false;
 #ifdef MAX
     float acc = uintBitsToFloat(0xff800000u);
 #else
@@ -44,8 +52,9 @@ void main() {
     uint count = 0u;
     for (uint i = start; i < end; ++i) {
         int row = ld_i32(idxb[I_OFF + i * I_S]);
-        if (row == PAD) continue;
-        float v = (row >= 0 && row < NROWS) ? ld_f32(wb[W_OFF + uint(row) * W_RS + j * W_CS]) : 0.0;
+        if (PAD >= 0 && row == PAD) continue;      // PAD -1: no padding index
+        if (row < 0 || row >= NROWS) { bad = true; continue; }
+        float v = ld_f32(wb[W_OFF + uint(row) * W_RS + j * W_CS]);
 #ifdef HAS_PSW
         v *= ld_f32(pswb[P_OFF + i * P_S]);
 #endif
@@ -61,4 +70,6 @@ void main() {
 #endif
     if (count == 0u) acc = 0.0;
     outb[e] = st_f32(acc);
+    if (j == 0u && (bad || bad_offsets))
+        atomicOr(chkb[0], (bad ? CHECK_MASK : 0u) | (bad_offsets ? OFFSETS_MASK : 0u));
 }

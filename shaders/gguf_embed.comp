@@ -1,6 +1,7 @@
 // GGUF embedding: out[i, :] = dequantize(row ids[i] of W), one thread per
-// chunk of 8 elements, so only the looked-up rows are decoded. Out-of-range
-// ids give a row of zeros (a kernel cannot raise). A weight split across
+// chunk of 8 elements, so only the looked-up rows are decoded. An out-of-range
+// id sets CHECK_MASK in the plan's check word (the program raises IndexError after
+// the submit: lowering/checks.py) and reads nothing; its row is zeros. A weight split across
 // buffers takes one dispatch per chunk: each holds rows ROW0..ROW0+NROWS of
 // TOTAL_ROWS and writes only the ids among them (the first chunk also writes
 // the zeros of out-of-range ids), so the chunks together fill every row.
@@ -18,6 +19,8 @@ BUFFER(0, outb)
 #define WQ_BINDING 1
 BUFFER(WQ_BINDING, wq)
 BUFFER(2, idxb)
+BUFFER(3, chkb)
+layout(constant_id = 9) const uint CHECK_MASK = 0;
 #include "gguf_blocks.glsl"
 
 void main() {
@@ -30,6 +33,7 @@ void main() {
     bool valid = row >= 0 && uint(row) < TOTAL_ROWS;
     if (valid && (uint(row) < ROW0 || uint(row) - ROW0 >= NROWS)) return;   // another chunk's
     if (!valid && ROW0 != 0u) return;                                       // the first's zeros
+    if (!valid && ch == 0u) atomicOr(chkb[0], CHECK_MASK);
     if (valid)
         deq8r((uint(row) - ROW0) * ROW_BYTES, ch, lo, hi);
     uint o = i * K + 8u * ch;

@@ -33,6 +33,70 @@ CASES = {
 }
 
 
+W6 = torch.randn(6, 3)
+# name: (fn(idx, offsets), indices and offsets in range, out of range), the bags of W6
+BAGS = {
+    "sum": (lambda i, o: F.embedding_bag(i, W6, o) * 2, ([0, 5, 2], [0, 2]), ([0, 6, 2], [0, 2])),
+    "mean_negative": (lambda i, o: F.embedding_bag(i, W6, o, mode="mean") + 1,
+                      ([1, 2, 3], [0, 1]), ([1, -1, 3], [0, 1])),
+    "max_last_bag": (lambda i, o: F.embedding_bag(i, W6, o, mode="max") * 2,
+                     ([4, 1, 3], [0, 1]), ([4, 1, 7], [0, 1])),
+    "padding_idx": (lambda i, o: F.embedding_bag(i, W6, o, padding_idx=2) * 2,
+                    ([2, 5, 2], [0, 1]), ([2, 5, 9], [0, 1])),
+    "offsets_past_the_end": (lambda i, o: F.embedding_bag(i, W6, o) * 2,
+                             ([0, 5, 2], [0, 3]), ([0, 5, 2], [0, 4])),
+    "offsets_decreasing": (lambda i, o: F.embedding_bag(i, W6, o) * 2,
+                           ([0, 5, 2], [0, 2, 2]), ([0, 5, 2], [0, 2, 1])),
+    "offsets_not_from_0": (lambda i, o: F.embedding_bag(i, W6, o) * 2,
+                           ([0, 5, 2], [0, 1]), ([0, 5, 2], [1, 2])),
+}
+
+
+@pytest.mark.parametrize("name", list(BAGS))
+def test_embedding_bag_out_of_range_raises(name):
+    """Indices out of range and offsets eager rejects raise (IndexError and RuntimeError,
+    as eager's RuntimeError), never a bag summed without its row."""
+    fn, good, bad = BAGS[name]
+    good, bad = [torch.tensor(t) for t in good], [torch.tensor(t) for t in bad]
+    with pytest.raises(RuntimeError):
+        fn(*bad)
+    check(fn, *good)
+    run = compiled(fn)
+    with pytest.raises(IndexError, match="embedding_bag: offsets" if "offsets" in name
+                       else "embedding_bag: index out of range"):
+        run(*bad)
+    with pytest.raises(RuntimeError):
+        run(*bad)
+    torch.testing.assert_close(run(*good), fn(*good))
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one_buffer", "split_weight"])
+def test_gguf_embedding_out_of_range_raises(monkeypatch, split):
+    """The GGUF embedding lookup checks its ids, in one buffer and in a weight split
+    across buffers (each chunk gathers the ids it holds)."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.gguf.op import gguf_embedding
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    qt, rows, cols = quant_info("Q8_0").ggml_type, 40, 64     # 68-byte rows
+    if split:
+        monkeypatch.setattr(gguf_lowering, "WEIGHT_BUFFER_MAX", 15 * 68)
+        monkeypatch.setitem(device.device_info(), "name",
+                            device.device_info()["name"] + " (weight buffers of 1020)")
+    blocks = blocks_of("Q8_0", rows, cols, 5)
+    fn = lambda i, b: gguf_embedding(i, b, qt, rows, cols) * 2            # noqa: E731
+    good, bad = torch.tensor([[0, 39], [16, 30]]), torch.tensor([[0, 40], [16, 30]])
+    with pytest.raises(IndexError):
+        fn(bad, blocks)
+    check(fn, good, blocks)
+    run = compiled(fn)
+    for ids in (bad, torch.tensor([-1, 3])):
+        with pytest.raises(IndexError, match="gguf_embedding: index out of range"):
+            run(ids, blocks)
+    torch.testing.assert_close(run(good, blocks), fn(good, blocks))
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_out_of_range_index_raises(name):
     fn, good, bad = CASES[name]
