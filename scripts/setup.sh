@@ -44,6 +44,12 @@ if ! "$PY" -c 'import importlib.metadata as m, sys, kp; n = int(sys.argv[1]); sy
   rm -f "$log"
 fi
 
+# A second glslc (Debian sid's) for the tensor-core kernels, in the venv where
+# dynamo_vulkan looks for it (shaders.coopmat_glslc); without it those kernels are not used
+if ! bash scripts/glslc_coopmat.sh install "$VENV/opt/glslc-coopmat"; then
+  echo "[setup] no glslc for cooperative-matrix kernels (above): baseline kernels only"
+fi
+
 stamp="$VENV/.dynamo_vulkan_installed"
 want="$(sha256sum pyproject.toml | cut -c1-16)-$EXTRAS"
 if [ ! -e "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then

@@ -74,6 +74,20 @@ def glslc() -> str:
     return exe
 
 
+def glslc_for(source: str) -> str:
+    """The system's glslc, or for a kernel with newer GLSL extensions (tensor cores) the
+    second one (dynamo_vulkan.shaders.coopmat_glslc)."""
+    from .. import shaders as kernels
+    if not kernels.needs_coopmat_glslc(source):
+        return glslc()
+    exe = kernels.coopmat_glslc()
+    if exe is None:
+        raise ShaderCompileError("this kernel needs a glslc that knows GL_KHR_cooperative_matrix: "
+                                 "scripts/glslc_coopmat.sh install .venv/opt/glslc-coopmat "
+                                 f"(or set {kernels.COOPMAT_GLSLC_ENV})")
+    return exe
+
+
 def compile_source(source: str, name: str = "kernel") -> bytes:
     """SPIR-V for a complete GLSL compute source."""
     key = cache.digest("spirv", source)
@@ -90,7 +104,7 @@ def compile_source(source: str, name: str = "kernel") -> bytes:
             src = Path(d) / f"{name}.comp"
             out = Path(d) / f"{name}.spv"
             src.write_text(source)
-            r = subprocess.run([glslc(), "--target-env=vulkan1.1", "-O", str(src), "-o", str(out)],
+            r = subprocess.run([glslc_for(source), "--target-env=vulkan1.1", "-O", str(src), "-o", str(out)],
                                capture_output=True, text=True)
             if r.returncode != 0:
                 numbered = "\n".join(f"{i + 1:4d} {l}" for i, l in enumerate(source.splitlines()))
