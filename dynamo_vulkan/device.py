@@ -71,8 +71,10 @@ def list_devices() -> list[dict]:
     """The Vulkan devices of this machine: index, name, type, driver, api_version,
     subgroup_size (as the driver reports it), memory (device-local bytes),
     max_storage_buffer_range (the largest buffer a kernel binds), max_memory_allocation_size,
-    features (the optional extensions dynamo_vulkan may use) and selected (the device
-    compiled graphs run on: DYNAMO_VULKAN_DEVICE's, else the preferred one)."""
+    features (the optional extensions dynamo_vulkan may use), cooperative_matrix (the
+    matrix shapes and types its tensor cores multiply, as vkinfo.matrix_shape_name
+    writes them) and selected (the device compiled graphs run on: DYNAMO_VULKAN_DEVICE's,
+    else the preferred one)."""
     devices = physical_devices()
     chosen = resolve_index()
     keys = ("index", "name", "type", "api_version", "subgroup_size", "memory",
@@ -81,6 +83,7 @@ def list_devices() -> list[dict]:
     for d in devices:
         e = {k: d.get(k) for k in keys}
         e["driver"] = " ".join(filter(None, (d.get("driver_name"), d.get("driver_info")))) or None
+        e["cooperative_matrix"] = [vkinfo.matrix_shape_name(s) for s in d.get("cooperative_matrix_shapes", [])]
         e["selected"] = d["index"] == chosen
         out.append(e)
     return out
@@ -193,8 +196,26 @@ def device_info(index: int | None = None) -> dict:
     # the last created device's, and manager() above created this one or found it made)
     import kp
     info["integer_dot_product"] = bool(getattr(kp, "integer_dot_product", lambda: False)())
+    info.update(_matrix_caps(kp, index))
     _info[index] = info
     return info
+
+
+def _matrix_caps(kp, index: int) -> dict:
+    """What device `index` was created with for 16-bit and tensor-core kernels (kp patch 10:
+    shader_float16, storage_buffer_16bit, bfloat16, bfloat16_cooperative_matrix,
+    cooperative_matrix) and, where cooperative matrices are on, the shapes and types its
+    tensor cores multiply (vkinfo's dicts: m, n, k, a, b, c, result, scope), which the
+    matmul lowering chooses its tiles from."""
+    enabled = dict(getattr(kp, "enabled_features", dict)())
+    caps = {name: bool(enabled.get(name, False)) for name in
+            ("shader_float16", "storage_buffer_16bit", "bfloat16", "bfloat16_cooperative_matrix",
+             "cooperative_matrix")}
+    devices = physical_devices()
+    shapes = devices[index].get("cooperative_matrix_shapes", []) if index < len(devices) else []
+    caps["cooperative_matrix_shapes"] = tuple(
+        tuple(sorted(s.items())) for s in shapes) if caps["cooperative_matrix"] else ()
+    return caps
 
 
 def is_cpu(info: dict | None = None) -> bool:

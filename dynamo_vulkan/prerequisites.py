@@ -12,7 +12,7 @@ import shutil
 
 # kp.dynamo_vulkan_patches of the kp this runtime is written against: scripts/patch_kp.py's
 # PATCHES (tests/test_install.py checks that the two, and pyproject's kp pin, agree)
-KP_PATCHES = 9
+KP_PATCHES = 10
 KP_VERSION = f"0.9.0+dynamovulkan.{KP_PATCHES}"
 KP_BUILD = ("from a dynamo-vulkan checkout: pip install ./packaging/kp-dynamo-vulkan (it builds "
             "kp 0.9.0 from PyPI's sdist with our patches and needs a C++ compiler and the Vulkan "

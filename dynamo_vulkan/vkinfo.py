@@ -15,6 +15,7 @@ ST_PROPERTIES_2 = 1000059001
 ST_SUBGROUP_PROPERTIES = 1000094000
 ST_MAINTENANCE_3_PROPERTIES = 1000168000
 ST_DRIVER_PROPERTIES = 1000196000
+ST_COOPERATIVE_MATRIX_PROPERTIES = 1000506001
 MEMORY_HEAP_DEVICE_LOCAL = 0x1
 DEVICE_TYPES = {0: "other", 1: "integrated_gpu", 2: "discrete_gpu", 3: "virtual_gpu", 4: "cpu"}
 # the optional device extensions the kernels or kp patches use, or may
@@ -25,8 +26,15 @@ FEATURE_EXTENSIONS = {
     "VK_KHR_8bit_storage": "8bit_storage",
     "VK_EXT_subgroup_size_control": "subgroup_size_control",
     "VK_KHR_cooperative_matrix": "cooperative_matrix",
+    "VK_NV_cooperative_matrix2": "cooperative_matrix2",
+    "VK_KHR_shader_bfloat16": "bfloat16",
     "VK_KHR_shader_subgroup_extended_types": "subgroup_extended_types",
 }
+
+# VkComponentTypeKHR and VkScopeKHR values (vulkan_core.h 1.4) as the names kernels use
+COMPONENT_TYPES = {0: "f16", 1: "f32", 2: "f64", 3: "s8", 4: "s16", 5: "s32", 6: "s64",
+                   7: "u8", 8: "u16", 9: "u32", 10: "u64", 1000141000: "bf16"}
+SCOPES = {1: "device", 2: "workgroup", 3: "subgroup", 5: "queue_family"}
 
 # VkPhysicalDeviceLimits: runs of fields of one C type, in the header's order
 _LIMITS = (
@@ -121,6 +129,13 @@ class DriverProperties(ctypes.Structure):
                 ("conformanceVersion", ctypes.c_uint8 * 4)]
 
 
+class CooperativeMatrixProperties(ctypes.Structure):
+    _fields_ = [("sType", ctypes.c_int32), ("pNext", ctypes.c_void_p), ("MSize", ctypes.c_uint32),
+                ("NSize", ctypes.c_uint32), ("KSize", ctypes.c_uint32), ("AType", ctypes.c_int32),
+                ("BType", ctypes.c_int32), ("CType", ctypes.c_int32), ("ResultType", ctypes.c_int32),
+                ("saturatingAccumulation", ctypes.c_uint32), ("scope", ctypes.c_int32)]
+
+
 class MemoryHeap(ctypes.Structure):
     _fields_ = [("size", ctypes.c_uint64), ("flags", ctypes.c_uint32)]
 
@@ -164,7 +179,39 @@ def loader():
         raise LoaderMissing(str(e)) from e
 
 
-def _describe(lib, handle, index: int) -> dict:
+def _cooperative_matrices(lib, inst, handle) -> list[dict]:
+    """The matrix shapes and types the device's tensor cores multiply
+    (vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR, found through
+    vkGetInstanceProcAddr since the loader exports no extension functions): each as
+    {m, n, k, a, b, c, result, saturating, scope}, types as COMPONENT_TYPES names."""
+    lib.vkGetInstanceProcAddr.restype = ctypes.c_void_p
+    lib.vkGetInstanceProcAddr.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    addr = lib.vkGetInstanceProcAddr(inst, b"vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR")
+    if not addr:
+        return []
+    fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32),
+                          ctypes.POINTER(CooperativeMatrixProperties))(addr)
+    n = ctypes.c_uint32(0)
+    if fn(handle, ctypes.byref(n), None) != VK_SUCCESS or n.value == 0:
+        return []
+    arr = (CooperativeMatrixProperties * n.value)()
+    for p in arr:
+        p.sType = ST_COOPERATIVE_MATRIX_PROPERTIES
+    if fn(handle, ctypes.byref(n), arr) not in (VK_SUCCESS, VK_INCOMPLETE):
+        return []
+    kind = lambda v: COMPONENT_TYPES.get(v, str(v))
+    return [{"m": p.MSize, "n": p.NSize, "k": p.KSize, "a": kind(p.AType), "b": kind(p.BType),
+             "c": kind(p.CType), "result": kind(p.ResultType),
+             "saturating": bool(p.saturatingAccumulation), "scope": SCOPES.get(p.scope, str(p.scope))}
+            for p in arr[:n.value]]
+
+
+def matrix_shape_name(s: dict) -> str:
+    """One cooperative-matrix shape as text: '16x16x16 f16*f16+f32->f32 subgroup'."""
+    return f"{s['m']}x{s['n']}x{s['k']} {s['a']}*{s['b']}+{s['c']}->{s['result']} {s['scope']}"
+
+
+def _describe(lib, handle, index: int, inst=None) -> dict:
     """What one physical device is and has (the keys list_devices documents)."""
     exts = []
     n = ctypes.c_uint32(0)
@@ -218,6 +265,8 @@ def _describe(lib, handle, index: int) -> dict:
     if has_driver:
         info["driver_name"] = drv.driverName.decode(errors="replace")
         info["driver_info"] = drv.driverInfo.decode(errors="replace")
+    if inst is not None and "VK_KHR_cooperative_matrix" in exts:
+        info["cooperative_matrix_shapes"] = _cooperative_matrices(lib, inst, handle)
     return info
 
 
@@ -238,6 +287,6 @@ def physical_devices() -> list[dict]:
         handles = (ctypes.c_void_p * n.value)()
         if lib.vkEnumeratePhysicalDevices(inst, ctypes.byref(n), handles) not in (VK_SUCCESS, VK_INCOMPLETE):
             return []
-        return [_describe(lib, ctypes.c_void_p(handles[i]), i) for i in range(n.value)]
+        return [_describe(lib, ctypes.c_void_p(handles[i]), i, inst) for i in range(n.value)]
     finally:
         lib.vkDestroyInstance(inst, None)

@@ -6,7 +6,7 @@ set -eo pipefail
 source .device-kit/on-device.sh
 for f in .device-kit/glslc_*.deb .device-kit/libshaderc1_*.deb; do dpkg -x "$f" /tmp/vkdev; done
 export PATH=/tmp/vkdev/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/vkdev/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
-if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp; assert kp.dynamo_vulkan_patches >= 9' 2>/dev/null; then
+if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp; assert kp.dynamo_vulkan_patches >= 10' 2>/dev/null; then
   rm -rf /tmp/kpb && mkdir -p /tmp/kpb && tar xzf .device-kit/kp-0.9.0.tar.gz -C /tmp/kpb
   python3 scripts/patch_kp.py /tmp/kpb/kp-0.9.0
   KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \

@@ -13,6 +13,8 @@
    submit latency.
 7. Integer dot products enabled where the device has them (see below).
 8. Algorithms built without the GIL (see below): pipelines compiled on several threads.
+10. Cooperative matrices, 16-bit floats and storage, bfloat16 enabled where the device
+    has them (see below).
 Idempotent: running it twice changes nothing.
 """
 import pathlib
@@ -580,9 +582,105 @@ if "algorithm_nogil" not in text:
     if "#include <cstring>" not in text:
         text = "#include <cstring>\n" + text
     main.write_text(text)
+# 10. Tensor cores (VK_KHR_cooperative_matrix), 16-bit float arithmetic
+#    (VK_KHR_shader_float16_int8), 16-bit storage buffers (VK_KHR_16bit_storage) and
+#    bfloat16 (VK_KHR_shader_bfloat16): a shader may use them only where the device was
+#    created with them, and kp enables none. Where the device lists an extension and its
+#    feature, the device is now created with both (cooperativeMatrixRobustBufferAccess off:
+#    the kernels bound their own loads). The structures are spelled out with their
+#    sType values from vulkan_core.h 1.4 so that older headers (Debian 12's 1.3.239, which
+#    predate both extensions) build it. kp.enabled_features() says what was enabled on
+#    the last device created; the matmul lowering picks cooperative-matrix kernels from
+#    it (lowering/matmul.py).
+mtext = mgr_cpp.read_text()
+anchor10 = """    this->mDevice = std::make_shared<vk::Device>();
+    physicalDevice.createDevice(
+"""
+patch10 = """    // dynamo_vulkan patch 10: cooperative matrices, fp16, 16-bit storage, bf16
+    struct DvkCoopMatFeatures {
+        VkStructureType sType; void* pNext;
+        VkBool32 cooperativeMatrix; VkBool32 cooperativeMatrixRobustBufferAccess;
+    };
+    struct DvkBFloat16Features {
+        VkStructureType sType; void* pNext;
+        VkBool32 shaderBFloat16Type; VkBool32 shaderBFloat16DotProduct;
+        VkBool32 shaderBFloat16CooperativeMatrix;
+    };
+    VkPhysicalDeviceShaderFloat16Int8Features f16Features{};
+    f16Features.sType = (VkStructureType)1000082000;
+    VkPhysicalDevice16BitStorageFeatures s16Features{};
+    s16Features.sType = (VkStructureType)1000083000;
+    DvkCoopMatFeatures coopFeatures{ (VkStructureType)1000506000, nullptr, VK_FALSE, VK_FALSE };
+    DvkBFloat16Features bf16Features{ (VkStructureType)1000141000, nullptr, VK_FALSE, VK_FALSE, VK_FALSE };
+    const char* f16Ext = "VK_KHR_shader_float16_int8";
+    const char* s16Ext = "VK_KHR_16bit_storage";
+    const char* coopExt = "VK_KHR_cooperative_matrix";
+    const char* bf16Ext = "VK_KHR_shader_bfloat16";
+    auto dvkHas = [&](const char* e) { return uniqueExtensionNames.count(e) != 0; };
+    auto dvkEnable = [&](const char* e) {
+        bool listed = false;
+        for (const char* v : validExtensions)
+            listed = listed || std::string(v) == e;
+        if (!listed)
+            validExtensions.push_back(e);
+    };
+    {
+        void* query = nullptr;
+        if (dvkHas(f16Ext)) { f16Features.pNext = query; query = &f16Features; }
+        if (dvkHas(s16Ext)) { s16Features.pNext = query; query = &s16Features; }
+        if (dvkHas(coopExt)) { coopFeatures.pNext = query; query = &coopFeatures; }
+        if (dvkHas(bf16Ext)) { bf16Features.pNext = query; query = &bf16Features; }
+        if (query != nullptr) {
+            vk::PhysicalDeviceFeatures2 features2;
+            features2.pNext = query;
+            physicalDevice.getFeatures2(&features2);
+        }
+    }
+    bool f16On = dvkHas(f16Ext) && f16Features.shaderFloat16 == VK_TRUE;
+    bool s16On = dvkHas(s16Ext) && s16Features.storageBuffer16BitAccess == VK_TRUE;
+    bool coopOn = dvkHas(coopExt) && coopFeatures.cooperativeMatrix == VK_TRUE && f16On;
+    bool bf16On = dvkHas(bf16Ext) && bf16Features.shaderBFloat16Type == VK_TRUE;
+    coopFeatures.cooperativeMatrixRobustBufferAccess = VK_FALSE;
+    if (!coopOn)
+        bf16Features.shaderBFloat16CooperativeMatrix = VK_FALSE;
+    const void* chain = deviceCreateInfo.pNext;
+    if (f16On) { dvkEnable(f16Ext); f16Features.pNext = const_cast<void*>(chain); chain = &f16Features; }
+    if (s16On) { dvkEnable(s16Ext); s16Features.pNext = const_cast<void*>(chain); chain = &s16Features; }
+    if (coopOn) { dvkEnable(coopExt); coopFeatures.pNext = const_cast<void*>(chain); chain = &coopFeatures; }
+    if (bf16On) { dvkEnable(bf16Ext); bf16Features.pNext = const_cast<void*>(chain); chain = &bf16Features; }
+    deviceCreateInfo.pNext = chain;
+    deviceCreateInfo.enabledExtensionCount = (uint32_t)validExtensions.size();
+    deviceCreateInfo.ppEnabledExtensionNames = validExtensions.data();
+    gEnabledFeatures = { { "cooperative_matrix", coopOn },
+                         { "shader_float16", f16On },
+                         { "storage_buffer_16bit", s16On },
+                         { "bfloat16", bf16On },
+                         { "bfloat16_cooperative_matrix",
+                           bf16On && bf16Features.shaderBFloat16CooperativeMatrix == VK_TRUE } };
+
+"""
+if "gEnabledFeatures" not in mtext:
+    if anchor10 not in mtext or "std::atomic<bool> gIntegerDotProduct{ false };\n}\n" not in mtext:
+        sys.exit("patch_kp: Manager.cpp lacks patch 7 or the createDevice anchor (patch 10)")
+    mtext = mtext.replace("std::atomic<bool> gIntegerDotProduct{ false };\n}\n",
+                          "std::atomic<bool> gIntegerDotProduct{ false };\n"
+                          "std::map<std::string, bool> gEnabledFeatures;\n}\n", 1)
+    mtext = mtext.replace("#include <atomic>\n", "#include <atomic>\n#include <map>\n#include <string>\n", 1)
+    mgr_cpp.write_text(mtext.replace(anchor10, patch10 + anchor10, 1))
+text = main.read_text()
+if "enabled_features" not in text:
+    module = "PYBIND11_MODULE(kp, m)\n{\n"
+    if module not in text:
+        sys.exit("patch_kp: module definition not found in python/src/main.cpp")
+    text = text.replace(module, "#include <map>\nnamespace kp {\nextern std::map<std::string, bool> gEnabledFeatures;\n}\n"
+                        + module +
+                        '    m.def("enabled_features", []() { return kp::gEnabledFeatures; },\n'
+                        '          "The optional features (patch 10) the last device created was created with.");\n', 1)
+    main.write_text(text)
 # a marker the setup scripts probe to know this build carries every patch above (9: a
-# build marked 8 carried a reverted patch, shared command pools, and lacks patch 8 here)
-PATCHES = 9
+# build marked 8 carried a reverted patch, shared command pools, and lacks patch 8 here;
+# 10: patch 10)
+PATCHES = 10
 text = main.read_text()
 if "dynamo_vulkan_patches" not in text:
     module = "PYBIND11_MODULE(kp, m)\n{\n"
