@@ -392,7 +392,8 @@ def _for_kind(expr: str, kind: str, ctx: Context | None = None) -> str:
 # int64 results travel as int32: these forms flag a result that leaves it (checks.glsl)
 CHECKED_INT64 = {"$0 + $1": "iadd_ck($0, $1, {m}u)", "$0 - $1": "isub_ck($0, $1, {m}u)",
                  "$0 * $1": "imul_ck($0, $1, {m}u)", "-$0": "ineg_ck($0, {m}u)",
-                 "abs($0)": "iabs_ck($0, {m}u)", "$0 << $1": "ishl_ck($0, $1, {m}u)"}
+                 "abs($0)": "iabs_ck($0, {m}u)", "$0 << $1": "ishl_ck($0, $1, {m}u)",
+                 "ipow_($0, $1)": "ipow_ck($0, $1, {m}u)"}
 
 
 def int64_overflow_mask(ctx: Context) -> int:
@@ -405,7 +406,7 @@ def int64_overflow_mask(ctx: Context) -> int:
 
 def int64_checked(ctx: Context, expr: str) -> str:
     """expr with an overflow check where the node's result is int64 and expr can leave
-    int32 (sums, differences, products, negation, left shifts)."""
+    int32 (sums, differences, products, powers, negation, left shifts)."""
     val = ctx.node.meta.get("val") if ctx.node is not None else None
     if expr not in CHECKED_INT64 or not isinstance(val, torch.Tensor) or val.dtype != torch.int64:
         return expr
@@ -460,7 +461,7 @@ def pow_scalar(ctx, a, b):
     k = ctx.out_kind()
     if k == "f32" and not isinstance(b, bool) and b in POW_FORMS:
         return ew(ctx, POW_FORMS[b], [a], k, compute=k)
-    return ew(ctx, _for_kind("pow_f($0, $1)", k), [a, b], k, compute=k)
+    return ew(ctx, _for_kind("pow_f($0, $1)", k, ctx), [a, b], k, compute=k)
 
 
 @lowering(aten.mul.Scalar, aten.div.Scalar)

@@ -86,8 +86,8 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     if center is not None:
         defines["HAS_AUX"] = 1
         bindings.append(center)
-    if op == "sum" and acc_kind == "i32" and out_kind == "i32" and _int64_result(ctx):
-        bindings.append(_exact_int64_sum(ctx, defines, load, f"st_i32(int({final}))"))
+    if op in ("sum", "prod") and acc_kind == "i32" and out_kind == "i32" and _int64_result(ctx):
+        bindings.append(_exact_int64(ctx, op, defines, load))
         defines["CHECK_BINDING"] = len(bindings) - 1
     ctx.dispatch("reduce", defines, bindings, [0], spec, (min(nout, 65535), -(-nout // 65535), 1),
                  note=f"{op} {x.shape} dims={dims}")
@@ -99,16 +99,23 @@ def _int64_result(ctx: Context) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype == torch.int64
 
 
-def _exact_int64_sum(ctx: Context, defines: dict, load: str, store: str) -> TRef:
-    """An int64 sum computed exactly in (high, low) halves (checks.glsl), its result
-    checked against int32 (the range int64 values travel in): the defines for it, and
-    the check buffer to bind."""
+def _exact_int64(ctx: Context, op: str, defines: dict, load: str) -> TRef:
+    """An int64 sum or product whose result is checked against int32 (the range int64
+    values travel in; checks.glsl): sums exact in (high, low) halves, products with a
+    float32 product beside the wrapped one. The defines for it, and the check buffer to
+    bind."""
     from .elementwise import int64_overflow_mask
     mask = int64_overflow_mask(ctx)
-    defines.update({"ACC_T": "ivec2", "INIT": "ivec2(0)", "COMBINE(a, b)": "add64_(a, b)",
-                    "SUBGROUP_COMBINE(x)": "norm64_(subgroupAdd(x))",
-                    "LOAD(w)": f"split64_({load})",
-                    "FINAL(a)": f"join64_ck(a, {mask}u)", "STORE(v)": "st_i32(v)"})
+    if op == "sum":
+        defines.update({"ACC_T": "ivec2", "INIT": "ivec2(0)", "COMBINE(a, b)": "add64_(a, b)",
+                        "SUBGROUP_COMBINE(x)": "norm64_(subgroupAdd(x))",
+                        "LOAD(w)": f"split64_({load})",
+                        "FINAL(a)": f"join64_ck(a, {mask}u)", "STORE(v)": "st_i32(v)"})
+    else:
+        defines.update({"ACC_T": "ivec2", "INIT": "psplit64_(1)", "COMBINE(a, b)": "pmul64_(a, b)",
+                        "SUBGROUP_COMBINE(x)": "psubgroup64_(x)",
+                        "LOAD(w)": f"psplit64_({load})",
+                        "FINAL(a)": f"pjoin64_ck(a, {mask}u)", "STORE(v)": "st_i32(v)"})
     defines["VARIANT"] += "_int64"
     return TRef(ctx.plan.check_buffer, (1,), (1,), 0, "i32")
 

@@ -45,13 +45,18 @@ def scan(ctx: Context, x: TRef, dim: int, op: str, out_kind: str) -> TRef:
                "ROW_INDEX": " ".join(code)}
     bindings = [out, x]
     val = ctx.node.meta.get("val") if ctx.node is not None else None
-    if op == "sum" and acc == "i32" and isinstance(val, torch.Tensor) and val.dtype == torch.int64:
-        # exact in (high, low) halves, each prefix checked against int32 (checks.glsl)
+    if op in ("sum", "prod") and acc == "i32" and isinstance(val, torch.Tensor) and \
+            val.dtype == torch.int64:
+        # each prefix checked against int32 (checks.glsl): sums exact in (high, low) halves,
+        # products with a float32 product beside the wrapped one
         from .elementwise import int64_overflow_mask
         mask = int64_overflow_mask(ctx)
-        defines.update({"VARIANT": f"{op}_{x.kind}_int64", "ACC_T": "ivec2", "INIT": "ivec2(0)",
-                        "COMBINE(a, b)": "add64_(a, b)", "LOAD(w)": f"split64_({load})",
-                        "STORE(v)": f"st_i32(join64_ck(v, {mask}u))", "CHECK_BINDING": 2})
+        p = "" if op == "sum" else "p"
+        defines.update({"VARIANT": f"{op}_{x.kind}_int64", "ACC_T": "ivec2",
+                        "INIT": "ivec2(0)" if op == "sum" else "psplit64_(1)",
+                        "COMBINE(a, b)": f"{'add' if op == 'sum' else 'pmul'}64_(a, b)",
+                        "LOAD(w)": f"{p}split64_({load})",
+                        "STORE(v)": f"st_i32({p}join64_ck(v, {mask}u))", "CHECK_BINDING": 2})
         bindings.append(TRef(ctx.plan.check_buffer, (1,), (1,), 0, "i32"))
     ctx.dispatch("scan", defines, bindings, [0], spec, (min(rows, 65535), -(-rows // 65535), 1),
                  note=f"{op} {x.shape} dim={dim}")

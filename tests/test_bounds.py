@@ -150,6 +150,19 @@ INT64 = {
     "sum_dim": (lambda x: x.view(2, -1).sum(1), [BIG, BIG, 0, 0], [BIG, BIG - 1, -BIG, -BIG]),
     "cumsum": (lambda x: x.cumsum(0), [BIG, BIG, -BIG], [BIG, BIG - 1, -BIG, BIG]),
     "sum_of_int32": (lambda x: x.to(torch.int32).sum() + 0, [BIG, BIG], [BIG, BIG - 1]),
+    # products: wrapped to the other sign (2^31), to 0 (2^32), far beyond; -2^31 fits;
+    # partial products beyond int32 before a 0 give 0
+    "prod": (lambda x: x.prod(), [2] * 31, [-2] * 31),
+    "prod_to_zero": (lambda x: x.prod(), [2] * 32, [2**20, 2**20, 0, 7]),
+    "prod_far": (lambda x: x.prod(), [50000, -50000, 50000], [46340, -46340, 1]),
+    "prod_dim": (lambda x: x.view(2, -1).prod(1), [3, 5, 2**20, 2**12], [3, 5, 2**20, 2**10]),
+    "prod_of_int32": (lambda x: x.to(torch.int32).prod() + 0, [2**16, 2**15], [2**16, -2**15]),
+    "cumprod": (lambda x: x.cumprod(0), [2**16, 2**15, 1], [2**16, -2**15, 0, 5]),
+    "cumprod_far": (lambda x: x.view(2, -1).cumprod(1), [7, 2**20, 2**20, 3, 1, 1],
+                    [7, 2**20, 1, 3, 1, 1]),
+    "pow": (lambda x: x ** 3, [1291, 2], [1290, -1290]),
+    "pow_tensor": (lambda x: x ** x.abs(), [14, 2], [3, -2, 0, 1, -1]),
+    "pow_scalar_base": (lambda x: 3 ** x, [20], [19, 0, 1]),
 }
 
 
@@ -175,3 +188,9 @@ def test_float_to_int64_out_of_range_raises():
     with pytest.raises(OverflowError):
         run(torch.tensor([float("nan")]))
     torch.testing.assert_close(run(torch.tensor([0.1, -0.2, 0.0])), fn(torch.tensor([0.1, -0.2, 0.0])))
+
+
+
+def test_int64_negative_tensor_powers_as_eager():
+    """Integers to negative powers from a tensor: 0, or +-1 for a base of +-1, as eager."""
+    check(lambda x, y: x ** y, torch.tensor([2, 3, 1, -1, -1, 0]), torch.tensor([1, -1, -5, -3, -2, 2]))
