@@ -128,7 +128,8 @@ class VulkanSubgraph(torch.nn.Module):
         except StaleBinding:
             full = self._full_key(args)
             if full == prog.key:         # another tensor of the same layout: re-bind
-                prog = Program(prog.plan, list(args), self.cfg.profile, self.bumped)
+                with config.using(self.cfg):
+                    prog = Program(prog.plan, list(args), self.cfg.profile, self.bumped)
                 prog.key = full
             else:                        # a resident input changed shape: build again
                 prog = self._build_or_fallback(full, list(args))
@@ -174,6 +175,10 @@ class VulkanSubgraph(torch.nn.Module):
             return _EAGER
 
     def _build(self, key, args) -> Program:
+        with config.using(self.cfg):       # the cache and the device read this compile's settings
+            return self._build_now(key, args)
+
+    def _build_now(self, key, args) -> Program:
         resident = [r or isinstance(a, torch.nn.Parameter) or
                     (isinstance(a, torch.Tensor) and is_kept_on_device(a))
                     for r, a in zip(self.resident, args)]
@@ -198,7 +203,7 @@ class VulkanSubgraph(torch.nn.Module):
             if plan is None:
                 cache.count("plan", "misses")
                 planner.specialise(self.gm, args)
-                plan = planner.lower(self.gm, args, resident, info)
+                plan = planner.lower(self.gm, args, resident, info, self.cfg)
                 cache.disk_put("plan", pkey, plan_to_bytes(plan))
             cache.memory_put("plan", pkey, plan)
         prog = Program(plan, args, self.cfg.profile, self.bumped)
@@ -222,6 +227,11 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     """aot_autograd's compiler of each graph (kind: forward, backward or inference):
     partition, wrap each Vulkan partition, keep the rest eager."""
     cfg = cfg or config.load()
+    with config.using(cfg):
+        return _compile_graph(gm, cfg, kind)
+
+
+def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str):
     gid = next(_graph_ids)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     # the metadata's indices are the forward's inputs: a backward graph's are saved
@@ -265,9 +275,10 @@ def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None 
     return make_boxed_func(gm.forward)
 
 
-def vulkan_backend(gm: fx.GraphModule, example_inputs, **kwargs):
-    """The `vulkan` backend registered through the torch_dynamo_backends entry point."""
-    cfg = config.load()
+def vulkan_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):
+    """The `vulkan` backend registered through the torch_dynamo_backends entry point;
+    torch.compile's `options` override the environment's settings (config.load)."""
+    cfg = config.load(options)
     if not device.is_available(cfg.device_index):
         reason = device.device_info(cfg.device_index).get("reason", "no Vulkan device")
         if cfg.fallback == "error":

@@ -88,7 +88,7 @@ def cache_root(cfg: config.Config | None = None) -> Path | None:
     None when the disk cache is off or the directory is refused (see untrusted_reason).
     Entries are read and written under the resolved path, so a symlink swapped later
     cannot redirect them."""
-    cfg = cfg or config.load()
+    cfg = cfg or config.current()
     if not cfg.cache_enabled:
         return None
     if cfg.cache_dir not in _roots:

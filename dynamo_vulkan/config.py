@@ -1,19 +1,29 @@
-"""Environment toggles, read each time a graph is compiled (docs/design.md; the README lists them).
+"""Every setting of dynamo_vulkan, in one frozen Config, read once per compile.
 
-A value outside what a variable allows is a ConfigError naming the variable, the value
-and what is allowed; nothing is guessed ("maybe" is neither on nor off)."""
+A setting comes from its environment variable (DYNAMO_VULKAN_*) or, overriding it, from
+`torch.compile(model, backend="vulkan", options={name: value})`, where `name` is the
+Config field. load() reads both; the backend keeps the result for the graphs of that
+compile, hands it to the partitioner and, through the lowering Context, to the rules, and
+makes it current() while it builds programs, so the cache and the device read the same
+values. The README's settings table is settings_table()'s output (a test checks it).
+
+A value outside what a setting allows is a ConfigError naming the variable or option, the
+value and what is allowed; nothing is guessed ("maybe" is neither on nor off)."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 FALLBACK_MODES = ("warn", "error", "silent")
-# How long a submit's wait polls its fence before blocking, on a GPU: a blocked waiter
-# is woken late (H100: an empty submit+wait 33 us blocking, 11 us polling), and most
-# calls' waits are short. Not on a CPU device (lavapipe), whose own threads do the work
-# on the cores a polling thread would take.
+# How long a submit's wait polls its fence before blocking, on a GPU: a blocked waiter is
+# woken late and most calls' waits are short (docs/journal.md has the H100 numbers). Not on
+# a CPU device (lavapipe), whose own threads do the work on the cores a polling thread takes.
 DEFAULT_FENCE_SPIN_US = 1000
 MAX_FENCE_SPIN_US = 10_000_000      # 10 s: a longer spin is a mistake, not a setting
 MAX_DEVICE_INDEX = 1 << 16
@@ -21,104 +31,211 @@ FLAG_VALUES = {"1": True, "true": True, "yes": True, "on": True,
                "0": False, "false": False, "no": False, "off": False}
 CPU_MATMUL_MODES = ("host", "vulkan")
 INT_DOT_MODES = ("auto", "on", "off")
+MATMUL_PRECISIONS = ("highest", "high", "medium")
+DEFAULT_CACHE_DIR = Path("~/.cache/dynamo_vulkan")
 
 
 class ConfigError(ValueError):
-    """An environment variable holds a value it does not allow."""
+    """An environment variable or compile option holds a value it does not allow, or an
+    option has no such name."""
 
 
-def _mode(var: str, modes: tuple) -> str:
-    """One of `modes` from environment variable `var` (unset or empty: the first)."""
-    mode = os.environ.get(var, modes[0]).strip().lower() or modes[0]
-    if mode not in modes:
-        raise ConfigError(f"{var}={mode!r} is not one of {modes}")
-    return mode
+# --- how a setting's text (environment) or value (options) becomes a field -----------
+def _text(where: str, raw) -> str:
+    if not isinstance(raw, str):
+        raise ConfigError(f"{where}={raw!r} must be a string")
+    return raw.strip()
 
 
-def _whole(var: str, hi: int, what: str) -> int | None:
-    """A whole number in [0, hi] from `var`, or None when unset or empty."""
-    raw = os.environ.get(var, "").strip()
-    if not raw:
+def _mode(modes: tuple) -> Callable:
+    """One of `modes`, case-insensitive (empty: the first)."""
+    def parse(where: str, raw) -> str:
+        mode = _text(where, raw)
+        if mode.lower() not in modes and mode:
+            raise ConfigError(f"{where}={mode!r} is not one of {modes}")
+        return mode.lower() or modes[0]
+    return parse
+
+
+def _flag(default: bool) -> Callable:
+    """On or off: a bool, or 1/true/yes/on or 0/false/no/off (empty: `default`)."""
+    def parse(where: str, raw) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        text = _text(where, raw)
+        if not text:
+            return default
+        if text.lower() not in FLAG_VALUES:
+            raise ConfigError(f"{where}={text[:40]!r} is neither on nor off: use one of "
+                              f"{', '.join(FLAG_VALUES)}")
+        return FLAG_VALUES[text.lower()]
+    return parse
+
+
+def _whole(hi: int, what: str) -> Callable:
+    """A whole number in [0, hi] (empty or None: None)."""
+    def parse(where: str, raw) -> int | None:
+        if raw is None:
+            return None
+        text = str(raw).strip() if isinstance(raw, (int, str)) and not isinstance(raw, bool) else "?"
+        if not text:
+            return None
+        if not re.fullmatch(r"[0-9]+", text) or int(text) > hi:
+            shown = text[:40] if isinstance(raw, str) else raw
+            raise ConfigError(f"{where}={shown!r} must be a whole number from 0 to {hi} ({what})")
+        return int(text)
+    return parse
+
+
+def _path(default: Path | None) -> Callable:
+    """A path, `~` expanded (empty or None: `default`)."""
+    def parse(where: str, raw) -> Path | None:
+        if raw is None:
+            return default.expanduser() if default else None
+        text = str(raw).strip() if isinstance(raw, os.PathLike) else _text(where, raw)
+        return Path(text).expanduser() if text else (default.expanduser() if default else None)
+    return parse
+
+
+def _writable_dir(where: str, raw) -> Path | None:
+    """The debug dump's directory, created now so that a path that cannot be a directory
+    is reported here rather than as an OSError in the middle of a compile."""
+    path = _path(None)(where, raw)
+    if path is None:
         return None
-    if not re.fullmatch(r"[0-9]+", raw) or int(raw) > hi:
-        raise ConfigError(f"{var}={raw[:40]!r} must be a whole number from 0 to {hi} ({what})")
-    return int(raw)
-
-
-def _dump_dir(var: str) -> Path | None:
-    """The debug dump's directory from `var`, created now so that a path that cannot be a
-    directory is reported here rather than as an OSError in the middle of a compile."""
-    raw = os.environ.get(var, "").strip()
-    if not raw:
-        return None
-    path = Path(raw).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
         if not os.access(path, os.W_OK | os.X_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as e:
-        raise ConfigError(f"{var}={raw!r} must be a directory this process can create and "
-                          f"write: {e.strerror or e}") from None
+        raise ConfigError(f"{where}={str(raw)!r} must be a directory this process can create "
+                          f"and write: {e.strerror or e}") from None
     return path
 
 
-def cpu_matmul() -> str:
-    """DYNAMO_VULKAN_CPU_MATMUL: where a CPU Vulkan device's (lavapipe's) prompt-sized matrix
-    products, and the graphs that hold them, run: "host" (default), through torch on the
-    same CPU, whose BLAS is 10-35x faster than lavapipe's compiled kernels (2-core AMD EPYC,
-    2026-11-24: fp32 128x576 @ 576x1536, 63.7 ms on lavapipe, 1.8 in torch); "vulkan", in
-    our kernels (the tests use it, to check them). GPUs always run them in our kernels."""
-    return _mode("DYNAMO_VULKAN_CPU_MATMUL", CPU_MATMUL_MODES)
+def _matmul_precision(where: str, raw) -> str:
+    """torch's float32 matmul precision names (empty: torch.get_float32_matmul_precision()
+    now, at compile time, so a compile keeps the setting it was made under)."""
+    text = _text(where, raw).lower()
+    if not text:
+        import torch
+        text = torch.get_float32_matmul_precision()
+    if text not in MATMUL_PRECISIONS:
+        raise ConfigError(f"{where}={text!r} is not one of {MATMUL_PRECISIONS}")
+    return text
 
 
-def int_dot() -> str:
-    """DYNAMO_VULKAN_INT_DOT: the GGUF mat-vec's integer-dot path (x as three int8 planes,
-    fp32-accurate; lowering/gguf.py). "auto" (default): on GPUs created with
-    shaderIntegerDotProduct, for the weights where it measured faster (big ones with a
-    norm or elementwise prologue folded in, or big ones of the 4-bit and 6-bit types:
-    gguf.INT_DOT_*);
-    "on": for every eligible one-row mat-vec (an error where the device lacks the
-    feature); "off": never."""
-    return _mode("DYNAMO_VULKAN_INT_DOT", INT_DOT_MODES)
+def _setting(env: str, parse: Callable, values: str, doc: str, key: bool = False):
+    """A Config field: its environment variable, its parser, the values the README shows,
+    what it does, and whether it changes a compiled program (then it is in Config.key())."""
+    return field(metadata={"env": env, "parse": parse, "values": values, "doc": doc, "key": key})
 
 
 @dataclass(frozen=True)
 class Config:
-    cache_enabled: bool
-    cache_dir: Path
-    debug_dump: Path | None
-    fallback: str
-    device_index: int | None     # None: the preferred device (device.resolve_index)
-    profile: bool
-    fence_spin_us: int | None    # None: the device's default (see device.set_fence_spin)
+    device_index: int | None = _setting(          # None: the preferred device (device.resolve_index)
+        "DYNAMO_VULKAN_DEVICE", _whole(MAX_DEVICE_INDEX, "a device index"), "N",
+        "which Vulkan device (default: the first GPU, else a software device)", key=True)
+    fallback: str = _setting(
+        "DYNAMO_VULKAN_FALLBACK", _mode(FALLBACK_MODES), "warn\\|error\\|silent",
+        "an unsupported node runs on the CPU with one warning per op (default), raises, or runs quietly")
+    cpu_matmul: str = _setting(
+        "DYNAMO_VULKAN_CPU_MATMUL", _mode(CPU_MATMUL_MODES), "host\\|vulkan",
+        "on a CPU device, whether graphs with prompt-sized products run on the host (default; "
+        "torch's BLAS is many times faster there) or on Vulkan (the tests use it, to check the kernels)",
+        key=True)
+    int_dot: str = _setting(
+        "DYNAMO_VULKAN_INT_DOT", _mode(INT_DOT_MODES), "auto\\|on\\|off",
+        "the GGUF mat-vec's integer-dot path: where the device has it and it is faster "
+        "(default), for every eligible mat-vec (an error without the feature), or never", key=True)
+    matmul_precision: str = _setting(
+        "DYNAMO_VULKAN_MATMUL_PRECISION", _matmul_precision, "highest\\|high\\|medium",
+        "fp32 matmuls: exact fp32 (highest), or on tensor cores where the device has bf16 ones, "
+        "as bf16x3 (high) or bf16 (medium); default torch.get_float32_matmul_precision() at compile time",
+        key=True)
+    cache_enabled: bool = _setting(
+        "DYNAMO_VULKAN_CACHE", _flag(True), "1\\|0", "the on-disk cache of SPIR-V and plans (default on)")
+    cache_dir: Path = _setting(
+        "DYNAMO_VULKAN_CACHE_DIR", _path(DEFAULT_CACHE_DIR), "DIR",
+        f"where it lives (default `{DEFAULT_CACHE_DIR}`)")
+    model_dir: Path = _setting(
+        "DYNAMO_VULKAN_MODEL_DIR", _path(DEFAULT_CACHE_DIR / "models"), "DIR",
+        f"where assembled model files are kept (default `{DEFAULT_CACHE_DIR / 'models'}`)")
+    debug_dump: Path | None = _setting(
+        "DYNAMO_VULKAN_DEBUG_DUMP", _writable_dir, "DIR",
+        "per graph: the FX graph, the partition report, the lowered program, GLSL and SPIR-V")
+    profile: bool = _setting(
+        "DYNAMO_VULKAN_PROFILE", _flag(False), "1", "GPU timestamps per kernel, printed as a table after each call")
+    fence_spin_us: int | None = _setting(         # None: the device's default (device.set_fence_spin)
+        "DYNAMO_VULKAN_FENCE_SPIN_US",
+        _whole(MAX_FENCE_SPIN_US, "microseconds to poll the fence; 0 blocks at once"), "N",
+        f"how long a call polls its fence before blocking (default {DEFAULT_FENCE_SPIN_US} on a GPU, "
+        "0 on a CPU device)")
 
     def key(self) -> str:
-        """The parts of the config that change a compiled program."""
-        return f"dev{self.device_index}-cpu_matmul:{cpu_matmul()}-int_dot:{int_dot()}"
+        """The settings that change a compiled program (cache keys include it)."""
+        return "-".join(f"{f.name}:{getattr(self, f.name)}" for f in dataclasses.fields(self)
+                        if f.metadata["key"])
+
+    def replace(self, **changes) -> "Config":
+        """A copy with `changes` (field names and values, parsed as options are)."""
+        return _build(os.environ, changes, base=self)
 
 
-def _flag(name: str, default: bool) -> bool:
-    """On or off from `name`: 1/true/yes/on or 0/false/no/off (unset or empty: default)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    if raw.lower() not in FLAG_VALUES:
-        raise ConfigError(f"{name}={raw[:40]!r} is neither on nor off: use one of "
-                          f"{', '.join(FLAG_VALUES)}")
-    return FLAG_VALUES[raw.lower()]
+def option_names() -> tuple[str, ...]:
+    """The names torch.compile's options may set: Config's fields."""
+    return tuple(f.name for f in dataclasses.fields(Config))
 
 
-def load() -> Config:
-    fallback = _mode("DYNAMO_VULKAN_FALLBACK", FALLBACK_MODES)
-    dev = _whole("DYNAMO_VULKAN_DEVICE", MAX_DEVICE_INDEX, "a device index")
-    cache_dir = os.environ.get("DYNAMO_VULKAN_CACHE_DIR", "").strip()
-    return Config(
-        cache_enabled=_flag("DYNAMO_VULKAN_CACHE", True),
-        cache_dir=Path(cache_dir).expanduser() if cache_dir else Path.home() / ".cache" / "dynamo_vulkan",
-        debug_dump=_dump_dir("DYNAMO_VULKAN_DEBUG_DUMP"),
-        fallback=fallback,
-        device_index=dev,
-        profile=_flag("DYNAMO_VULKAN_PROFILE", False),
-        fence_spin_us=_whole("DYNAMO_VULKAN_FENCE_SPIN_US", MAX_FENCE_SPIN_US,
-                             "microseconds to poll the fence; 0 blocks at once"),
-    )
+def _build(environ, options: dict, base: Config | None = None) -> Config:
+    """A Config from `options`, else `base`'s fields (or, without base, `environ`'s)."""
+    unknown = sorted(set(options) - set(option_names()))
+    if unknown:
+        raise ConfigError(f"unknown dynamo_vulkan option(s) {', '.join(map(repr, unknown))}: "
+                          f"the options are {', '.join(option_names())}")
+    values = {}
+    for f in dataclasses.fields(Config):
+        parse = f.metadata["parse"]
+        if f.name in options:
+            values[f.name] = parse(f"options[{f.name!r}]", options[f.name])
+        elif base is not None:
+            values[f.name] = getattr(base, f.name)
+        else:
+            values[f.name] = parse(f.metadata["env"], environ.get(f.metadata["env"], ""))
+    return Config(**values)
+
+
+def load(options: dict | None = None) -> Config:
+    """The settings: each from `options` (torch.compile's, by field name) where given, else
+    from its environment variable, else its default."""
+    return _build(os.environ, dict(options or {}))
+
+
+_current: contextvars.ContextVar[Config | None] = contextvars.ContextVar("dynamo_vulkan_config",
+                                                                          default=None)
+
+
+def current() -> Config:
+    """The Config of the compile or program build in progress in this thread (using()),
+    else the environment's (load())."""
+    cfg = _current.get()
+    return cfg if cfg is not None else load()
+
+
+@contextlib.contextmanager
+def using(cfg: Config):
+    """Make `cfg` current() while the block runs (the cache and the device read it)."""
+    token = _current.set(cfg)
+    try:
+        yield cfg
+    finally:
+        _current.reset(token)
+
+
+def settings_table() -> str:
+    """The README's table of settings, one row per Config field."""
+    rows = ["| variable | option | effect |", "|---|---|---|"]
+    for f in dataclasses.fields(Config):
+        m = f.metadata
+        rows.append(f"| `{m['env']}={m['values']}` | `{f.name}` | {m['doc']} |")
+    return "\n".join(rows)

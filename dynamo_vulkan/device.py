@@ -63,7 +63,7 @@ def resolve_index(index: int | None = None) -> int:
     """`index`, else DYNAMO_VULKAN_DEVICE, else the preferred device's index."""
     from . import config
     if index is None:
-        index = config.load().device_index
+        index = config.current().device_index
     return preferred_index(physical_devices()) if index is None else index
 
 
@@ -131,7 +131,7 @@ def manager(index: int | None = None):
             _failures[index] = f"Vulkan device {index} could not be opened: {e}"
             raise VulkanUnavailable(_failures[index]) from e
         _managers[index] = mgr
-    set_fence_spin(config.load().fence_spin_us, index)   # outside the lock: it asks device_info
+    set_fence_spin(config.current().fence_spin_us, index)   # outside the lock: it asks device_info
     return mgr
 
 

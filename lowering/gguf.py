@@ -24,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from dynamo_vulkan import config, device
+from dynamo_vulkan import device
 from dynamo_vulkan.gguf import op as _op  # noqa: F401  (defines the custom ops)
 from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
@@ -105,7 +105,7 @@ MV_CPU_SUBGROUPS = 4
 # for 4-bit types too). The H100 drops to 345 MHz after about a second
 # idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
 # The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
-# shaderIntegerDotProduct, kp patch 7; config.int_dot()): x quantized into three int8
+# shaderIntegerDotProduct, kp patch 7; config's int_dot): x quantized into three int8
 # planes per block of 32 (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7
 # against float64 on the H100, where an fp32 matmul of the same dequantized weight gets
 # 4e-7), then 8 packed dot products per plane and block instead of decoding and
@@ -463,12 +463,12 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
 
 def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
                  fused: bool, prologue: bool) -> bool:
-    """Whether a mat-vec takes the integer-dot path (config.int_dot()): one row of x with
+    """Whether a mat-vec takes the integer-dot path (the config's int_dot): one row of x with
     unit stride, no post-norm fused in (an RMSNorm or elementwise prologue goes into x's
     planes), a type it decodes, a device created with shaderIntegerDotProduct; for
     "auto", a GPU and a weight of a type and size where it measured faster (larger ones,
     and not Q8_0 where no prologue's recomputation is saved)."""
-    mode, name = config.int_dot(), SHADER_TYPES.get(qtype)
+    mode, name = ctx.cfg.int_dot, SHADER_TYPES.get(qtype)
     if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or name not in INT_DOT_TYPES:
         return False
     if mode == "auto":

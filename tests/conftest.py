@@ -8,7 +8,7 @@ import torch
 
 os.environ.setdefault("DYNAMO_VULKAN_CACHE_DIR", tempfile.mkdtemp(prefix="dvk-test-cache-"))
 os.environ.setdefault("DYNAMO_VULKAN_FALLBACK", "silent")
-# our matmul kernels, not torch, even on lavapipe (config.cpu_matmul), so the tests check them
+# our matmul kernels, not torch, even on lavapipe (Config.cpu_matmul), so the tests check them
 os.environ.setdefault("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
 
 

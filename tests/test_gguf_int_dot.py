@@ -180,7 +180,7 @@ def test_modes_and_a_device_without_the_feature(monkeypatch):
     from dynamo_vulkan import config
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "sometimes")
     with pytest.raises(ValueError, match="DYNAMO_VULKAN_INT_DOT='sometimes'"):
-        config.int_dot()
+        config.load()
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
     monkeypatch.setitem(device.device_info(), "integer_dot_product", False)
     with pytest.raises(Exception, match="without shaderIntegerDotProduct"):

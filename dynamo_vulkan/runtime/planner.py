@@ -33,8 +33,9 @@ def specialise(gm: fx.GraphModule, args: list) -> None:
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
 
 
-def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict) -> Plan:
-    ctx = Context(caps)
+def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=None) -> Plan:
+    """The Plan of `gm` for `args`; `cfg` (default config.load()) reaches the rules as ctx.cfg."""
+    ctx = Context(caps, cfg)
     plan = ctx.plan
     values: dict[fx.Node, object] = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
