@@ -51,12 +51,13 @@ def summarise(rows: list[tuple[str, str, float]], steps: int) -> list[tuple[str,
     return sorted(((n, count[n] / steps, total[n] / steps) for n in count), key=lambda r: -r[2])
 
 
-def profile_model(entry: str, steps: int, skeleton_dir: str | None) -> None:
+def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int | None = None,
+                  dump: bool = False) -> None:
     from benchmarks.llm_models import resolve
     from benchmarks.llm_work import model_work
     from dynamo_vulkan.generate import generate, load
 
-    bench = resolve(entry, skeleton_dir)
+    bench = resolve(entry, skeleton_dir, layers)
     model, tok = load(bench.path)
     work = model_work(bench.path)
     handler = _Tables()
@@ -86,9 +87,9 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None) -> None:
     print(f"{'kernel':40s} {'per step':>9s} {'us/step':>10s} {'share':>6s}")
     for name, c, us in summary:
         print(f"{name[:40]:40s} {c:9.1f} {us:10.1f} {us / busy:6.1%}")
-    big = sorted(rows[: len(rows) // steps], key=lambda r: -r[2])[:25]
-    print("largest dispatches of the first step:")
-    for name, note, us in big:
+    first = rows[: len(rows) // steps]
+    print("dispatches of the first step:" if dump else "largest dispatches of the first step:")
+    for name, note, us in (first if dump else sorted(first, key=lambda r: -r[2])[:25]):
         print(f"  {us:8.1f} us  {name} {note[:90]}")
 
 
@@ -97,10 +98,12 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", default=["smollm2"], help="model names, GGUF files or skeletons")
     p.add_argument("--steps", type=int, default=16, help="decode steps per replay (default 16)")
     p.add_argument("--skeleton-dir", default=None)
+    p.add_argument("--layers", type=int, default=None, help="keep only the first N layers")
+    p.add_argument("--dump", action="store_true", help="list every dispatch of the first step in order")
     args = p.parse_args(argv)
     os.environ["DYNAMO_VULKAN_PROFILE"] = "1"
     for m in args.models:
-        profile_model(m, args.steps, args.skeleton_dir)
+        profile_model(m, args.steps, args.skeleton_dir, args.layers, args.dump)
     return 0
 
 
