@@ -305,6 +305,26 @@ ARCH_MODELS = {
                    kv_extra={"attention.sliding_window": 4, "rope.freq_base": 1000000.0,
                              "attention.key_length": 48, "attention.value_length": 48},
                    types={"attn_v": "Q8_0", "ffn_down": "F16", "token_embd": "F16"}),
+    # post norms only, q/k norms over the whole projection (GQA: k's is kv_heads * head_dim)
+    "olmo2": dict(arch="olmo2", pre="dbrx", n_layers=2, hidden=96, heads=6, kv=2, ffn=160, seed=19,
+                  kv_extra={"rope.freq_base": 500000.0}, types={"attn_q": "Q8_0", "ffn_gate": "F16"}),
+    # Granite 3's four multipliers, each far from 1 so that each matters
+    "granite": dict(arch="granite", pre="refact", n_layers=2, hidden=64, heads=4, kv=1, ffn=96, seed=20,
+                    kv_extra={"embedding_scale": 6.0, "residual_scale": 0.3, "attention.scale": 0.09,
+                              "logit_scale": 4.0, "rope.freq_base": 10000.0},
+                    types={"attn_k": "Q8_0", "ffn_up": "F16", "output": "Q8_0"}),
+    # Qwen2.5 long-context style YaRN: factor 4 over an original context of 4096
+    "qwen2-yarn": dict(arch="qwen2", pre="qwen2", n_layers=2, hidden=64, heads=4, kv=2, ffn=96, seed=22, tied=True,
+                       context=16384,
+                       kv_extra={"rope.freq_base": 10000.0, "rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
+                                 "rope.scaling.original_context_length": 4096},
+                       types={"attn_v": "Q8_0", "ffn_down": "F16"}),
+    # YaRN on a llama (NORM pairs) with an attn_factor on top
+    "llama-yarn": dict(arch="llama", pre="llama-bpe", n_layers=1, hidden=96, heads=3, kv=1, ffn=128, seed=21,
+                       context=32768,
+                       kv_extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 8.0,
+                                 "rope.scaling.original_context_length": 2048, "rope.scaling.attn_factor": 0.9},
+                       types={"attn_q": "Q8_0", "ffn_gate": "F16"}),
 }
 
 
@@ -340,6 +360,8 @@ def write_arch_model(path, name: str, *, quantized: bool = True, overrides: dict
             continue
         if isinstance(value, str):
             w.add_string(key, value)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
         elif isinstance(value, float):
             w.add_float32(key, value)
         elif isinstance(value, list):
@@ -389,7 +411,8 @@ def write_arch_model(path, name: str, *, quantized: bool = True, overrides: dict
     s = 1.0 / math.sqrt(H)
     for i in range(n_layers):
         p = f"blk.{i}."
-        vector(p + "attn_norm.weight", H)
+        if arch != "olmo2":  # olmo2 norms after attention and the FFN only
+            vector(p + "attn_norm.weight", H)
         if arch == "phi3" and not spec.get("split_qkv"):
             matrix(p + "attn_qkv.weight", (nh + 2 * nkv) * hd, H, 2 * s)
         else:
@@ -403,15 +426,19 @@ def write_arch_model(path, name: str, *, quantized: bool = True, overrides: dict
         if arch in ("qwen3", "gemma3"):
             vector(p + "attn_q_norm.weight", hd)
             vector(p + "attn_k_norm.weight", hd)
+        if arch == "olmo2":
+            vector(p + "attn_q_norm.weight", nh * hd)
+            vector(p + "attn_k_norm.weight", nkv * hd)
         matrix(p + "attn_output.weight", H, nh * hd, 1.0 / math.sqrt(nh * hd))
-        vector(p + "ffn_norm.weight", H)
+        if arch != "olmo2":
+            vector(p + "ffn_norm.weight", H)
         if arch == "phi3":
             matrix(p + "ffn_up.weight", 2 * ffn, H, s)
         else:
             matrix(p + "ffn_gate.weight", ffn, H, s)
             matrix(p + "ffn_up.weight", ffn, H, s)
         matrix(p + "ffn_down.weight", H, ffn, 1.0 / math.sqrt(ffn))
-        if arch in ("gemma2", "gemma3"):
+        if arch in ("gemma2", "gemma3", "olmo2"):
             vector(p + "post_attention_norm.weight", H)
             vector(p + "post_ffw_norm.weight", H)
     w.write_header_to_file()

@@ -47,9 +47,10 @@ VARIANTS = ("f32", "quant")
 # |ours - llama.cpp| <= REL * max|llama.cpp's logits|: fp32 rounding for F32 files (gemma's
 # GELU: llama.cpp's CPU backend reads it from an fp16 table), 8-bit activations otherwise
 REL = {"f32": 1e-4, "f32-gelu": 1e-3, "quant": 4e-2}
-# compiled too: fused q|k|v and gate|up with LongRoPE tables, soft-capped attention (qwen2's
+# compiled too: fused q|k|v and gate|up with LongRoPE tables, soft-capped attention, norms
+# over whole projections and no pre norms, granite's multipliers, YaRN tables (qwen2's
 # biased and qwen3's normed projections are the kernels llama's and gemma3's tests compile)
-COMPILED = ("phi3", "gemma2")
+COMPILED = ("phi3", "gemma2", "olmo2", "granite", "qwen2-yarn")
 
 # run by the peer's Python in a subprocess: jobs [{path, tokens}] on stdin, base64
 # float32 logits [T, vocab] of each on stdout
@@ -206,6 +207,36 @@ def test_configs_follow_llamacpp(files):
     g = cfg["gemma2"]
     assert g.sliding_window == [4, None, 4] and g.attn_softcap == 1.5 and g.final_logit_softcap == 6.0
     assert g.attn_scale == pytest.approx(1 / math.sqrt(32)) and g.post_norms and not g.qk_norm
+    o = cfg["olmo2"]
+    assert o.rope_neox and o.qk_norm and o.qk_norm_whole and not o.pre_norms and o.post_norms
+    assert not o.tied_embeddings and o.rope_yarn is None
+    gr = cfg["granite"]
+    assert not gr.rope_neox and gr.embed_scale == 6.0 and gr.logit_scale == 4.0
+    assert gr.residual_scale == pytest.approx(0.3) and gr.attn_scale == pytest.approx(0.09)
+    y = cfg["qwen2-yarn"]
+    assert y.rope_freq_scale == [0.25, 0.25] and y.rope_yarn.orig_context == 4096
+    assert (y.rope_yarn.beta_fast, y.rope_yarn.beta_slow, y.rope_yarn.ext_factor) == (32.0, 1.0, 1.0)
+    ly = cfg["llama-yarn"]
+    assert ly.rope_yarn.orig_context == 2048 and ly.rope_attn_factor == pytest.approx(0.9) and not ly.rope_neox
+    assert cfg["qwen2"].rope_yarn is None and cfg["mistral"].rope_yarn is None
+
+
+def test_yarn_tables_follow_ggml():
+    """The ramp and magnitude of YaRN tables, computed by hand for one case: rot 16, base
+    10000, original context 4096, factor 4 (ggml's corr dims: floor(2.62) = 2 and
+    ceil(5.63) = 6)."""
+    from dynamo_vulkan.models.config import YarnScaling
+    from dynamo_vulkan.models.decoder import rope_tables, yarn_ramp
+
+    yarn = YarnScaling(orig_context=4096)
+    ramp = yarn_ramp(yarn, 10000.0, 16)
+    torch.testing.assert_close(ramp, torch.tensor([1, 1, 1, .75, .5, .25, 0, 0], dtype=torch.float64))
+    cos, sin = rope_tables(10000.0, 0.25, 16, 5, yarn=yarn)
+    inv = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    ang = torch.arange(5, dtype=torch.float64)[:, None] * inv * (0.25 * (1 - ramp) + ramp)
+    mscale = 1 + 0.1 * math.log(4)
+    torch.testing.assert_close(cos, (torch.cos(ang) * mscale).float())
+    torch.testing.assert_close(sin, (torch.sin(ang) * mscale).float())
 
 
 def test_phi3_picks_long_factors_past_the_original_context(files):
@@ -289,7 +320,18 @@ BAD_METADATA = [
     ("qwen2", {"rope.dimension_count": 7}, r"rope\.dimension_count = 7 "),
     ("qwen2", {"rope.dimension_count": 64}, r"rope\.dimension_count = 64 .*\[2, 16\]"),
     ("qwen2", {"rope.scaling.type": "llama3"}, r"'llama3'.*rope_freqs\.weight"),
-    ("qwen2", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}, r"'yarn' is not supported"),
+    ("gemma2", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}, r"'yarn' .*not gemma2"),
+    ("phi3", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}, r"'yarn' .*not phi3"),
+    ("qwen2-yarn", {"rope.scaling.original_context_length": 0}, r"original_context_length = 0 "),
+    ("qwen2", {"expert_count": 8}, r"expert_count = 8 .*mixture-of-experts"),
+    ("olmo2", {"attention.sliding_window": 4096}, r"sliding_window = 4096 .*OLMo 3"),
+    ("olmo2", {"attention.key_length": 32, "attention.value_length": 32}, r"head_count = 6 .*olmo2"),
+    ("granite", {"logit_scale": None}, r"logit_scale"),
+    ("granite", {"logit_scale": 0.0}, r"logit_scale = 0\.0 .*> 0"),
+    ("granite", {"residual_scale": float("nan")}, r"residual_scale = nan "),
+    ("granite", {"embedding_scale": -2.0}, r"embedding_scale = -2\.0 "),
+    ("granite", {"attention.scale": float("inf")}, r"attention\.scale = inf "),
+    ("granite", {"rope.scaling.finetuned": False}, r"rope\.scaling\.finetuned = False .*without RoPE"),
     ("qwen2", {"rope.scaling.factor": float("nan")}, r"rope\.scaling\.factor = nan "),
     ("qwen2", {"attention.head_count_kv": [2, 1]}, r"per-layer .*head_count_kv"),
     ("llama3", {"rope.dimension_count": 8}, r"rope\.dimension_count = 8 .*head dim 16"),

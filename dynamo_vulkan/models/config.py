@@ -9,10 +9,20 @@ Common to all: GQA (query heads a multiple of kv heads); RMSNorm eps
 ``attention.layer_norm_rms_epsilon``; rope base ``rope.freq_base`` (default 10000); rope
 scaling ``rope.scaling.type`` (default "linear", as in llama.cpp) with
 ``rope.scaling.factor`` (or the older ``rope.scale_linear``) dividing positions for
-"linear" and "longrope" ("none" never scales; "yarn" is not supported; other names are
-refused, as llama.cpp refuses them); ``rope.scaling.attn_factor`` multiplies RoPE's cos
-and sin (so q.k by its square); LM head tied to the token embedding when the file has no
-``output.weight``.
+"linear", "longrope" and "yarn" ("none" never scales; other names are refused, as
+llama.cpp refuses them); ``rope.scaling.attn_factor`` multiplies RoPE's cos and sin (so
+q.k by its square); LM head tied to the token embedding when the file has no
+``output.weight``; a mixture-of-experts file (``expert_count`` > 0) is refused.
+
+YaRN (``rope.scaling.type`` "yarn", e.g. Qwen2.5's long-context files) follows ggml's
+rope kernel with llama.cpp's context defaults for these architectures: extrapolation
+factor 1, beta_fast 32 and beta_slow 1 (llama.cpp reads no ``yarn_beta_*`` keys for
+them), original context ``rope.scaling.original_context_length`` (default the trained
+context). Each rotated pair i mixes the interpolated angle (position / factor) with the
+extrapolated one by a ramp that is 1 below the correction dim ``low`` and 0 above
+``high``; cos and sin are multiplied by ``0.1 ln(factor) + 1`` (llama.cpp's net
+magnitude scale once its context cancels the kernel's own). It is supported on
+architectures whose every layer is global (llama, qwen2, qwen3, olmo2, granite).
 
 llama (SmolLM2, Llama 1/2/3, Mistral)
     RoPE of type NORM (rotation of adjacent pairs; llama.cpp's converter permuted the Q/K
@@ -50,6 +60,18 @@ gemma3
     scaled by 1/sqrt(query_pre_attn_scalar), which the GGUF does not store: llama.cpp uses
     head_dim, or hidden/heads for the 27B (62 layers); optional final logit soft-capping.
 
+olmo2
+    RoPE NEOX; no norms before attention or the FFN: RMSNorms after each (``post_attention_norm``,
+    ``post_ffw_norm``) before the residual add; q and k RMS-normed over the whole projection
+    (``attn_q_norm`` of hidden, ``attn_k_norm`` of kv_heads * head_dim) before RoPE; head
+    dim hidden / heads. A sliding window (OLMo 3's files) is refused.
+granite
+    As llama (RoPE NORM, SwiGLU, optional rope_freqs) with four multipliers: the token
+    embedding by ``embedding_scale``, each residual branch (attention and FFN output) by
+    ``residual_scale``, q.k by ``attention.scale`` in place of 1/sqrt(head_dim), and the
+    logits divided by ``logit_scale``; 0 or absent means no scaling (llama.cpp's
+    defaults). ``rope.scaling.finetuned`` = false (no RoPE) is refused.
+
 llama.cpp's converter stores Gemma's norm weights as (1 + w), so every norm here is a
 plain ``x / rms(x) * w``.
 """
@@ -63,7 +85,7 @@ from dataclasses import dataclass, field
 from ..gguf.errors import GGUFError
 from ..gguf.reader import SUPPORTED_ARCHITECTURES
 
-__all__ = ["DecoderConfig", "config_from_gguf", "SUPPORTED_ARCHITECTURES", "MAX_LAYERS"]
+__all__ = ["DecoderConfig", "YarnScaling", "config_from_gguf", "SUPPORTED_ARCHITECTURES", "MAX_LAYERS"]
 
 # Bounds of the metadata we accept: far above any released model, low enough that a
 # hostile value fails here, before anything is sized by it.
@@ -76,6 +98,19 @@ MAX_CONTEXT = 1 << 24
 MAX_WINDOW = (1 << 31) - 1
 
 _MISSING = object()
+# architectures whose every layer attends globally with the file's rope scaling: YaRN's
+# ramp and magnitude apply to all of them alike
+_YARN_ARCHS = ("llama", "qwen2", "qwen3", "olmo2", "granite")
+
+
+@dataclass(frozen=True)
+class YarnScaling:
+    """YaRN's parameters beside the factor (the table's freq_scale is 1 / factor)."""
+
+    orig_context: int  # the context the model was trained with before scaling
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    ext_factor: float = 1.0
 
 
 @dataclass
@@ -100,17 +135,22 @@ class DecoderConfig:
     rope_factors: str | tuple[str, str] | None = None
     rope_orig_context: int = 0
     rope_attn_factor: float = 1.0  # multiplies RoPE's cos and sin (llama.cpp's attn_factor)
+    rope_yarn: YarnScaling | None = None  # YaRN's ramp on global layers (rope.scaling.type yarn)
     sliding_window: list[int | None] = field(default_factory=list)  # per layer; None = global attention
     act: str = "silu"  # "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     embed_scale: float | None = None
     attn_scale: float = 1.0  # multiplies q before q.k
     attn_softcap: float = 0.0  # attention logits become tanh(s / c) * c; 0: none
     qk_norm: bool = False
+    qk_norm_whole: bool = False  # q/k norms over the whole projection, not per head (olmo2)
+    pre_norms: bool = True  # RMSNorms before attention and the FFN (olmo2 has only post norms)
     qkv_bias: bool = False  # q, k and v projections carry biases (qwen2)
     fused_qkv: bool = False  # q|k|v rows in one attn_qkv.weight (phi3)
     fused_gate_up: bool = False  # gate|up rows in one ffn_up.weight (phi3)
     post_norms: bool = False  # gemma's norms after attention and after the FFN
     final_logit_softcap: float | None = None
+    residual_scale: float = 1.0  # multiplies each residual branch (granite)
+    logit_scale: float = 1.0  # logits are divided by it (granite)
     tied_embeddings: bool = True
 
     @property
@@ -168,8 +208,9 @@ class _Fields:
         return x
 
 
-def _rope_freq_scale(m: _Fields) -> float:
-    """The factor llama.cpp multiplies positions by (cparams.rope_freq_scale)."""
+def _rope_scaling(m: _Fields, ctx: int) -> tuple[float, YarnScaling | None]:
+    """The factor llama.cpp multiplies positions by (cparams.rope_freq_scale), and YaRN's
+    parameters where the scaling type is "yarn" and scales."""
     stype = m.raw("rope.scaling.type", "linear")
     if stype not in ("none", "linear", "yarn", "longrope"):
         raise GGUFError(f"{m.f.path}: rope scaling type {stype!r} ({m.arch}.rope.scaling.type) is not one "
@@ -178,10 +219,19 @@ def _rope_freq_scale(m: _Fields) -> float:
     key = "rope.scaling.factor" if m.raw("rope.scaling.factor", None) is not None else "rope.scale_linear"
     factor = m.real(key, 0.0, positive=False, hi=1e6)
     if stype == "none" or factor in (0.0, 1.0):
-        return 1.0
-    if stype == "yarn":
-        raise GGUFError(f"{m.f.path}: rope scaling 'yarn' is not supported (only linear and longrope)")
-    return 1.0 / factor
+        return 1.0, None
+    if stype != "yarn":
+        return 1.0 / factor, None
+    if m.arch not in _YARN_ARCHS:
+        raise GGUFError(f"{m.f.path}: rope scaling 'yarn' ({m.arch}.rope.scaling.type) is supported for "
+                        f"{', '.join(_YARN_ARCHS)}, not {m.arch} (whose local layers llama.cpp scales apart)")
+    orig = m.count("rope.scaling.original_context_length", 1, MAX_CONTEXT, ctx)
+    return 1.0 / factor, YarnScaling(orig_context=orig)
+
+
+def _disabled_scale(m: _Fields, key: str) -> float:
+    """A granite multiplier: 0 or absent is llama.cpp's "off" (1)."""
+    return m.real(key, 0.0, positive=False, hi=1e6) or 1.0
 
 
 def config_from_gguf(f) -> DecoderConfig:
@@ -214,7 +264,9 @@ def config_from_gguf(f) -> DecoderConfig:
     if rope_dim % 2:
         raise m.error("rope.dimension_count", rope_dim, f"an even number <= the head dim {head_dim}")
     base = m.real("rope.freq_base", 10000.0)
-    freq_scale = _rope_freq_scale(m)
+    freq_scale, yarn = _rope_scaling(m, ctx)
+    if m.count("expert_count", 0, 1 << 16, 0):
+        raise m.error("expert_count", m.raw("expert_count"), "0 (mixture-of-experts models are not supported)")
     attn_factor = m.real("rope.scaling.attn_factor", 1.0, hi=1e3)
     tied = not f.has_tensor("output.weight")
 
@@ -222,7 +274,7 @@ def config_from_gguf(f) -> DecoderConfig:
         arch=arch, n_layers=n_layers, hidden=hidden, n_heads=n_heads, n_kv_heads=n_kv,
         head_dim=head_dim, v_head_dim=v_head_dim, ffn_dim=ffn, vocab_size=vocab,
         norm_eps=eps, context_length=ctx, rope_dim=rope_dim, rope_attn_factor=attn_factor,
-        tied_embeddings=tied,
+        rope_yarn=yarn, tied_embeddings=tied,
     )
     plain_layers = dict(rope_base=[base] * n_layers, rope_freq_scale=[freq_scale] * n_layers,
                         sliding_window=[None] * n_layers, act="silu", attn_scale=1.0 / math.sqrt(head_dim))
@@ -233,6 +285,31 @@ def config_from_gguf(f) -> DecoderConfig:
             **common, **plain_layers, rope_neox=False,
             rope_factors="rope_freqs.weight" if f.has_tensor("rope_freqs.weight") else None,
         )
+    if arch == "granite":
+        if rope_dim != head_dim:
+            raise m.error("rope.dimension_count", rope_dim, f"the head dim {head_dim} (granite rotates whole heads)")
+        if m.raw("rope.scaling.finetuned", True) is not True:
+            raise m.error("rope.scaling.finetuned", m.raw("rope.scaling.finetuned"),
+                          "true (granite without RoPE is not supported)")
+        embed_scale = m.real("embedding_scale", 0.0, positive=False, hi=1e6)
+        attn_scale = m.real("attention.scale", 0.0, positive=False, hi=1e6)
+        return DecoderConfig(
+            **common, **(plain_layers | dict(attn_scale=attn_scale or plain_layers["attn_scale"])),
+            rope_neox=False,
+            rope_factors="rope_freqs.weight" if f.has_tensor("rope_freqs.weight") else None,
+            embed_scale=embed_scale or None,
+            residual_scale=_disabled_scale(m, "residual_scale"),
+            logit_scale=m.real("logit_scale", hi=1e6),
+        )
+    if arch == "olmo2":
+        if n_heads * head_dim != hidden or v_head_dim != head_dim or rope_dim != head_dim:
+            raise m.error("attention.head_count", n_heads, f"heads of embedding_length / head_count dims, all "
+                          f"rotated (olmo2), got head dim {head_dim}, value dim {v_head_dim}, rope dims {rope_dim}")
+        if m.count("attention.sliding_window", 0, MAX_WINDOW, 0):
+            raise m.error("attention.sliding_window", m.raw("attention.sliding_window"),
+                          "0 or absent (OLMo 3's sliding-window layers are not supported)")
+        return DecoderConfig(**common, **plain_layers, rope_neox=True, qk_norm=True, qk_norm_whole=True,
+                             pre_norms=False, post_norms=True)
     if arch in ("qwen2", "qwen3"):
         return DecoderConfig(**common, **plain_layers, rope_neox=True,
                              qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.torch_version import TorchVersion
@@ -30,9 +31,10 @@ from torch import nn
 from ..fused import attention, rms_norm
 from ..gguf.op import GGUFEmbedding, GGUFLinear
 from ..runtime.program import keep_on_device, read_back
-from .config import DecoderConfig
+from .config import DecoderConfig, YarnScaling
 
-__all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "pair_tables", "apply_rope"]
+__all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "yarn_ramp",
+           "pair_tables", "apply_rope"]
 
 
 class ContextOverflowError(ValueError):
@@ -52,16 +54,42 @@ class RMSNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
+def yarn_ramp(yarn: YarnScaling, base: float, rot: int) -> torch.Tensor:
+    """YaRN's extrapolation weight of each rotated pair [rot/2] (ggml's rope_yarn_ramp times
+    ext_factor): 1 for the fast pairs below the correction dim of beta_fast, 0 above that of
+    beta_slow, linear between. The correction dims are computed in float32 and rounded, as
+    ggml_rope_yarn_corr_dims does."""
+    def corr_dim(beta: float) -> float:
+        f32 = np.float32
+        num = f32(rot) * np.log(f32(yarn.orig_context) / (f32(beta) * f32(2 * math.pi)))
+        return float(num / (f32(2) * np.log(f32(base))))
+
+    low = max(0.0, math.floor(corr_dim(yarn.beta_fast)))
+    high = min(rot - 1.0, math.ceil(corr_dim(yarn.beta_slow)))
+    y = (torch.arange(rot // 2, dtype=torch.float64) - low) / max(0.001, high - low)
+    return (1 - y.clamp(0, 1)) * yarn.ext_factor
+
+
 def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_factors: torch.Tensor | None = None,
-                attn_factor: float = 1.0):
+                attn_factor: float = 1.0, yarn: YarnScaling | None = None):
     """cos/sin [max_ctx, rot/2] of RoPE angles ``pos * freq_scale * base^(-2i/rot) / factor_i``,
     both multiplied by ``attn_factor`` (llama.cpp's mscale: it scales the rotated dims of
-    q and k, so their product by its square)."""
+    q and k, so their product by its square).
+
+    With ``yarn``, pair i's angle mixes the scaled angle with the unscaled one by
+    :func:`yarn_ramp`, and the magnitude grows by ``1 + 0.1 ln(1 / freq_scale)`` where that
+    is above 1 (llama.cpp's mscale for YaRN once its context cancels ggml's own)."""
     inv = base ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
     if freq_factors is not None:
         inv = inv / freq_factors.to(torch.float64).reshape(-1)[: rot // 2]
-    t = torch.arange(max_ctx, dtype=torch.float64) * freq_scale
-    ang = torch.outer(t, inv)
+    t = torch.arange(max_ctx, dtype=torch.float64)
+    if yarn is None:
+        ang = torch.outer(t * freq_scale, inv)
+    else:
+        mix = yarn_ramp(yarn, base, rot)
+        ang = torch.outer(t, inv * (freq_scale * (1 - mix) + mix))
+        if freq_scale < 1:
+            attn_factor = attn_factor * (1 + 0.1 * math.log(1 / freq_scale))
     return (torch.cos(ang) * attn_factor).to(torch.float32), (torch.sin(ang) * attn_factor).to(torch.float32)
 
 
@@ -120,6 +148,7 @@ class Attention(nn.Module):
         self.o = o
         self.q_norm = q_norm
         self.k_norm = k_norm
+        self.qk_norm_whole = cfg.qk_norm_whole  # norms over [T, heads * head_dim] (olmo2)
         self.split = [self.n_heads * self.head_dim, self.n_kv * self.head_dim, self.n_kv * self.v_head_dim]
         # keys are cached in RoPE's pair layout (apply_rope flat=False) when every dim
         # rotates: the step's rotation is then computed by the scatter into the cache
@@ -142,10 +171,13 @@ class Attention(nn.Module):
             q, k, v = self.qkv(x).split(self.split, dim=-1)
         else:
             q, k, v = self.q(x), self.k(x), self.v(x)
+        if self.q_norm is not None and self.qk_norm_whole:
+            q = self.q_norm(q)
+            k = self.k_norm(k)
         q = q.reshape(T, self.n_heads, self.head_dim).transpose(0, 1)  # [nh, T, hd]
         k = k.reshape(T, self.n_kv, self.head_dim).transpose(0, 1)  # [nkv, T, hd]
         v = v.reshape(T, self.n_kv, self.v_head_dim).transpose(0, 1)  # [nkv, T, vd]
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.qk_norm_whole:
             q = self.q_norm(q)
             k = self.k_norm(k)
         q = apply_rope(q, cos, sin, self.rot, self.neox, self.scale)
@@ -203,8 +235,13 @@ def _compile_region(forward):
 
 
 class Block(nn.Module):
-    def __init__(self, attn_norm: RMSNorm, attn: Attention, ffn_norm: RMSNorm, ffn: FeedForward,
-                 post_attn_norm: RMSNorm | None = None, post_ffn_norm: RMSNorm | None = None, rope_key: str = "r0"):
+    """One layer: ``x + post(attn(pre(x))) * residual_scale``, then the same with the FFN;
+    the pre norms (absent in olmo2), post norms (gemma, olmo2) and the scale (granite) are
+    optional."""
+
+    def __init__(self, attn_norm: RMSNorm | None, attn: Attention, ffn_norm: RMSNorm | None, ffn: FeedForward,
+                 post_attn_norm: RMSNorm | None = None, post_ffn_norm: RMSNorm | None = None, rope_key: str = "r0",
+                 residual_scale: float = 1.0):
         super().__init__()
         self.attn_norm = attn_norm
         self.attn = attn
@@ -213,16 +250,21 @@ class Block(nn.Module):
         self.ffn = ffn
         self.post_ffn_norm = post_ffn_norm
         self.rope_key = rope_key
+        self.residual_scale = float(residual_scale)
 
     @_compile_region
     def forward(self, x, pos, cos, sin, mask):
-        h = self.attn(self.attn_norm(x), pos, cos, sin, mask)
+        h = self.attn(x if self.attn_norm is None else self.attn_norm(x), pos, cos, sin, mask)
         if self.post_attn_norm is not None:
             h = self.post_attn_norm(h)
+        if self.residual_scale != 1.0:
+            h = h * self.residual_scale
         x = x + h
-        h = self.ffn(self.ffn_norm(x))
+        h = self.ffn(x if self.ffn_norm is None else self.ffn_norm(x))
         if self.post_ffn_norm is not None:
             h = self.post_ffn_norm(h)
+        if self.residual_scale != 1.0:
+            h = h * self.residual_scale
         return x + h
 
 
@@ -264,6 +306,7 @@ class Decoder(nn.Module):
         self.rotary = nn.ModuleDict(rotary)
         self.embed_scale = cfg.embed_scale
         self.softcap = cfg.final_logit_softcap
+        self.logit_scale = cfg.logit_scale
         self.windows = sorted({w for w in cfg.sliding_window if w})
         self.register_buffer("kv_positions", torch.arange(self.max_ctx, dtype=torch.int64), persistent=False)
 
@@ -335,6 +378,8 @@ class Decoder(nn.Module):
                 x = x.index_select(1, last.to(torch.int64).reshape(1))
         x = self.norm(x)
         logits = self.lm_head(x)
+        if self.logit_scale != 1.0:
+            logits = logits / self.logit_scale
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits if all_logits else logits[:, -1, :]

@@ -28,22 +28,24 @@ def _layer_tensors(cfg: DecoderConfig, i: int) -> dict[str, tuple[int, ...]]:
     p = f"blk.{i}."
     H, hd, vd = cfg.hidden, cfg.head_dim, cfg.v_head_dim
     nq, nk, nv = cfg.n_heads * hd, cfg.n_kv_heads * hd, cfg.n_kv_heads * vd
-    t = {p + "attn_norm.weight": (H,)}
+    t = {p + "attn_norm.weight": (H,)} if cfg.pre_norms else {}
     if cfg.fused_qkv:
         t[p + "attn_qkv.weight"] = (nq + nk + nv, H)
     else:
         t |= {p + "attn_q.weight": (nq, H), p + "attn_k.weight": (nk, H), p + "attn_v.weight": (nv, H)}
     if cfg.qkv_bias:
         t |= {p + "attn_q.bias": (nq,), p + "attn_k.bias": (nk,), p + "attn_v.bias": (nv,)}
-    t |= {p + "attn_output.weight": (H, cfg.n_heads * vd), p + "ffn_norm.weight": (H,)}
+    t[p + "attn_output.weight"] = (H, cfg.n_heads * vd)
+    if cfg.pre_norms:
+        t[p + "ffn_norm.weight"] = (H,)
     if cfg.fused_gate_up:
         t[p + "ffn_up.weight"] = (2 * cfg.ffn_dim, H)
     else:
         t |= {p + "ffn_gate.weight": (cfg.ffn_dim, H), p + "ffn_up.weight": (cfg.ffn_dim, H)}
     t[p + "ffn_down.weight"] = (H, cfg.ffn_dim)
-    if cfg.qk_norm:
-        t[p + "attn_q_norm.weight"] = (hd,)
-        t[p + "attn_k_norm.weight"] = (hd,)
+    if cfg.qk_norm:  # per head, or over the whole projection (olmo2)
+        t[p + "attn_q_norm.weight"] = (nq,) if cfg.qk_norm_whole else (hd,)
+        t[p + "attn_k_norm.weight"] = (nk,) if cfg.qk_norm_whole else (hd,)
     if cfg.post_norms:
         t[p + "post_attention_norm.weight"] = (H,)
         t[p + "post_ffw_norm.weight"] = (H,)
@@ -150,7 +152,8 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
                 name = f"r{len(rope_keys)}"
                 rope_keys[key] = name
                 cos, sin = rope_tables(cfg.rope_base[i], cfg.rope_freq_scale[i], cfg.rope_dim, max_ctx,
-                                       freq_factors if use_factors else None, cfg.rope_attn_factor)
+                                       freq_factors if use_factors else None, cfg.rope_attn_factor,
+                                       cfg.rope_yarn if cfg.sliding_window[i] is None else None)
                 rotary[name] = Rotary(cos, sin, cfg.rope_neox)
             layer_rope.append(rope_keys[key])
 
@@ -176,10 +179,11 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
                 ffn = FeedForward(cfg.act, linear([p + "ffn_down.weight"]),
                                   gate=linear(gu_names[:1]), up=linear(gu_names[1:]))
             blocks.append(Block(
-                norm(p + "attn_norm.weight"), attn, norm(p + "ffn_norm.weight"), ffn,
+                norm(p + "attn_norm.weight") if cfg.pre_norms else None, attn,
+                norm(p + "ffn_norm.weight") if cfg.pre_norms else None, ffn,
                 post_attn_norm=norm(p + "post_attention_norm.weight") if cfg.post_norms else None,
                 post_ffn_norm=norm(p + "post_ffw_norm.weight") if cfg.post_norms else None,
-                rope_key=layer_rope[i],
+                rope_key=layer_rope[i], residual_scale=cfg.residual_scale,
             ))
 
         final_norm = norm("output_norm.weight")
