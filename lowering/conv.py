@@ -64,8 +64,7 @@ def _check(node) -> str | None:
     if w.dim() - 2 > 3:
         return "convolution with more than 3 spatial dims"
     # a product whose rows are the output's positions: on a CPU device, torch's (oneDNN's)
-    # convolution is hundreds of times faster than ours on lavapipe (2-core AMD EPYC,
-    # 2026-11-24: 64 -> 64 channels 3x3 over 56x56, 0.86 s against 1.4 ms)
+    # convolution is hundreds of times faster than ours on lavapipe (docs/journal.md, session 29)
     out = node.meta.get("val")
     return host_matmul(out.numel() // max(1, out.shape[1])) if isinstance(out, torch.Tensor) and \
         out.dim() >= 3 else None

@@ -184,9 +184,8 @@ def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1) -> tuple[int, int
     return -(-k // ks), ks
 
 
-# rows of a product from which a CPU device runs it (and its graph) on the host: SmolLM2's
-# prompt of 2 / 4 / 8 tokens on lavapipe (2-core AMD EPYC, 2026-11-24) took 8.0 / 9.9 /
-# 8.0 tok/s on Vulkan, 7.3 / 14.0 / 20.6 on the host (eager 6.8-7.3 / 12-13 / 21-27)
+# rows of a product from which a CPU device runs it (and its graph) on the host: from
+# there torch on the host is faster than lavapipe (docs/journal.md, session 29)
 HOST_MATMUL_MIN_ROWS = 3
 
 
@@ -212,10 +211,8 @@ def row_wg(caps: dict, wg: int, row: int) -> int:
     """Invocations of a kernel that reduces each row in one workgroup (rowwise, reduce,
     argreduce): `wg` on a GPU. On a CPU device (lavapipe) one subgroup for rows up to
     CPU_ROW_WG_MAX_ROW: there a barrier switches every invocation's coroutine, and with one
-    subgroup the reduction is subgroup operations (2-core AMD EPYC, 2026-11-24, kernel time:
-    softmax of 1152 rows of 128, 20.5 -> 2.4 ms; RMSNorm 128 x 576, 2.0 -> 0.95; layer norm
-    128 x 768, 4.1 -> 2.0; sum of 1152 rows of 128, 1.7 -> 0.7; argmax of them, 7.3 -> 1.2).
-    Longer rows keep `wg` lanes: the same time there, and more partial sums, so a
+    subgroup the reduction is subgroup operations, 2-9x faster (docs/journal.md, session
+    29). Longer rows keep `wg` lanes: the same time there, and more partial sums, so a
     lane's running sum rounds less."""
     if device.is_cpu(caps) and row <= CPU_ROW_WG_MAX_ROW:
         return max(1, min(wg, int(caps.get("subgroup_size", wg))))
@@ -223,7 +220,7 @@ def row_wg(caps: dict, wg: int, row: int) -> int:
 
 
 CPU_LANES_MR = 8    # CPU_LANES matmuls (lavapipe): rows of A per workgroup, columns of C
-CPU_LANES_NC = 12   # per lane (GGUF Q4_1 128x576 @ 3072x576: 8x12 30 GFLOP/s; 8x4 17, 4x16 22)
+CPU_LANES_NC = 12   # per lane (the fastest of the shapes measured: docs/journal.md, session 29)
 
 
 def has_cpu_lanes(caps: dict) -> bool:

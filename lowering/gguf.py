@@ -57,98 +57,22 @@ MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
 MV_CPU_NR = 16  # rows per thread group on a CPU device (lavapipe), for up to 3 rows of x
                 # (halved as those double), where every load costs alike and x's loads are
                 # shared by the group's rows; in workgroups of MV_CPU_SUBGROUPS subgroups, so
-                # a weight of few rows still spreads over the CPU's threads. SmolLM2's decode
-                # mat-vecs on a 2-core AMD EPYC (2026-11-24), 4 rows in workgroups of 128 ->
-                # 16 in 32: Q4_1 960 x 576 1,215 -> 868 us, 576 x 576 799 -> 584, 3072 x 576
-                # 3,665 -> 2,530, 576 x 1536 2,095 -> 1,498, Q8_0 49152 x 576 71 -> 54 ms (8 or
-                # 32 rows, and 16 in workgroups of 128, were slower on some of these; 2 or 4
-                # neighbouring chunks a thread, or 1 chunk a step, within 5%). Before,
-                # 1 -> 4 rows: Q4_1 576 x 1536 1,582 -> 762 us on another machine.
+                # a weight of few rows still spreads over the CPU's threads (measured against
+                # the alternatives: docs/journal.md, session 29, "GGUF mat-vec")
 MV_CPU_SUBGROUPS = 4
-# The GPU settings above were swept on an H100 (2026-11-23, rows x k of 4096 x 14336,
-# 14336 x 4096, 4096 x 4096, Q4_0/Q4_K/Q6_K/Q8_0): 4 or 8 rows per workgroup, a
-# subgroup per row with 2 or 4 rows, 2 neighbouring chunks per thread, 8 chunks per
-# step, workgroups of 64 or 256 and `restrict` bindings were each slower or equal.
-# With W's loads and decoding replaced by constants, Q4_0 14336 x 4096 still took 12.6
-# us (20.8 as is; 15.8 would be 0.7 of copy bandwidth), about what a kernel that only
-# streams those 33 MB takes when chained behind a barrier (12.9 us; 9.4 MB: 5.5 us,
-# 0.58 of copy bandwidth, so 0.7 is out of reach there for any chained kernel).
-# Reading x once per workgroup instead (x-stationary: x in registers, each workgroup
-# walking 2-16 row groups; 2026-11-23) was 1.1-2.1x slower at every setting: the
-# rows' loads then wait on each other. Again on 2026-11-25, with every row's loads issued
-# before any decode and one reduction per invocation at the end (4-16 rows a workgroup,
-# 32 or 64 elements of x an invocation, the workgroup covering the row): 1.3-2.7x slower
-# at every type and shape, the fewer rows per workgroup the better. With the weights in L2
-# (4 copies, 38 MB; 2026-11-25), 4096 x 4096 chained took Q4_0 8.25 us (9.47 from DRAM),
-# Q8_0 9.90 (10.08), Q4_K 9.76 (11.37), Q6_K 11.50 (12.34): DRAM is not what bounds these,
-# so loading the next weight into L2 beside the mat-vec before it would gain 1-2 us at
-# most. Fewer workgroups, each looping over row groups (132-1056 of them, against 2048 at
-# 4096 x 4096; 2026-11-25), were slower at every count, the fewer the slower (Q4_0 4096 x
-# 4096: 41.8 / 24.0 / 14.8 / 11.2 us against 9.5; Q8_0 4096 x 14336: 119 / 64 / 41 / 28
-# against 26.6): each workgroup's step waits on its loads, so the more in flight at once
-# the better. A persistent form of the x-stationary kernel with the next row
-# group's words loaded before the current one is decoded and reduced (software
-# pipelining; 264-1056 workgroups of 128-512 threads, 1-4 rows; 2026-11-23) was at best
-# equal (Q4_0 14336 x 4096: 22.4 us against 22.3; 4096 x 14336: 22.5 against 22.6) and
-# up to 2x slower (Q8_0 4096 x 14336): hiding the loads' latency is not what is missing.
-# Q4_0 14336 x 4096, taken apart (one run, 2026-11-23): 22.3 us as is, 18.5 with a
-# decode of one add per element (loads kept), 17.6 without W's loads (decode kept),
-# 14.1 without either, 18.9 without x's loads: each part costs about 4 us and they do
-# not overlap; 0.7 of copy bandwidth would be 15.8. A thread taking 4 chunks at once (one
-# 16-byte load of a group's quants, one scale lookup; Q4_0/Q4_1/Q4_K/Q8_0, 2026-11-24) was
-# 1.05-2.1x slower at 1-4 groups a step and 1-4 rows; x's loads made contiguous across lanes
-# (a timing-only variant) changed nothing (22.4 us against 22.5 at 4096 x 14336); without
-# Q4_0's scale lookups, 20.6. On 2026-11-24: W read through L2 only (`coherent`), W not
-# read-only, 16-byte W loads from a regrouped tile, and Triton's best tile (8 rows, 2
-# neighbouring chunks) were each equal or slower; 32 registers a thread (benchmarks/
-# cuda_matvec.py: an autotuned Triton kernel gets 0.95-1.25x our time, under 0.7 of copy
-# for 4-bit types too). The H100 drops to 345 MHz after about a second
-# idle: time these kernels only after a warm-up (benchmarks/gguf_matvec.py does).
+# The GPU settings above, and the mat-vec variants measured and dropped (x-stationary,
+# persistent and software-pipelined kernels, 4 chunks a thread, prefetching into L2), are
+# in docs/journal.md (session 29, "GGUF mat-vec"): each of a mat-vec's parts (W's loads,
+# x's loads, decoding) costs alike and they do not overlap; more loads in flight helps.
 # The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
-# shaderIntegerDotProduct, kp patch 7; config's int_dot): x quantized into three int8
-# planes per block of 32 (gguf_xplanes.comp, fp32-accurate: relative error 1.1-1.7e-7
-# against float64 on the H100, where an fp32 matmul of the same dequantized weight gets
-# 4e-7), then 8 packed dot products per plane and block instead of decoding and
-# multiplying every element. H100, 2026-11-24, benchmarks/gguf_matvec.py (chained, every
-# dispatch behind a barrier, the planes made for each mat-vec, no GPU timestamps between
-# kernels), us for 4096 x 4096 / 4096 x 14336 / 14336 x 4096, fp32 kernel -> integer dots:
-#   Q4_0 9.71 / 23.56 / 23.13 -> 11.18 / 22.97 / 21.11
-#   Q4_1 9.95 / 24.12 / 24.23 -> 11.15 / 22.71 / 19.37
-#   Q8_0 10.05 / 26.44 / 26.39 -> 13.93 / 30.30 / 27.18
-#   Q4_K 11.42 / 28.36 / 26.03 -> 11.56 / 21.06 / 21.18
-#   Q6_K 12.35 / 36.30 / 31.48 -> 12.87 / 27.41 / 23.56
-# The planes' kernel and barrier cost about 4 us of that (the same mat-vecs with each
-# planes kernel beside the mat-vec before it: Q4_K 16.94 / 16.27 us at the large shapes).
-# Each thread making its own block's planes from fp32 x in registers instead (no planes
-# kernel; 2-16 rows a workgroup of 64 or 128 threads) was 1.4-3x slower at every shape
-# for Q4_0, Q4_K and Q6_K: each workgroup then quantizes all of x again.
-# So "auto" takes it for INT_DOT_AUTO types from INT_DOT_AUTO_WEIGHTS (not Q8_0, whose
-# fp32 kernel streams its bytes well). Where mat-vecs share x's planes (q, k, v; gate,
-# up) or fold a prologue into them, the planes pay for themselves sooner: an RMSNorm
-# (normalising x once for every mat-vec that reads it, where the fp32 kernel normalises in
-# every row group) or an elementwise producer (silu(gate) * up) goes into the planes
-# kernel. torch.compile wall time per call, H100: rms_norm -> gate, up (14336 x 4096 each)
-# Q4_1 148.4 / 144.0 -> 132.4 / 130.5 us; q, k, v (4096 x 4096, 2 x 1024 x 4096) 105.6 ->
-# 106.3; a whole FFN (norm, gate, up, silu * up, down 4096 x 14336, residual) Q4_1 247.7 /
-# 256.0 / 253.7 -> 150.2 / 193.4 / 169.1, Q4_0 269.2 -> 190.6, Q8_0 234.6 -> 175.0, Q4_K
-# gate and up with Q6_K down 270.2 -> 208.0, and at 2048 x 8192 (16.8M weights) Q4_1
-# 169.6 -> 156.2. So "auto" takes it wherever a prologue is folded in, every type, from
-# INT_DOT_PROLOGUE_WEIGHTS. Both need rows of INT_DOT_MIN_COLS (a thread takes a block
-# of 32 at a time: SmolLM2's and Gemma 3's rows of 576 and 640 would leave most threads
-# idle; unmeasured there). A serial planes kernel (one invocation per block) cost 5-6 us
-# more: eight invocations per block now. x's planes stored uvec4-major (the lanes of a
-# subgroup, one block each, loading neighbouring uvec4s, where now each lane's 16 bytes
-# sit 112 bytes from the next) changed nothing beyond noise (H100, 2026-11-25, integer dots
-# forced on: Q4_0 19.6 / 19.1 us -> 20.1 / 20.4 at the large shapes, Q4_1 21.1 -> 20.2,
-# Q6_K 26.8 / 23.9 -> 26.9 / 23.7), so the block-major layout stays.
-# Not folding the prologues into the fp32 kernel at all (norm, silu * up: a kernel of
-# their own) changed nothing at any width (the Q4_K FFN 243.2 against 231.2-242.1; Q4_0
-# 220.0 against 217.0-221.3; 2048 x 8192, 1024 x
-# 4096, 640 x 2048 and 576 x 1536 within 2%), so the prologues stay folded where this
-# path is not taken. The workgroup (INT_DOT_WG threads, INT_DOT_NR rows) was swept the
-# same day for Q4_0/Q4_K/Q6_K at the three shapes: 32-256 threads, 1-4 rows, 2 blocks a
-# thread and step; none was better at every shape and type than 64 x 2 by more than the
-# runs' noise (5-10%).
+# shaderIntegerDotProduct, kp patch 7; the config's int_dot): x quantized into three int8
+# planes per block of 32 (gguf_xplanes.comp, fp32-accurate), then 8 packed dot products
+# per plane and block instead of decoding and multiplying every element. "auto" takes it
+# where it measured faster (docs/journal.md, session 29): the INT_DOT_AUTO types from
+# INT_DOT_AUTO_WEIGHTS (not Q8_0, whose fp32 kernel streams its bytes well), and every
+# type from INT_DOT_PROLOGUE_WEIGHTS where a prologue (an RMSNorm, or silu(gate) * up) is
+# folded into the planes, which then compute it once for every mat-vec that reads them;
+# both for rows of INT_DOT_MIN_COLS or more (a thread takes a block of 32 at a time).
 # the types it decodes, and whether x's planes hold their bytes in nibble order (the
 # 4-bit types: gguf_xplanes.comp NIBBLES) or element order
 INT_DOT_TYPES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q8_0": 0, "Q6_K": 0}

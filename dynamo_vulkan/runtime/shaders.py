@@ -118,9 +118,8 @@ def compile_source(source: str, name: str = "kernel") -> bytes:
 def compile_many(sources) -> None:
     """Compile the (GLSL, name) pairs not yet cached, at once on the machine's cores
     (glslc runs as a process, so threads suffice); compile_source then finds them
-    cached. A program's kernels were compiled one after another: SmolLM2's prefill for a
-    new prompt length needed 12 new ones, 1.2 s of a 3.7 s build on the H100 machine
-    (2026-11-25), and its first build many more."""
+    cached. A new prompt length alone can need a dozen new kernels (docs/journal.md,
+    session 29)."""
     todo = {}
     for source, name in sources:
         key = cache.digest("spirv", source)
