@@ -327,7 +327,7 @@ FLOAT_UNARY = {
     aten.log2.default: "log2($0)", aten.log10.default: "log($0) * 0.43429448190325176",
     # Kahan's forms: accurate near 0, where log(1 + x) and exp(x) - 1 cancel
     aten.log1p.default: "log1p_f($0)", aten.expm1.default: "expm1_f($0)",
-    aten.reciprocal.default: "1.0 / $0", aten.erf.default: "erf_f($0)",
+    aten.reciprocal.default: "div_f(1.0, $0)", aten.erf.default: "erf_f($0)",
     aten.asin.default: "(abs($0) <= 1.0 ? atan2_f($0, sqrt((1.0 - $0) * (1.0 + $0))) : "
                        "uintBitsToFloat(0x7fc00000u))",   # lavapipe asin is 4e-4 off
     aten.acos.default: "(abs($0) <= 1.0 ? atan2_f(sqrt((1.0 - $0) * (1.0 + $0)), $0) : "
@@ -346,7 +346,7 @@ SAME_KIND_UNARY = {
     aten.logical_not.default: "!$0", aten.bitwise_not.default: "~$0",
 }
 ARITH = {  # computed in the output's kind
-    aten.mul.Tensor: "$0 * $1", aten.div.Tensor: "$0 / $1",
+    aten.mul.Tensor: "$0 * $1", aten.div.Tensor: "div_f($0, $1)",
     aten.maximum.default: "max_f($0, $1)", aten.minimum.default: "min_f($0, $1)",
     aten.pow.Tensor_Tensor: "pow_f($0, $1)",
     aten.pow.Scalar: "pow_f($0, $1)", aten.atan2.default: "atan2_f($0, $1)",
@@ -452,8 +452,8 @@ def add(ctx, a, b, alpha=1):
 
 # torch's float pow with these scalar exponents is these forms (sqrt(-inf) is NaN where
 # pow(-inf, 0.5) is inf; x * x keeps the last bit pow's exp2(log2) loses)
-POW_FORMS = {2: "$0 * $0", 3: "$0 * $0 * $0", -2: "1.0 / ($0 * $0)", 0.5: "sqrt($0)",
-             -0.5: "inversesqrt($0)", -1: "1.0 / $0"}
+POW_FORMS = {2: "$0 * $0", 3: "$0 * $0 * $0", -2: "div_f(1.0, $0 * $0)", 0.5: "sqrt($0)",
+             -0.5: "inversesqrt($0)", -1: "div_f(1.0, $0)"}
 
 
 @lowering(aten.pow.Tensor_Scalar)
@@ -466,9 +466,10 @@ def pow_scalar(ctx, a, b):
 
 @lowering(aten.mul.Scalar, aten.div.Scalar)
 def scalar_arith(ctx, a, b):
-    op = "*" if ctx.node.target == aten.mul.Scalar else "/"
     k = ctx.out_kind()
-    return ew(ctx, _for_kind(f"$0 {op} $1", k, ctx), [a, b], k, compute=k)
+    e = "$0 * $1" if ctx.node.target == aten.mul.Scalar else \
+        "div_f($0, $1)" if k == "f32" else "$0 / $1"
+    return ew(ctx, _for_kind(e, k, ctx), [a, b], k, compute=k)
 
 
 @lowering(aten.div.Tensor_mode)
@@ -480,7 +481,7 @@ def div_mode(ctx, a, b, rounding_mode=None):
         return ew(ctx, e, [a, b], k, compute="i32")
     if rounding_mode == "floor":    # torch's rule, from the exact remainder
         return ew(ctx, "floordiv_f($0, $1)", [a, b], k, compute="f32", result="f32")
-    return ew(ctx, f"{fn}($0 / $1)", [a, b], k, compute="f32", result="f32")
+    return ew(ctx, f"{fn}(div_f($0, $1))", [a, b], k, compute="f32", result="f32")
 
 
 @lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther)

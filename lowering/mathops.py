@@ -195,7 +195,7 @@ _register()
 @lowering(aten.round.decimals)
 def round_decimals(ctx, x, *, decimals=0):
     scale = 10.0 ** abs(int(decimals))
-    e = "roundEven($0 * $1) / $1" if decimals >= 0 else "roundEven($0 / $1) * $1"
+    e = "div_f(roundEven($0 * $1), $1)" if decimals >= 0 else "roundEven(div_f($0, $1)) * $1"
     return ew(ctx, e, [x, scale], "f32", compute="f32")
 
 

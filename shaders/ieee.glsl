@@ -5,6 +5,14 @@
 #define INF_F uintBitsToFloat(0x7f800000u)
 #define NAN_F uintBitsToFloat(0x7fc00000u)
 bool signbit_(float x) { return (floatBitsToUint(x) >> 31) != 0u; }
+// a / b, also where a driver divides as a * (1 / b) and flushes a subnormal reciprocal to
+// zero (NVIDIA: 1e38 / 1e38 gave 0): for |b| > 2^126 both are scaled by 1/4 first (precise:
+// not folded back), which changes no finite quotient's bits beyond a's underflow
+float div_f(float a, float b) {
+    if (!(abs(b) > 8.5070592e37)) return a / b;
+    precise float s = a * 0.25, t = b * 0.25;
+    return s / t;
+}
 // -0 or +0 from bits (a select between the constants -0.0 and 0.0 may be folded)
 float zero_signed_(bool negative) { return uintBitsToFloat(negative ? 0x80000000u : 0u); }
 // max, min and relu choose between bit patterns: Vulkan lets a compiler that sees a float
@@ -42,10 +50,10 @@ float atan2_f(float y, float x) {
     if (isinf(x) && isinf(y)) return (x > 0.0 ? 0.25 * pi : 0.75 * pi) * sign(y);
     if (isinf(x)) return x > 0.0 ? zero_signed_(signbit_(y)) : pi * sign(y);
     if (abs(x) >= abs(y)) {
-        float r = atan_f(y / x);
+        float r = atan_f(div_f(y, x));
         return x > 0.0 ? r : (y > 0.0 ? r + pi : r - pi);
     }
-    return (y > 0.0 ? 0.5 * pi : -0.5 * pi) - atan_f(x / y);
+    return (y > 0.0 ? 0.5 * pi : -0.5 * pi) - atan_f(div_f(x, y));
 }
 float asinh_f(float x) {  // log1p form: accurate near 0; log(2|x|) where x * x overflows
     float a = abs(x);
@@ -75,9 +83,9 @@ float remainder_f(float a, float b) {  // Python's modulo: the sign of b
     return (m != 0.0 && ((b < 0.0) != (m < 0.0))) ? m + b : m;
 }
 float floordiv_f(float a, float b) {  // torch's div(rounding_mode="floor")
-    if (b == 0.0) return a / b;
+    if (b == 0.0) return div_f(a, b);
     float m = fmod_f(a, b);
-    float d = (a - m) / b;
+    float d = div_f(a - m, b);
     if (m != 0.0 && ((b < 0.0) != (m < 0.0))) d -= 1.0;
     if (d == 0.0) return zero_signed_(signbit_(a) != signbit_(b));
     float f = floor(d);
@@ -89,7 +97,7 @@ float pow_pos_(float a, float b) {  // a > 0 finite; small integer exponents mul
     if (b == 2.0) return a * a;
     if (b == 3.0) return a * a * a;
     if (b == 0.5) return sqrt(a);
-    if (b == -1.0) return 1.0 / a;
+    if (b == -1.0) return div_f(1.0, a);
     return pow(a, b);
 }
 float pow_f(float a, float b) {  // C's pow: zeros, infinities, negative bases
@@ -116,6 +124,6 @@ float hypot_f(float a, float b) {  // scaled: a * a may overflow where the resul
     if (isnan(a) || isnan(b)) return NAN_F;
     float m = max(abs(a), abs(b)), n = min(abs(a), abs(b));
     if (m == 0.0) return 0.0;
-    float r = n / m;
+    float r = div_f(n, m);
     return m * sqrt(1.0 + r * r);
 }

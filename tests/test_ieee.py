@@ -223,3 +223,22 @@ def test_gelu_is_accurate_in_its_tail():
     x = torch.linspace(-6.0, -2.0, 17)
     got = compiled(F.gelu)(x)
     torch.testing.assert_close(got.double(), F.gelu(x.double()), rtol=1e-5, atol=0)
+
+
+# divisors above 2^126, whose reciprocal is subnormal (a driver that divides through a
+# flushed reciprocal gives 0 for these: NVIDIA's did)
+HUGE = torch.tensor([1e38, -3e38, 8.6e37, 2.0**126, 3.4e38, 1.7e38, -1e38, 5e37, 1e-30, 0.0])
+NUMER = torch.tensor([1e38, 3e38, -8.6e37, 2.0**126, 1.0, -2.5, 1e30, 3e-39, 7.0, 1e38])
+
+
+def test_division_by_huge_numbers():
+    """x / y, 1 / y, atan2, floor division, pow(y, -1), hypot and a scalar divisor with
+    |y| above 2^126, against eager."""
+    ops = {"div": torch.div, "self": lambda a, b: b / b, "reciprocal": lambda a, b: b.reciprocal(),
+           "atan2": torch.atan2, "atan2_self": lambda a, b: torch.atan2(b, b),
+           "atan2_swapped": lambda a, b: torch.atan2(b, a),
+           "floor_div": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+           "trunc_div": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+           "pow_minus_1": lambda a, b: b ** -1, "hypot": torch.hypot,
+           "scalar": lambda a, b: a / 2e38, "remainder": torch.remainder}
+    run_group(ops, NUMER, HUGE, signed_zeros=set(ops) - {"hypot"}, rtol=4e-6)
