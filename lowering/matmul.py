@@ -10,7 +10,10 @@ Three kernels, chosen by shape and layout:
   workgroup per output column, threads along K;
 - otherwise matmul.comp, tiled, its tile chosen per device and shape (GPU_TILES),
   K split over more workgroups when the tiles are too few to fill a GPU (partial
-  products, then one elementwise sum).
+  products, then one elementwise sum);
+- or, in that case, on tensor cores (matmul_coopmat.comp, coopmat.py chooses) where the
+  device has cooperative matrices and torch's float32 matmul precision allows them
+  ("high", "medium"), or always for fp16 and bf16 tensors.
 The module-level knobs below are read at lowering time (scratch scripts that
 measure variants set them); a cached plan keeps the choice it was made with.
 """
@@ -23,7 +26,7 @@ import torch
 
 from dynamo_vulkan import device
 
-from . import core
+from . import coopmat, core
 from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, host_matmul,
                    k_splits, lowering)
 from .elementwise import add_slices
@@ -112,7 +115,13 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0) -> TR
     elif m <= SKINNY_M:
         _rows(ctx, defines, bindings, spec, nb, m, n, k, note)
     else:
-        _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note)
+        choice = coopmat.choose(ctx, nb, m, n, k)
+        if choice.plan is not None:
+            coopmat.emit(ctx, choice.plan, defines, bindings, spec, out, nb, m, n, k,
+                         f"{note}, {choice.note}")
+        else:
+            _tiled(ctx, defines, bindings, spec, out, nb, m, n, k,
+                   f"{note}, {choice.note}" if choice.note else note)
     return out
 
 
@@ -227,7 +236,7 @@ def choose_tile(caps: dict, nb: int, m: int, n: int, k: int) -> tuple[Tile, int,
     return best[1:]
 
 
-def _load_groups(defines, name, sk, so, k, other, offset, sb) -> None:
+def load_groups(defines, name, sk, so, k, other, offset, sb) -> None:
     """How the tiled kernel reads operand `name` (strides sk along k, so along its other
     dimension of size `other`, batch stride sb): in groups of 4 along k (NAME_ALONG_K)
     when k has the unit (or the smaller) stride, else along the other dimension; as
@@ -247,13 +256,13 @@ def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     lanes = cpu_lanes(ctx.caps, n) if FORCE_TILE is None else None
     grid = cpu_lanes_groups(lanes, m, n, nb) if lanes else None
     if grid and max(grid) <= 65535:    # else the tiles' grid
-        _load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
+        load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
         ctx.dispatch("matmul", defines | {"VARIANT": "lanes"} | lanes, bindings, [0], spec, grid, note=note)
         return
     tile, splits, ks = choose_tile(ctx.caps, nb, m, n, k)
     defines |= {"VARIANT": tile.name} | tile.defines()
-    _load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
-    _load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
+    load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
+    load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
     if n % 4 == 0:
         defines["OUT_VEC4"] = 1
     tiles = (-(-n // tile.bn), -(-m // tile.bm))

@@ -24,6 +24,10 @@ grep -qx '/.device-kit/' .git/info/exclude 2>/dev/null || { mkdir -p .git/info; 
 if ! ls "$KIT"/glslc_*.deb "$KIT"/libshaderc1_*.deb >/dev/null 2>&1; then
   (cd "$KIT" && apt-get download -qq glslc libshaderc1)
 fi
+# Debian sid's glslc and its runtimes for the tensor-core kernels (scripts/glslc_coopmat.sh)
+if ! ls "$KIT"/glslc-coopmat/glslc_*.deb >/dev/null 2>&1; then
+  bash scripts/glslc_coopmat.sh debs "$KIT/glslc-coopmat"
+fi
 mkdir -p "$KIT/wheels"
 "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
   --python-version 3.12 --platform manylinux2014_x86_64 -d "$KIT/wheels" \

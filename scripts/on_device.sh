@@ -6,6 +6,14 @@ set -eo pipefail
 source .device-kit/on-device.sh
 for f in .device-kit/glslc_*.deb .device-kit/libshaderc1_*.deb; do dpkg -x "$f" /tmp/vkdev; done
 export PATH=/tmp/vkdev/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/vkdev/usr/lib/x86_64-linux-gnu:$LD_LIBRARY_PATH
+# the second glslc (Debian sid's) for the tensor-core kernels, where the kit carries it
+if ls .device-kit/glslc-coopmat/glslc_*.deb >/dev/null 2>&1; then
+  if bash scripts/glslc_coopmat.sh unpack .device-kit/glslc-coopmat /tmp/glslc-coopmat; then
+    export DYNAMO_VULKAN_GLSLC_COOPMAT=/tmp/glslc-coopmat/glslc-coopmat
+  else
+    echo "on_device: sid's glslc did not run: tensor-core kernels off" >&2
+  fi
+fi
 if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp; assert kp.dynamo_vulkan_patches >= 10' 2>/dev/null; then
   rm -rf /tmp/kpb && mkdir -p /tmp/kpb && tar xzf .device-kit/kp-0.9.0.tar.gz -C /tmp/kpb
   python3 scripts/patch_kp.py /tmp/kpb/kp-0.9.0

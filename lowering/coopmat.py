@@ -1,0 +1,160 @@
+"""Tensor-core matmuls (shaders/matmul_coopmat.comp): when a product may use them, in
+which 16-bit format, and with which tile.
+
+Precision is the user's, as torch defines it for CUDA: torch.get_float32_matmul_precision()
+at compile time (the config's matmul_precision, in the cache key) decides for fp32 tensors:
+- "highest": never; today's exact fp32 kernels;
+- "high": bf16x3, each operand split as bf16 hi + bf16 lo and hi*hi + hi*lo + lo*hi
+  accumulated in fp32 (about fp32's accuracy; the scheme torch documents for "high");
+- "medium": bf16, one product of bf16-rounded operands, accumulated in fp32.
+bf16 keeps fp32's exponent range, so no fp32 value overflows in the conversion. fp16
+and bf16 tensors use cooperative matrices of their own type always (their values convert
+exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
+no glslc compiles the kernel, the fp32 kernels run and the note says why.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from dynamo_vulkan import device, shaders
+
+from . import core
+from .elementwise import add_slices
+
+log = logging.getLogger(__name__)
+
+PRECISIONS = ("highest", "high", "medium")
+SUBGROUPS = (2, 2)         # subgroups per workgroup along m and n
+WARP_TILE = 64             # rows and columns of C per subgroup
+BK_CHOICES = (32, 16)      # K per shared-memory step: the largest whose tiles fit
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One tensor-core kernel: its 16-bit type, whether fp32 operands are split in two
+    (SPLIT3), the device's matrix shape and the workgroup tile."""
+    dtype: str             # "bf16" or "f16"
+    split3: bool
+    cm: tuple              # (M, N, K) of one cooperative matrix
+    bm: int
+    bn: int
+    bk: int
+    subgroup: int
+
+    def defines(self) -> dict:
+        d = {"CM_BF16" if self.dtype == "bf16" else "CM_F16": 1,
+             "BM": self.bm, "BN": self.bn, "BK": self.bk, "SG_M": SUBGROUPS[0], "SG_N": SUBGROUPS[1],
+             "CM_M": self.cm[0], "CM_N": self.cm[1], "CM_K": self.cm[2], "SUBGROUP": self.subgroup}
+        if self.split3:
+            d["SPLIT3"] = 1
+        return d
+
+    @property
+    def label(self) -> str:
+        kind = f"{self.dtype}x3" if self.split3 else self.dtype
+        return f"tensor cores {kind} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk}"
+
+
+@dataclass(frozen=True)
+class Choice:
+    plan: Plan | None
+    note: str              # what the debug dump says of this matmul's precision
+
+
+def shared_bytes(bm: int, bn: int, bk: int, cm: tuple, split3: bool) -> int:
+    """The kernel's shared memory: A and B tiles of 16-bit elements in the larger of their
+    two layouts (rows padded by 8), twice with SPLIT3, and each subgroup's fp32 scratch."""
+    a = max(bm * (bk + 8), bk * (bm + 8))
+    b = max(bn * (bk + 8), bk * (bn + 8))
+    return 2 * (a + b) * (2 if split3 else 1) + 4 * SUBGROUPS[0] * SUBGROUPS[1] * cm[0] * cm[1]
+
+
+def _shape(caps: dict, dtype: str) -> tuple | None:
+    """The device's subgroup-scope matrix shape for dtype x dtype + f32 -> f32 that the
+    tile holds whole (M and N dividing WARP_TILE, K dividing the K step): 16x16x16 first,
+    else the largest."""
+    found = []
+    for entry in caps.get("cooperative_matrix_shapes", ()):
+        s = dict(entry)
+        if (s.get("a"), s.get("b"), s.get("c"), s.get("result"), s.get("scope")) != \
+                (dtype, dtype, "f32", "f32", "subgroup"):
+            continue
+        cm = (int(s["m"]), int(s["n"]), int(s["k"]))
+        if WARP_TILE % cm[0] == 0 and WARP_TILE % cm[1] == 0 and min(BK_CHOICES) % cm[2] == 0:
+            found.append(cm)
+    if not found:
+        return None
+    return (16, 16, 16) if (16, 16, 16) in found else max(found, key=lambda c: (c[0] * c[1] * c[2], c))
+
+
+def precision(ctx) -> str:
+    """The compile's float32 matmul precision (config), else torch's current setting."""
+    value = getattr(getattr(ctx, "cfg", None), "matmul_precision", None)
+    return value or torch.get_float32_matmul_precision()
+
+
+def _tensor_dtype(ctx):
+    val = ctx.node.meta.get("val") if ctx.node is not None else None
+    return val.dtype if isinstance(val, torch.Tensor) else torch.float32
+
+
+def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
+    """Whether this product runs on tensor cores, and how (module docstring)."""
+    dtype = _tensor_dtype(ctx)
+    caps = ctx.caps
+    if dtype == torch.float16:
+        want, split3, why = "f16", False, "fp16 tensors"
+    elif dtype == torch.bfloat16:
+        want, split3, why = "bf16", False, "bf16 tensors"
+    else:
+        prec = precision(ctx)
+        if prec not in PRECISIONS:
+            raise core.LoweringError(f"torch float32 matmul precision {prec!r} is not one of {PRECISIONS}")
+        if prec == "highest":
+            return Choice(None, "")
+        want, split3, why = "bf16", prec == "high", f"precision {prec!r}"
+    if not caps.get("cooperative_matrix"):
+        return Choice(None, f"fp32 ({why}; the device has no cooperative matrices)")
+    if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
+        return Choice(None, f"fp32 ({why}; the device has no bf16 cooperative matrices)")
+    cm = _shape(caps, want)
+    if cm is None:
+        return Choice(None, f"fp32 ({why}; no {want} x {want} + f32 matrix shape the tiles hold)")
+    if shaders.coopmat_glslc() is None:
+        return Choice(None, f"fp32 ({why}; no glslc for cooperative-matrix kernels: "
+                            "scripts/glslc_coopmat.sh)")
+    subgroup = int(caps.get("subgroup_size", 32))
+    bm, bn = SUBGROUPS[0] * WARP_TILE, SUBGROUPS[1] * WARP_TILE
+    limit = caps.get("max_compute_shared_memory_size", 16384)
+    if SUBGROUPS[0] * SUBGROUPS[1] * subgroup > caps.get("max_compute_work_group_invocations", 128):
+        return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
+    for bk in BK_CHOICES:
+        if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3) <= limit:
+            plan = Plan(want, split3, cm, bm, bn, bk, subgroup)
+            return Choice(plan, f"{plan.label} ({why})")
+    return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
+
+
+def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note) -> None:
+    """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
+    to fill the GPU)."""
+    from .matmul import load_groups
+    a, b = bindings[1], bindings[2]
+    defines = defines | {"VARIANT": "coopmat"} | plan.defines()
+    load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
+    load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
+    tiles = (-(-n // plan.bn), -(-m // plan.bm))
+    count = tiles[0] * tiles[1] * nb
+    splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n)
+    ks = -(-k // (splits * plan.bk)) * plan.bk if k else plan.bk
+    splits = -(-k // ks) if k else 1
+    if splits == 1 or device.is_cpu(ctx.caps):
+        ctx.dispatch("matmul_coopmat", defines, bindings, [0], spec, (*tiles, nb), note=note)
+        return
+    part = ctx.empty((splits, nb, m, n), "f32")
+    ctx.dispatch("matmul_coopmat", defines, [part] + bindings[1:], [0], spec + [ks, splits, nb],
+                 (*tiles, nb * splits), note=f"{note}, K in {splits} splits")
+    add_slices(ctx, part, out.with_layout((nb, m, n), (m * n, n, 1), out.offset))

@@ -1,0 +1,189 @@
+"""Tensor-core matmuls (lowering/coopmat.py, shaders/matmul_coopmat.comp).
+
+On a device with cooperative matrices: fp32 products under torch's "high" (bf16x3) and
+"medium" (bf16) precision and fp16 tensors' products against eager fp32, within the
+tolerances torch uses for TF32 and bf16, on odd shapes, tile edges, size-1 dimensions,
+transposed and batched operands, K splits and fused bias. Elsewhere (lavapipe) those
+skip, saying so; what runs everywhere: the choice (never under "highest"), the cache
+key's precision, and the kernel's GLSL compiling with the second glslc."""
+import types
+
+import pytest
+import torch
+
+from dynamo_vulkan import config, device, shaders
+from dynamo_vulkan.lowering import coopmat
+from dynamo_vulkan.runtime.shaders import compile_source, kernel_source
+from vk import compiled
+
+torch.manual_seed(0)
+# (m, k, n): past one tile by one, exact tiles, size-1 K and N, a K split (few tiles)
+SHAPES = [(17, 1, 1), (33, 7, 9), (128, 128, 128), (129, 130, 131), (255, 33, 257), (64, 2048, 64)]
+BF16_CAPS = {"cooperative_matrix": True, "bfloat16_cooperative_matrix": True, "subgroup_size": 32,
+             "max_compute_shared_memory_size": 49152, "max_compute_work_group_invocations": 1024,
+             "device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
+             "cooperative_matrix_shapes": tuple(
+                 tuple(sorted({"m": 16, "n": 16, "k": 16, "a": t, "b": t, "c": "f32", "result": "f32",
+                               "scope": "subgroup", "saturating": False}.items())) for t in ("f16", "bf16"))}
+
+
+@pytest.fixture
+def precision():
+    """Set torch's float32 matmul precision for the test (Dynamo's caches reset around it)."""
+    before = torch.get_float32_matmul_precision()
+
+    def set_(value):
+        torch._dynamo.reset()
+        torch.set_float32_matmul_precision(value)
+    yield set_
+    torch.set_float32_matmul_precision(before)
+    torch._dynamo.reset()
+
+
+def require_coopmat(dtype="bf16"):
+    import kp
+    if not hasattr(kp, "enabled_features"):
+        pytest.fail("kp was built without scripts/patch_kp.py's patch 10: run scripts/setup.sh")
+    info = device.device_info()
+    if not info.get("cooperative_matrix"):
+        pytest.skip("the Vulkan device has no cooperative matrices (VK_KHR_cooperative_matrix)")
+    if dtype == "bf16" and not info.get("bfloat16_cooperative_matrix"):
+        pytest.skip("the Vulkan device has cooperative matrices but no bf16 ones (VK_KHR_shader_bfloat16)")
+    if shaders.coopmat_glslc() is None:
+        pytest.fail("no glslc for cooperative-matrix kernels: scripts/glslc_coopmat.sh install "
+                    ".venv/opt/glslc-coopmat, or set DYNAMO_VULKAN_GLSLC_COOPMAT")
+
+
+def coopmat_notes(plans) -> list[str]:
+    return [d.note for p in plans for d in p.dispatches if d.name.startswith("matmul_coopmat")]
+
+
+# tolerances: relative Frobenius error of the whole product (a wrong element anywhere
+# shows), and elementwise bounds scaled by sqrt(K) as torch's TF32 / bf16 tests scale them
+REL = {"high": 3e-5, "medium": 1.2e-2}
+ELEM = {"high": 1e-3, "medium": 1.6e-2}
+
+
+def assert_near(got, want, k, prec):
+    err = (got.double() - want.double()).norm() / max(want.double().norm(), 1e-30)
+    assert err <= REL[prec], f"relative error {err:.3g} > {REL[prec]} ({prec})"
+    torch.testing.assert_close(got, want, rtol=ELEM[prec], atol=ELEM[prec] * max(k, 1) ** 0.5)
+
+
+# ------------------------------------------------------------------ on tensor cores
+@pytest.mark.parametrize("prec", ["high", "medium"])
+@pytest.mark.parametrize("m,k,n", SHAPES, ids=str)
+def test_mm(precision, plans, prec, m, k, n):
+    require_coopmat()
+    precision(prec)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    got = compiled(lambda x, y: x @ y)(a, b)
+    assert_near(got, a @ b, k, prec)
+    notes = coopmat_notes(plans)
+    assert notes and all(("bf16x3" if prec == "high" else "bf16 ") in s for s in notes), notes
+
+
+@pytest.mark.parametrize("prec", ["high", "medium"])
+def test_transposed_batched_bias(precision, plans, prec):
+    """A^T and B^T read through their strides (the column-major shared layouts), a batch,
+    baddbmm's alpha, beta and broadcast bias fused, nn.Linear's x @ W^T + b."""
+    require_coopmat()
+    precision(prec)
+    a, b = torch.randn(3, 70, 65), torch.randn(3, 41, 70)
+    bias = torch.randn(65, 1)
+
+    def fn(x, y, c):
+        return torch.baddbmm(c, x.transpose(1, 2), y.transpose(1, 2), beta=0.5, alpha=2.0)
+    got = compiled(fn)(a, b, bias)
+    assert_near(got, fn(a, b, bias), 70, prec)
+    x, w, wb = torch.randn(2, 37, 96), torch.randn(200, 96), torch.randn(200)
+    lin = lambda x, w, wb: torch.nn.functional.linear(x, w, wb)
+    assert_near(compiled(lin)(x, w, wb), lin(x, w, wb), 96, prec)
+    assert len(coopmat_notes(plans)) >= 2
+
+
+def test_fp32_values_keep_their_range(precision):
+    """bf16 keeps fp32's exponents: 1e30-sized operands stay finite and accurate."""
+    require_coopmat()
+    precision("high")
+    a, b = torch.randn(40, 64) * 1e30, torch.randn(64, 24) * 1e-32
+    assert_near(compiled(lambda x, y: x @ y)(a, b), a @ b, 64, "high")
+
+
+@pytest.mark.parametrize("m,k,n", [(17, 9, 33), (129, 130, 131)], ids=str)
+def test_fp16_tensors(precision, plans, m, k, n):
+    """fp16 tensors on fp16 tensor cores under any precision: exact products, fp32 sums."""
+    require_coopmat("f16")
+    precision("highest")
+    a, b = torch.randn(m, k).half(), torch.randn(k, n).half()
+    got = compiled(lambda x, y: x @ y)(a, b)
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), (a.float() @ b.float()).half().float(), rtol=1e-3, atol=1e-3)
+    assert any("f16" in s for s in coopmat_notes(plans))
+
+
+# ------------------------------------------------------------------ everywhere
+def _ctx(dtype=torch.float32, prec="highest", caps=BF16_CAPS):
+    node = types.SimpleNamespace(meta={"val": torch.empty(0, dtype=dtype)})
+    return types.SimpleNamespace(caps=dict(caps), node=node,
+                                 cfg=types.SimpleNamespace(matmul_precision=prec))
+
+
+def test_choice_follows_precision(monkeypatch):
+    """"highest" never takes tensor cores, even where the device has them; "high" takes
+    bf16x3, "medium" bf16, fp16 tensors fp16 always; without the device's support, fp32
+    kernels with the reason in the note."""
+    monkeypatch.setattr(shaders, "coopmat_glslc", lambda: "/nonexistent/glslc-coopmat")
+    assert coopmat.choose(_ctx(prec="highest"), 1, 512, 512, 512) == coopmat.Choice(None, "")
+    high = coopmat.choose(_ctx(prec="high"), 1, 512, 512, 512).plan
+    medium = coopmat.choose(_ctx(prec="medium"), 1, 512, 512, 512).plan
+    assert (high.dtype, high.split3, medium.dtype, medium.split3) == ("bf16", True, "bf16", False)
+    half = coopmat.choose(_ctx(torch.float16, "highest"), 1, 512, 512, 512).plan
+    assert (half.dtype, half.split3, half.cm) == ("f16", False, (16, 16, 16))
+    for p in (high, medium, half):
+        assert coopmat.shared_bytes(p.bm, p.bn, p.bk, p.cm, p.split3) <= 49152
+    no_bf16 = dict(BF16_CAPS, bfloat16_cooperative_matrix=False)
+    c = coopmat.choose(_ctx(prec="high", caps=no_bf16), 1, 512, 512, 512)
+    assert c.plan is None and "no bf16 cooperative matrices" in c.note
+    c = coopmat.choose(_ctx(prec="medium", caps={"cooperative_matrix": False}), 1, 64, 64, 64)
+    assert c.plan is None and "no cooperative matrices" in c.note
+    monkeypatch.setattr(shaders, "coopmat_glslc", lambda: None)
+    c = coopmat.choose(_ctx(prec="high"), 1, 512, 512, 512)
+    assert c.plan is None and "glslc" in c.note
+
+
+def test_highest_program_keeps_fp32_kernels(monkeypatch, precision, plans):
+    """A device claiming tensor cores still gets today's tiled kernel under "highest"."""
+    info = dict(device.device_info(), **BF16_CAPS)
+    monkeypatch.setattr(device, "device_info", lambda index=None: info)
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    precision("highest")
+    a, b = torch.randn(65, 40), torch.randn(40, 70)
+    torch.testing.assert_close(compiled(lambda x, y: x @ y + 1)(a, b), a @ b + 1, rtol=1e-4, atol=1e-4)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert any(n.startswith("matmul:") for n in names) and not any("coopmat" in n for n in names), names
+
+
+def test_precision_is_in_the_cache_key(precision):
+    precision("high")
+    high = config.load()
+    precision("highest")
+    assert (high.matmul_precision, config.load().matmul_precision) == ("high", "highest")
+    assert high.key() != config.load().key()
+    with pytest.raises(config.ConfigError):
+        config.load({"matmul_precision": "tf32"})
+
+
+@pytest.mark.parametrize("defines", [
+    {"CM_BF16": 1, "SPLIT3": 1, "A_ALONG_K": 1, "A_VEC4": 1, "B_VEC4": 1, "HAS_BIAS": 1},
+    {"CM_BF16": 1, "B_ALONG_K": 1},
+    {"CM_F16": 1, "A_ALONG_K": 1, "B_ALONG_K": 1, "B_VEC4": 1},
+], ids=["bf16x3-vec4-bias", "bf16-colmajor", "f16-linear"])
+def test_kernel_compiles_with_the_second_glslc(defines):
+    if shaders.coopmat_glslc() is None:
+        pytest.skip("no glslc for cooperative-matrix kernels here (scripts/glslc_coopmat.sh installs one)")
+    plan = coopmat.Plan("bf16" if "CM_BF16" in defines else "f16", "SPLIT3" in defines,
+                        (16, 16, 16), 128, 128, 32, 32)
+    _, src = kernel_source("matmul_coopmat", defines | plan.defines())
+    spv = compile_source(src, "matmul_coopmat")
+    assert spv[:4] == b"\x03\x02\x23\x07"     # the SPIR-V magic number
