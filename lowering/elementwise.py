@@ -546,20 +546,20 @@ def to_copy(ctx, x, *rest, **kwargs):
     k = ctx.out_kind()
     dtype = ctx.meta().dtype
     e = _cast_expr(x, k, dtype)
+    if e == "ftoi32_($0)" and dtype == torch.int64:     # NaN and beyond int32: an error
+        e = f"ftoi_ck($0, {int64_overflow_mask(ctx)}u)"
     src = getattr(getattr(ctx.node.args[0] if ctx.node.target != aten.copy.default
                           else ctx.node.args[1], "meta", {}).get("val"), "dtype", None)
     if src in (torch.float16, torch.bfloat16) and src != dtype:
         # a float16 value is kept in float32 (unrounded where it was computed): rounded
         # first, as torch holds it, so that .float() and .long() see eager's value
         e = e.replace("$0", NARROW[src].format("$0"))
-    if e == "int(trunc($0))" and dtype == torch.int64:     # NaN and beyond int32: an error
-        e = f"ftoi_ck($0, {int64_overflow_mask(ctx)}u)"
     return ew(ctx, e, [x], k, shape=ctx.out_shape(), result=k)
 
 
 # Narrow dtypes live in wider GPU kinds; a cast into one rounds or wraps as torch does.
 NARROW = {
-    torch.float16: "unpackHalf2x16(packHalf2x16(vec2({}, 0.0))).x",
+    torch.float16: "round_f16({})",
     torch.bfloat16: "round_bf16({})",
     torch.uint8: "(({}) & 255)", torch.int8: "(((({}) & 255) ^ 128) - 128)",
     torch.int16: "(((({}) & 65535) ^ 32768) - 32768)",
@@ -570,7 +570,7 @@ def _cast_expr(x, k: str, dtype: torch.dtype | None = None) -> str:
     src = x.kind if isinstance(x, TRef) else "f32"
     if k == "b":
         return "$0 != " + {"f32": "0.0", "i32": "0", "b": "false"}[src]
-    expr = "int(trunc($0))" if src == "f32" and k == "i32" else f"{GLSL_TYPE[k]}($0)"
+    expr = "ftoi32_($0)" if src == "f32" and k == "i32" else f"{GLSL_TYPE[k]}($0)"
     return NARROW[dtype].format(expr) if dtype in NARROW else expr
 
 

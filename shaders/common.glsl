@@ -116,5 +116,22 @@ float round_bf16(float x) {  // to the nearest bfloat16, ties to even (NaN kept)
     u += 0x7fffu + ((u >> 16) & 1u);
     return uintBitsToFloat(u & 0xffff0000u);
 }
+// to the nearest float16, ties to even, as torch's .half() (overflow to inf, NaN kept):
+// by steps of the float16 quantum, since packHalf2x16's rounding is the driver's choice
+float round_f16(float x) {
+    if (isnan(x) || isinf(x)) return x;
+    float a = abs(x);
+    if (a >= 65520.0) return x < 0.0 ? -uintBitsToFloat(0x7f800000u) : uintBitsToFloat(0x7f800000u);
+    int e;
+    frexp(a, e);                       // a < 2^e
+    int q = max(e - 1, -14) - 10;      // the quantum's exponent (subnormal halves: 2^-24)
+    float r = ldexp(roundEven(ldexp(a, -q)), q);
+    return (floatBitsToUint(x) >> 31) != 0u ? -r : r;
+}
+// float -> int32 as torch's CPU casts do (x86: NaN and values beyond int32 give -2^31;
+// narrower integers wrap that), where GLSL leaves them undefined (NVIDIA saturates)
+int ftoi32_(float x) {
+    return (x > -2147483904.0 && x < 2147483648.0) ? int(trunc(x)) : int(0x80000000u);
+}
 #include "ieee.glsl"
 #include "checks.glsl"

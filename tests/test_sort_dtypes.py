@@ -47,6 +47,25 @@ def test_casts_round_and_wrap_like_torch():
     check(lambda x: (x.to(torch.uint8), x.to(torch.int8)), torch.randint(-300, 300, (4, 5)))
 
 
+# float -> narrower casts whose result GLSL leaves to the driver: out-of-range and NaN
+# float -> int (torch's CPU casts give -2^31, wrapped for narrower types), float16 ties
+# and values that round up (rounded to nearest even, overflow to inf), negative floats
+# to uint8 (wrapped)
+CAST_EDGES = torch.tensor([
+    300.7, -5.5, -300.7, 255.9, -0.9, 0.0, -0.0, 3e9, -3e9, 2147483520.0, -2147483904.0, 1e20,
+    float("nan"), float("inf"), -float("inf"), 65519.0, 65520.0, 65504.0, -65520.0, 1e-8,
+    2.9802322e-08, 8.940697e-08, 300.0625, 300.1875, -300.0625, 300.2, 0.1, 3.4e38, 1e-40])
+
+
+def test_casts_define_what_the_driver_may_not():
+    x = CAST_EDGES
+    check(lambda x: (x.to(torch.uint8), x.to(torch.int8), x.to(torch.int16), x.to(torch.int32),
+                     x.to(torch.bool), x.half().float(), x.bfloat16().float(),
+                     (x * 0.5).half().float()), x, rtol=0, atol=0)
+    fin = x[x.abs() < 65000]
+    check(lambda x: (x.half().to(torch.int16), x.bfloat16().to(torch.uint8)), fin, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_inputs_computed_in_float32_returned_in_their_dtype(dtype):
     x = torch.randn(4, 9).to(dtype)
