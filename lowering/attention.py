@@ -1,7 +1,7 @@
 """dynamo_vulkan.attention (dynamo_vulkan/fused.py) on shaders/attention.comp: one
 workgroup per (query head, query row), online softmax over chunks of WG keys; for few
 rows (decode) the keys are split across workgroups and the last of a row's splits to
-finish merges them (FUSED_COMBINE; or a second kernel)."""
+finish merges them."""
 from __future__ import annotations
 
 import math
@@ -28,7 +28,6 @@ MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
-FUSED_COMBINE = True  # the last split of a row merges them (else a second kernel does)
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
 
@@ -193,11 +192,10 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         extra["SCRATCH_BINDING"] = len(bindings)
         writes.append(len(bindings))
         bindings.append(ctx.empty((rows * splits * (dv + 2),), "f32"))
-        if FUSED_COMBINE:
-            # a counter per row, zero at upload and reset by the row's last split
-            extra["COUNTER_BINDING"] = len(bindings)
-            writes.append(len(bindings))
-            bindings.append(ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32)))
+        # a counter per row, zero at upload and reset by the row's last split
+        extra["COUNTER_BINDING"] = len(bindings)
+        writes.append(len(bindings))
+        bindings.append(ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32)))
     disjoint = []
     # the step's K/V rows computed here: a GPU saves the barrier after the scatters. Not
     # on lavapipe, a CPU device, where it made SmolLM2's decode attention 16x slower
@@ -213,14 +211,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
             disjoint = [(k.buf, kn[0].dispatch), (v.buf, vn[0].dispatch)]
             note += ", the step's k/v rows computed here"
     if splits > 1:
-        note += f", {splits} splits" + (" merged by the last" if FUSED_COMBINE else "")
+        note += f", {splits} splits merged by the last"
     ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
                  note=note, disjoint=disjoint)
-    if splits == 1 or FUSED_COMBINE:
-        return out
-    scratch = bindings[extra["SCRATCH_BINDING"]]
-    ctx.dispatch("attention", {"WG": wg, "DV": dv, "SPLITS": splits, "COMBINE": 1,
-                               "VARIANT": "combine", "SCRATCH_BINDING": 1},
-                 [out, scratch], [0], spec[:5], groups_for(rows),
-                 note=f"{splits} splits of {rows} rows")
     return out

@@ -13,8 +13,7 @@
 // each split writes its max, sum and unnormalised output to a scratch buffer,
 // then counts itself in on the row's counter (an atomic); the row's last split
 // to arrive merges them all and resets the counter to 0 for the next call, so a
-// decode step's attention is one kernel and one barrier level. The COMBINE
-// variant (one workgroup per row) merges them in a second kernel instead.
+// decode step's attention is one kernel and one barrier level.
 // Decode fusions: Q_LAZY, q is an elementwise expression (its RoPE) computed as it
 // is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
 // beside this kernel (same barrier level), are computed here for key P (read from
@@ -53,12 +52,10 @@ layout(constant_id = 19) const uint M_SC = 1;
 layout(constant_id = 20) const uint SPLIT_KEYS = 1;  // keys per split (SPLITS > 1)
 layout(constant_id = 21) const uint SOFTCAP_BITS = 0;  // float bits of the logit soft-cap; 0: none
 BUFFER(0, outb)
-#ifndef COMBINE
 IN_BUFFER(1, qb)
 IN_BUFFER(2, kb)
 IN_BUFFER(3, vb)
 IN_BUFFER(4, mb)
-#endif
 #if SPLITS > 1
 // per (row, split): max, sum, then DV output values; coherent: read by another workgroup
 layout(set = 0, binding = SCRATCH_BINDING) coherent buffer PartB { uint part_b[]; };
@@ -84,14 +81,12 @@ float vnew(uint kvh, uint e) { return vlazy(kvh * V_RPH + e / V_W, e % V_W); }
 #include "wg_reduce.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
-#ifndef COMBINE
 // a score's soft-cap: tanh(s / cap) * cap, or s itself when SOFTCAP_BITS is 0
 float capped(float s) {
     if (SOFTCAP_BITS == 0u) return s;
     float cap = uintBitsToFloat(SOFTCAP_BITS);
     return tanh_f(s / cap) * cap;
 }
-#endif
 
 #if SPLITS > 1
 #if SPLITS > WG
@@ -103,10 +98,8 @@ shared float c_w[SPLITS];
 shared float c_acc[WG];
 // out[row] = the splits' outputs merged by their softmax weights: an invocation per
 // split for the maxima and sums, then C_G invocations per output lane, each over every
-// C_G-th split, their loads issued together. (One invocation looping over every split
-// waited on each load in turn: H100, SmolLM2's decode with 64 splits, a KV cache of
-// 2048, took 37.7 us a layer, against 12.7 with 16 splits; this way 11.7 with 64, and
-// 1.81 -> 1.12 ms a token.) Every invocation calls it.
+// C_G-th split, their loads issued together (one invocation looping over every split
+// waits on each load in turn: docs/journal.md, session 29). Every invocation calls it.
 void combine(uint row) {
     uint base = row * SPLITS * (DV + 2u), lid = gl_LocalInvocationID.x;
     float ms = NEG_INF, ls = 0.0;
@@ -142,13 +135,7 @@ void combine(uint row) {
 }
 #endif
 
-#ifdef COMBINE
-void main() {
-    uint row = flat_workgroup();
-    if (row >= HQ * T) return;
-    combine(row);
-}
-#elif defined(CPU_LANES)
+#ifdef CPU_LANES
 // CPU devices (lavapipe), prompts: a workgroup is one subgroup (WG = 8 lanes) and takes
 // AR query rows of one kv head (its GROUP heads' rows, head by head). For each chunk of
 // 8 keys, lane e owns key c0 + e for the dot products, and output vec4s e, e + 8, ...
