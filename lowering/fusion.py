@@ -28,8 +28,9 @@ FUSIBLE: set = set()
 # Lazy input folds into that copy.
 FOLDS: set = set()
 # Kernel fusions beyond elementwise chains, registered by the families that do them:
-# PROLOGUES[target](node): whether that node's result may be left to its consumers to
-#   compute as they load it (its lowering then returns a Deferred);
+# PROLOGUES[target](node, ctx): whether that node's result may be left to its consumers
+#   to compute as they load it (its lowering then returns a Deferred); ctx is the
+#   compile's Context (its caps and cfg);
 # TAKES_DEFERRED: the ops whose lowerings accept Deferred (and Lazy) arguments and
 #   materialize what they cannot fold;
 # EPILOGUES: ops whose lowering may add a residual into its output (ctx.residual).

@@ -392,8 +392,16 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
     planes), a type it decodes, a device created with shaderIntegerDotProduct; for
     "auto", a GPU and a weight of a type and size where it measured faster (larger ones,
     and not Q8_0 where no prologue's recomputation is saved)."""
+    if m != 1 or fused or x2.strides[1] != 1:
+        return False
+    return _int_dot_weight(ctx, qtype, n, k, prologue)
+
+
+def _int_dot_weight(ctx: Context, qtype: int, n: int, k: int, prologue: bool) -> bool:
+    """_use_int_dot's rule for the weight and the device: what the graph-level fusion
+    choices (_norm_feeds_matvecs) can know before x is lowered."""
     mode, name = ctx.cfg.int_dot, SHADER_TYPES.get(qtype)
-    if mode == "off" or m != 1 or fused or x2.strides[1] != 1 or name not in INT_DOT_TYPES:
+    if mode == "off" or name not in INT_DOT_TYPES:
         return False
     if mode == "auto":
         if not ctx.caps.get("integer_dot_product") or device.is_cpu(ctx.caps):
@@ -505,17 +513,23 @@ def _recompute_costs() -> bool:
     return device.is_cpu()
 
 
-def _norm_feeds_matvecs(node) -> bool:
+def _norm_feeds_matvecs(node, ctx: Context) -> bool:
     """An rms_norm whose every user is a mat-vec gguf_linear of it: each of them
-    normalises x itself (NORM), and the norm costs no kernel of its own. Not for
-    weights of more than NORM_MAX_ROWS rows (an LM head), whose thousands of
-    workgroups would each read x once more than the weight is worth."""
+    normalises x itself (NORM: in its one planes kernel on the integer-dot path, else in
+    every row group), and the norm costs no kernel of its own. Not for weights of more
+    than NORM_MAX_ROWS rows (an LM head) on the fp32 path, whose thousands of workgroups
+    would each read x once more than the weight is worth."""
     val, w = node.meta.get("val"), node.args[1]
-    return not _recompute_costs() and val is not None and \
-        val.numel() // max(1, val.shape[-1]) <= MATVEC_M and \
-        val.shape[-1] % 8 == 0 and isinstance(w, torch.fx.Node) and w.op == "placeholder" and \
-        bool(node.users) and all(u.target is GGUF_LINEAR and u.args[0] is node and
-                                 u.args[3] <= NORM_MAX_ROWS for u in node.users)
+    if _recompute_costs() or val is None or val.numel() // max(1, val.shape[-1]) > MATVEC_M:
+        return False
+    one_row = val.numel() == val.shape[-1]
+
+    def takes_norm(u) -> bool:
+        rows, cols = u.args[3], u.args[4]
+        return u.target is GGUF_LINEAR and u.args[0] is node and (
+            rows <= NORM_MAX_ROWS or one_row and _int_dot_weight(ctx, u.args[2], rows, cols, True))
+    return val.shape[-1] % 8 == 0 and isinstance(w, torch.fx.Node) and w.op == "placeholder" and \
+        bool(node.users) and all(takes_norm(u) for u in node.users)
 
 
 def _lazy_feeds_matvec(user, node) -> bool:
@@ -526,7 +540,7 @@ def _lazy_feeds_matvec(user, node) -> bool:
         val.numel() // max(1, val.shape[-1]) <= MATVEC_M and user.args[3] <= NORM_MAX_ROWS
 
 
-def _matvec_feeds_norm(node) -> bool:
+def _matvec_feeds_norm(node, ctx: Context) -> bool:
     """A mat-vec gguf_linear read only by an rms_norm of its output rows with a graph
     input as weight (Gemma-3's norms after the attention output and FFN down projections):
     the mat-vec's last workgroup to finish normalises the output (POST_NORM), and the norm
@@ -549,7 +563,7 @@ def _matvec_feeds_norm(node) -> bool:
     wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
     return wv is not None and norm.args[0] is node and w.op == "placeholder" and \
         tuple(wv.shape) == (rows,) and wv.dtype == torch.float32 and \
-        not _norm_feeds_matvecs(norm) and _nothing_written_between(node, norm)
+        not _norm_feeds_matvecs(norm, ctx) and _nothing_written_between(node, norm)
 
 
 def _nothing_written_between(a, b) -> bool:

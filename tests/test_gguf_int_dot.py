@@ -266,3 +266,35 @@ def test_auto_takes_it_where_a_prologue_is_folded_in(as_gpu, plans, monkeypatch)
     with torch.no_grad():
         check(model.down, g, **_tol(model.down(g)))     # no prologue: Q8_0 stays fp32
     assert _kernels(plans[-1:]) == ["gguf_matvec"]
+
+
+class NormHead(torch.nn.Module):
+    """A final RMSNorm and the LM head after it."""
+
+    def __init__(self, name: str, rows: int, cols: int):
+        super().__init__()
+        self.nw = torch.nn.Parameter(torch.rand(cols) + 0.5, requires_grad=False)
+        self.head = GGUFLinear(blocks_of(name, rows, cols, 13), quant_info(name).ggml_type, rows, cols)
+
+    def forward(self, x):
+        from dynamo_vulkan.fused import rms_norm
+        return self.head(rms_norm(x, self.nw, 1e-6))
+
+
+@pytest.mark.parametrize("mode,want", [("auto", ["gguf_xplanes", "gguf_matvec_idot"]),
+                                       ("off", ["rowwise", "gguf_matvec"])])
+def test_norm_before_a_weight_of_many_rows_goes_into_the_planes(as_gpu, plans, monkeypatch, mode, want):
+    """A norm before a weight of more than NORM_MAX_ROWS rows (an LM head, a fused gate|up):
+    on the integer-dot path the planes normalise x once, whatever the rows, so the norm
+    gets no kernel of its own; on the fp32 path it keeps its kernel (every row group would
+    normalise x again). The limits set small here, to fit the test's weight."""
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", mode)
+    monkeypatch.setattr(gguf_lowering, "NORM_MAX_ROWS", 16)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 512)
+    torch.manual_seed(8)
+    model = NormHead("Q4_K", 40, 512)
+    x = torch.randn(1, 512) * 3
+    with torch.no_grad():
+        check(model, x, **_tol(model(x)))
+    assert _kernels(plans[-1:]) == want

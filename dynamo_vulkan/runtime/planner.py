@@ -62,7 +62,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
         return fx.node.map_arg(x, lambda n: values[n])
 
     ctx.in_place = in_place_updates(gm)
-    deferred = deferrable(gm)
+    deferred = deferrable(gm, ctx)
     epilogue = residual_adds(gm)         # producer -> (add, residual)
     added_by = {}                        # add node -> the producer that added its residual
 
@@ -129,10 +129,11 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
     return plan
 
 
-def deferrable(gm: fx.GraphModule) -> set:
+def deferrable(gm: fx.GraphModule, ctx) -> set:
     """Elementwise nodes whose one consumer is elementwise too: they are folded
     into it (lowering/fusion.py) instead of getting a kernel and a buffer; and the
-    nodes whose family's PROLOGUES rule lets their consumers compute them."""
+    nodes whose family's PROLOGUES rule (given the compile's Context) lets their
+    consumers compute them."""
     def loads_lazily(u, n) -> bool:
         return u.op == "call_function" and u.target in LOADS_LAZY and LOADS_LAZY[u.target](u, n)
 
@@ -153,7 +154,7 @@ def deferrable(gm: fx.GraphModule) -> set:
 
     found = {n for n in gm.graph.nodes
              if n.op == "call_function" and (
-                 folds_into_user(n) or (n.target in PROLOGUES and PROLOGUES[n.target](n)))}
+                 folds_into_user(n) or (n.target in PROLOGUES and PROLOGUES[n.target](n, ctx)))}
     return found | {v for n in found if n.target in FUSIBLE and len(n.users) == 1
                     for v in [through_view(n)] if v is not None}
 
