@@ -24,7 +24,7 @@ from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partiti
 from .lowering import LoweringError, decompositions as lowering_decompositions
 from .runtime import planner, shaders
 from .runtime.plan import PlanFormatError, plan_from_bytes, plan_to_bytes
-from .runtime.program import is_kept_on_device, Program, StaleBinding, serialised
+from .runtime.program import is_kept_on_device, Program, StaleBinding, refresh_host, serialised
 
 log = logging.getLogger(__name__)
 _graph_ids = itertools.count()
@@ -122,6 +122,7 @@ class VulkanSubgraph(torch.nn.Module):
         elif len(self.programs) > 1:
             self.programs.move_to_end(key)
         if prog is _EAGER:
+            refresh_host(args)       # keep_on_device tensors a program updated on the GPU
             return self.gm(*args)
         try:
             out = prog(args)
@@ -135,6 +136,7 @@ class VulkanSubgraph(torch.nn.Module):
                 prog = self._build_or_fallback(full, list(args))
             self.programs[key] = prog
             if prog is _EAGER:
+                refresh_host(args)
                 return self.gm(*args)
             out = prog(args)
         return tuple(out) if self.tuple_out else out[0]
@@ -272,7 +274,23 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str):
         got.append((gm, subs))
     log.info("%s", report.summary())     # counts per op and reason (generate -v)
     log.debug("%s", report)              # and every node (-vv, TORCH_LOGS="+dynamo_vulkan")
-    return make_boxed_func(gm.forward)
+    return make_boxed_func(_reading_host_copies(gm))
+
+
+def _reading_host_copies(gm: fx.GraphModule):
+    """gm.forward, which first reads back the keep_on_device inputs that a program updated
+    on the GPU where nodes on the host (or the graph's output) read them: a training step's
+    forward placed on the host after an optimizer step on the GPU."""
+    inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    on_host = [i for i, n in enumerate(inputs) if any(
+        not (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX)) for u in n.users)]
+    if not on_host:
+        return gm.forward
+
+    def forward(*args):
+        refresh_host([args[i] for i in on_host])
+        return gm.forward(*args)
+    return forward
 
 
 def vulkan_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, **kwargs):

@@ -174,6 +174,8 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
                "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
                # decode's splits load their V rows with the keys (registers permitting)
                "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
+    if splits > 1:
+        defines["MASK_FIRST"] = 1
     if device.is_cpu(ctx.caps):
         # lavapipe: a masked chunk's skip still costs its mask loads and two barriers,
         # 6 ms a call for 20 live keys of 2048 (SmolLM2's shapes), so the live range is

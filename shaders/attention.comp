@@ -9,6 +9,9 @@
 // chunk; the parts meet in shared memory at the end.
 // VPK > 0 (decode's splits): each invocation's V rows of a chunk (VPK of them) are
 // loaded with its key, before the softmax, so the chunk waits on memory once.
+// MASK_FIRST (decode's splits): a chunk's mask is read before its K and V rows, and a
+// chunk with no live key loads neither: the splits past a step's position, most of them
+// early in a long cache, would otherwise each read a chunk of K and V rows.
 // SPLITS > 1 (decode: few rows, so the keys are spread over more workgroups):
 // each split writes its max, sum and unnormalised output to a scratch buffer,
 // then counts itself in on the row's counter (an atomic); the row's last split
@@ -299,6 +302,12 @@ void main() {
     for (uint j = 0; j < DPT; ++j) acc[j] = VT(0.0);
     for (uint c0 = k0; c0 < k1; c0 += KPP) {
         uint c = c0 + kslot;
+#ifdef MASK_FIRST
+        // decode's splits: the chunk's mask alone first, and no K or V load for a chunk
+        // with no live key (the cache's tail past the step's position, most splits)
+        if (wg_max(c < k1 && ld_b(mb[M_OFF + t * M_ST + min(c, k1 - 1u) * M_SC]) ? 1.0 : 0.0) == 0.0)
+            continue;
+#endif
         // the key's mask, its K row and (VPK) this invocation's V rows are loaded at
         // once, none waiting for another: past the last key the address is clamped
         // and the value unused

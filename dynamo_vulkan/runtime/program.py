@@ -51,13 +51,17 @@ def serialised(fn):
     return locked
 
 
-_stats = {"submits": 0, "uploads": 0, "device_bytes": 0, "device_bytes_peak": 0, "staging_bytes": 0}
+_stats = {"submits": 0, "uploads": 0, "device_bytes": 0, "device_bytes_peak": 0, "staging_bytes": 0,
+          "upload_bytes": 0, "input_bytes": 0, "output_bytes": 0, "readback_bytes": 0}
 
 
 def runtime_stats() -> dict:
     """Process-wide counters: submits of compiled programs, weight uploads, and the
     bytes of the kp tensors that live programs and resident weights hold now (GPU
-    memory: device_bytes, with its peak; host-visible staging: staging_bytes)."""
+    memory: device_bytes, with its peak; host-visible staging: staging_bytes).
+    Traffic between host and GPU, in bytes: upload_bytes (resident uploads),
+    input_bytes and output_bytes (the streamed inputs and the outputs of calls),
+    readback_bytes (graph-mutated resident tensors copied back, and read_back())."""
     return dict(_stats)
 
 
@@ -79,6 +83,7 @@ class Resident:
     reads the same tensor; re-uploaded when the tensor's version moves."""
 
     _pool: dict[tuple, "Resident"] = {}
+    _newer: dict[int, "Resident"] = {}    # id(tensor) -> its copy that a program updated only
 
     def __init__(self, mgr, t: torch.Tensor, kind: str, span=None):
         self.ref = weakref.ref(t)
@@ -101,6 +106,7 @@ class Resident:
             r = cls(mgr, t, kind, span)
             cls._pool[key] = r
             weakref.finalize(t, cls._pool.pop, key, None)
+            weakref.finalize(t, cls._newer.pop, id(t), None)
         return r
 
     def stale(self, t: torch.Tensor) -> bool:
@@ -117,7 +123,9 @@ class Resident:
             else:
                 upload(self.mgr, self.tensor, host_words(t, self.kind, self.span))
             self.version = t._version
+            Resident._newer.pop(id(t), None)
             _stats["uploads"] += 1
+            _stats["upload_bytes"] += self.nbytes()
 
 
 class Scratch:
@@ -156,31 +164,81 @@ class Scratch:
 KEEP_ON_DEVICE = "_dynamo_vulkan_keep_on_device"
 
 
-def keep_on_device(t: torch.Tensor) -> torch.Tensor:
-    """Mark a buffer that compiled graphs update in place (a KV cache) as living
-    on the GPU: its updates are not copied back to the host tensor after each
-    call, which then goes stale until read_back(t). Writing the host tensor
-    (bumping its version) still uploads it again. Mark before the first call."""
-    setattr(t, KEEP_ON_DEVICE, True)
-    return t
+_KEPT_OPTIMIZERS: "weakref.WeakSet" = weakref.WeakSet()   # their state is kept too
+
+
+def keep_on_device(obj):
+    """Mark tensors that compiled graphs update in place as living on the GPU: a
+    tensor (a KV cache), a module (its parameters and buffers) or an optimizer (its
+    parameters, and its state, also the state it makes at its first step). Their
+    updates are not copied back to the host tensors after each call, which then go
+    stale until read_back(obj); a graph's nodes that run on the host read them
+    back first. Writing a host tensor (bumping its version) uploads it again.
+    Mark before the first call. Returns obj."""
+    if isinstance(obj, torch.Tensor):
+        setattr(obj, KEEP_ON_DEVICE, True)
+    elif isinstance(obj, torch.optim.Optimizer):
+        _KEPT_OPTIMIZERS.add(obj)
+        for group in obj.param_groups:
+            for p in group["params"]:
+                setattr(p, KEEP_ON_DEVICE, True)
+    elif isinstance(obj, torch.nn.Module):
+        for t in [*obj.parameters(), *obj.buffers()]:
+            setattr(t, KEEP_ON_DEVICE, True)
+    else:
+        raise TypeError(f"keep_on_device takes a tensor, a module or an optimizer, not "
+                        f"{type(obj).__name__}")
+    return obj
+
+
+def _optimizer_state(opt) -> list:
+    return [v for state in opt.state.values() for v in state.values()
+            if isinstance(v, torch.Tensor)]
 
 
 def is_kept_on_device(t: torch.Tensor) -> bool:
-    return bool(getattr(t, KEEP_ON_DEVICE, False))
+    if getattr(t, KEEP_ON_DEVICE, False):
+        return True
+    for opt in list(_KEPT_OPTIMIZERS):
+        if any(v is t for v in _optimizer_state(opt)):
+            setattr(t, KEEP_ON_DEVICE, True)
+            return True
+    return False
 
 
-def read_back(t: torch.Tensor) -> torch.Tensor:
-    """Copy the GPU's copy of a resident tensor into it (for keep_on_device tensors)."""
-    for r in list(Resident._pool.values()):
-        # GGUF weights (split or regrouped: a kind with a layout) are never written
-        if r.ref() is t and r.span is None and r.kind == base_kind(r.kind):
-            words = download(r.mgr, r.tensor, max(1, t.numel()))
-            with torch.no_grad():
-                t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
-                        .view(t.shape))
-            r.version = t._version
-            return t
-    return t        # never uploaded: the host copy is the only one
+def read_back(obj):
+    """Copy the GPU's copies of keep_on_device tensors into them where a program updated
+    them on the GPU since: a tensor, a module's parameters and buffers, or an optimizer's
+    parameters and state. Returns obj."""
+    if isinstance(obj, torch.optim.Optimizer):
+        tensors = [p for g in obj.param_groups for p in g["params"]] + _optimizer_state(obj)
+    elif isinstance(obj, torch.nn.Module):
+        tensors = [*obj.parameters(), *obj.buffers()]
+    else:
+        tensors = [obj]
+    refresh_host(tensors)
+    return obj
+
+
+def refresh_host(tensors) -> None:
+    """read_back the tensors among `tensors` whose GPU copy a program updated since (eager
+    code, such as a graph's nodes placed on the host, is about to read them)."""
+    if not Resident._newer:
+        return
+    for t in tensors:
+        r = Resident._newer.get(id(t)) if isinstance(t, torch.Tensor) else None
+        if r is not None and r.ref() is t:
+            _read_back_one(t, r)
+
+
+def _read_back_one(t: torch.Tensor, r: Resident) -> None:
+    words = download(r.mgr, r.tensor, max(1, t.numel()))
+    _stats["readback_bytes"] += 4 * words.size
+    with torch.no_grad():
+        t.copy_(torch.from_numpy(words.view(NUMPY_OF_KIND[r.kind]).copy()[:t.numel()])
+                .view(t.shape))
+    r.version = t._version
+    Resident._newer.pop(id(t), None)
 
 
 def _kp():
@@ -291,8 +349,11 @@ def _algorithm_key(d) -> tuple:
 
 class Program:
     """bumped[i]: the caller (aot_autograd's runtime wrapper) increments input i's
-    version after each call because the graph mutated it; a resident copy the
-    program updated itself must then expect that version, not upload again."""
+    version once per call because the graph mutates it, before it calls the graph.
+    A resident copy holds its tensor's value at the version the last upload or update
+    left (exactly: a training step's forward reading parameters that an optimizer step
+    updated on the GPU uploads nothing); a program that mutates the tensor accepts that
+    one bump more at its call, as the caller made it, not a write."""
 
     @serialised
     def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None, share=None):
@@ -381,13 +442,19 @@ class Program:
             self.mutations.append((i, staging[:max(1, args[i].numel())], plan.buffers[b].kind,
                                    r, bump))
         _count(self, held, staged)
+        self._out_bytes = sum(s.nbytes for s, _, kind, _ in self.outputs if kind != "const"
+                              and s is not None)
+        self._readback_bytes = sum(4 * rb.size() for _, rb in self._readbacks)
         # the fast check of the residents (see _residents_current)
         self._res_args = [i for i, _ in self.residents]
         self._res_refs = [r.ref for _, r in self.residents]
         self._res_ptrs = [r.ptr for _, r in self.residents]
         self._res_seen: list | None = None      # versions after the last call
-        moved = {id(m[3]) for m in self.mutations if m[3] is not None} | {id(k[1]) for k in self.kept}
+        moved = {id(m[3]): m[4] for m in self.mutations if m[3] is not None}
+        moved.update((id(r), bump) for _, r, bump in self.kept)
         self._res_moved = [n for n, (_, r) in enumerate(self.residents) if id(r) in moved]
+        # per resident: the bump its caller adds before each call (0 unless it is moved)
+        self._res_bump = [moved.get(id(r), 0) for _, r in self.residents]
         # one kp algorithm per kernel, constants, buffers and grid
         self._algorithms: dict = share._algorithms if share is not None else {}
         self.sequence, self._labels = self.record(plan.dispatches)
@@ -502,14 +569,26 @@ class Program:
             self._res_seen = None
             self._sync_residents(args)
             self._res_seen = [r.version for _, r in self.residents]
+        sent = 0
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
+            sent += words.nbytes
+        _stats["input_bytes"] += sent
+        _stats["output_bytes"] += self._out_bytes
+        _stats["readback_bytes"] += self._readback_bytes
         if self._checks is not None:
             self._checks[0] = 0
         if sequence is None and self.sequence is None:
             self.sequence, self._labels = self.record(self.plan.dispatches)
-        (sequence or self.sequence).eval()
+        try:
+            (sequence or self.sequence).eval()
+        except Exception as e:
+            if sequence is None:
+                self.sequence = None        # recorded again by the next call
+            raise SubmitError(f"the Vulkan submit of a compiled program ({len(self.plan.dispatches)} "
+                              f"kernels) failed: {e}. The next call records and submits it "
+                              "again; if the device was lost, restart the process") from e
         _stats["submits"] += 1
         if self._checks is not None and self._checks[0]:
             raise_failed_checks(self.plan.checks, int(self._checks[0]))
@@ -520,11 +599,12 @@ class Program:
             with torch.no_grad():
                 t.copy_(torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy()).view(t.shape))
             if r is not None:
-                r.version = t._version + bump    # the GPU copy already holds this value
-        for i, r, bump in self.kept:
-            r.version = args[i]._version + bump
-        for n in self._res_moved:           # what the caller's version bump will make them
-            self._res_seen[n] = self.residents[n][1].version
+                r.version = t._version          # the GPU copy holds this value
+        for i, r, _ in self.kept:
+            r.version = args[i]._version
+            Resident._newer[id(args[i])] = r
+        for n in self._res_moved:           # what the caller's bump before the next call makes them
+            self._res_seen[n] = self.residents[n][1].version + self._res_bump[n]
         out = []
         for staging, shape, kind, dtype in self.outputs:
             if staging is None:
@@ -546,10 +626,12 @@ class Program:
         one), with a progress bar when they add up to PROGRESS_BYTES or more (a model's
         first call)."""
         todo = []
-        for i, r in self.residents:
+        for n, (i, r) in enumerate(self.residents):
             t = args[i]
             if r.ref() is not t or r.ptr != t.data_ptr():
                 raise StaleBinding(i)
+            if self._res_bump[n] and t._version == r.version + 1:
+                r.version = t._version      # the caller's bump before this call: nothing written
             if r.stale(t):
                 todo.append((t, r))
         total = sum(r.nbytes() for _, r in todo)
@@ -566,18 +648,12 @@ class Program:
     def call_unwrapped(self, args, sequence=None):
         """__call__ for a caller that is not the aot_autograd wrapper the program was built
         for (a replay of its step, runtime/replay.py): it bumps the versions of the inputs
-        that wrapper would bump, before or after the call as the wrapper does, which the
-        GPU copies' versions show (torch 2.13 bumps before it: the copies are then one
-        version ahead), so the copies stay in step with them and are not uploaded again."""
-        moved = [(args[i], r) for i, r, bump in self.kept + [(m[0], m[3], m[4]) for m in self.mutations]
-                 if bump and r is not None]
-        before = bool(moved) and moved[0][1].version > moved[0][0]._version
-        if before:
-            _increment_versions(moved)
-        out = self(args, sequence)
-        if not before:
-            _increment_versions(moved)
-        return out
+        that wrapper would bump, before the call as the wrapper does, so the GPU copies
+        stay in step with them and are not uploaded again."""
+        _increment_versions([(args[i], r) for i, r, bump in
+                             self.kept + [(m[0], m[3], m[4]) for m in self.mutations]
+                             if bump and r is not None])
+        return self(args, sequence)
 
     def _report(self):
         ts = np.array(self.sequence.get_timestamps(), dtype=np.float64)
@@ -591,6 +667,10 @@ class Program:
                 plog.addHandler(logging.StreamHandler())
         plog.info(
             "GPU time per kernel:\n%s\n%10.1f us  total", "\n".join(rows), float(us.sum()))
+
+
+class SubmitError(RuntimeError):
+    """A compiled program's submit failed in the driver (out of memory, a lost device)."""
 
 
 class KernelIndexError(IndexError, RuntimeError):
