@@ -4,7 +4,10 @@
 backend, and whichever baselines apply (inductor CPU, torch CUDA, IREE on
 Vulkan), each after warm-up, and adds a Row per backend with its max error
 against the eager output of the same run. A backend that fails is recorded
-with its error, never left out silently.
+with its error, never left out silently (and the run exits non-zero, unless
+--keep-going). A graph our backend placed wholly on the host (as it does with
+prompt-sized graphs on a CPU Vulkan device such as lavapipe) is timed and checked
+all the same, its row marked "host", with no device time.
 """
 from __future__ import annotations
 
@@ -69,6 +72,17 @@ def max_abs(out, ref) -> tuple[float, float]:
     return err, scale
 
 
+def placement_of(reports) -> dict:
+    """Where a compiled model's graphs ran: "host" when every graph was placed on the host
+    (with the backend's reason), "vulkan" when any ran on Vulkan, "" when none was compiled."""
+    if not reports:
+        return {"placement": ""}
+    if all(r.host_reason is not None or not r.vulkan_nodes for r in reports):
+        reasons = sorted({r.host_reason for r in reports if r.host_reason})
+        return {"placement": "host", "host_reason": "; ".join(reasons) or "no node is supported on Vulkan"}
+    return {"placement": "vulkan"}
+
+
 @contextlib.contextmanager
 def _nothing():
     yield None
@@ -87,6 +101,7 @@ class Bench:
         self.targets: list[Target] = []
         self.notes = Notes()
         self.extra: dict = {}
+        self.failures: list[str] = []   # what failed outside a row (a model, a kernel sweep)
 
     # ------------------------------------------------------------------ bookkeeping
     @property
@@ -104,6 +119,12 @@ class Bench:
     def note(self, suite: str, text: str) -> None:
         self.notes.add(suite, text)
         log.info("%s: %s", suite, text)
+
+    def fail(self, suite: str, text: str) -> None:
+        """A note that also fails the run (cli's exit status): something meant to be measured
+        was not."""
+        self.note(suite, text)
+        self.failures.append(f"{suite}: {text}")
 
     def over_budget(self, suite: str, what: str) -> bool:
         """True (and noted) when the run's --budget is spent: ``what`` is not started."""
@@ -133,7 +154,9 @@ class Bench:
     def vulkan(self, model, inputs, profile: bool = True) -> dict:
         """Compile with backend="vulkan"; wall time per call, and (``profile``) the
         kernels' GPU time from a second, timestamped compile of the same model
-        (--quick: one timestamped compile serves both, to save time)."""
+        (--quick: one timestamped compile serves both, to save time). A model whose
+        graphs were all placed on the host has no kernels to time: its result says
+        ``placement`` "host" and why, and carries no device time."""
         import dynamo_vulkan
 
         _fresh()
@@ -148,11 +171,13 @@ class Bench:
                    "cpu_nodes": sum(len(r.cpu_nodes) for r in reports),
                    "vulkan_nodes": sum(len(r.vulkan_nodes) for r in reports),
                    "partitions": sum(r.partitions for r in reports)}
-            if both:
+            res.update(placement_of(reports))
+            on_device = res["placement"] != "host"
+            if both and on_device:
                 samples, res["kernels"] = gputime.kernel_ms_per_call(cap, lambda: cm(*inputs), ms.n)
                 res["gpu_ms"] = Stat.of(samples)
             del cm
-        if profile and not both:
+        if profile and not both and on_device:
             _fresh()
             with torch.no_grad(), gputime.profiled() as cap:
                 cp = torch.compile(model, backend="vulkan", dynamic=False)
@@ -185,7 +210,7 @@ class Bench:
             out = out.cpu() if isinstance(out, torch.Tensor) else tuple(o.cpu() for o in out)
         del m, xs
         torch.cuda.empty_cache()
-        return {"ms": gpu, "gpu_ms": gpu, "out": out}
+        return {"ms": gpu, "gpu_ms": gpu, "out": out, "ms_basis": "device"}
 
     # ------------------------------------------------------------------ one workload, every backend
     def compare(self, suite: str, workload: str, model, inputs: tuple, *, work: float | None = None,
@@ -215,7 +240,9 @@ class Bench:
                 return
             err, scale = max_abs(r["out"], ref)
             n = [extra_note] if extra_note else []
-            if r.get("cpu_nodes"):
+            if r.get("placement") == "host":
+                n.append(f"graph placed on the host: {r['host_reason']}")
+            elif r.get("cpu_nodes"):
                 n.append(f"{r['cpu_nodes']} node(s) on CPU")
             if r.get("compile_s") is not None:
                 n.append(f"compile {r['compile_s']:.1f}s")
@@ -223,8 +250,9 @@ class Bench:
                 suite, workload, backend, r["ms"], gpu_ms=r.get("gpu_ms"), work=work, unit=unit,
                 err=err, ref_scale=scale, tol=tol(scale) if tolerance else None,
                 speedup=eager_ms.median / r["ms"].median if r["ms"].median > 0 else None,
-                limit=limit if gpu_limit else None, limit_name=limit_name if gpu_limit else "",
-                kernels=r.get("kernels"), cpu_nodes=r.get("cpu_nodes"), note="; ".join(n)))
+                limit=limit if gpu_limit and r.get("placement") != "host" else None,
+                limit_name=limit_name if gpu_limit else "", kernels=r.get("kernels"), cpu_nodes=r.get("cpu_nodes"),
+                placement=r.get("placement", ""), ms_basis=r.get("ms_basis", "wall"), note="; ".join(n)))
 
         add("vulkan", lambda: self.vulkan(model, inputs, profile=profile), True)
         if inductor and self.opts.inductor:

@@ -39,7 +39,8 @@ def speedup(rows: list[Row], path: Path, title: str) -> Path | None:
             ys[id(r)] = y
             y += 1
         ticks.append((first + y - 1) / 2)
-        labels.append(f"{k[0]}: {k[1]}")
+        host = any(r.backend == "vulkan" and r.placement == "host" for r in group)
+        labels.append(f"{k[0]}: {k[1]}" + (" (vulkan: placed on the host)" if host else ""))
         y += 0.7
     fig, ax = plt.subplots(figsize=(10, 0.17 * y + 1.6))
     for b in COLORS:
@@ -51,7 +52,7 @@ def speedup(rows: list[Row], path: Path, title: str) -> Path | None:
     ax.set_xscale("log")
     ax.set_yticks(ticks, labels, fontsize=7)
     ax.set_ylim(y, -1)
-    ax.set_xlabel("speed-up over eager CPU (time per call; >1 is faster)")
+    ax.set_xlabel("speed-up over eager CPU (wall time per call, torch_cuda's device time; >1 is faster)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -71,7 +72,9 @@ def latency(rows: list[Row], path: Path, title: str) -> Path | None:
         ax.plot([r.ms.min, r.ms.max], [i, i], color=c, lw=0.8)
         ax.plot([r.ms.p10, r.ms.p90], [i, i], color=c, lw=4, alpha=0.6)
         ax.plot([r.ms.median], [i], "|", color="black", ms=9)
-    ax.set_yticks(range(len(rows)), [f"{r.workload} [{r.backend}]" for r in rows], fontsize=6)
+    ax.set_yticks(range(len(rows)), [f"{r.workload} [{r.backend}{', on host' if r.placement == 'host' else ''}"
+                                     f"{', device time' if r.ms_basis == 'device' else ''}]" for r in rows],
+                  fontsize=6)
     ax.invert_yaxis()
     ax.set_xscale("log")
     ax.set_xlabel("ms per call (thin: min-max, thick: p10-p90, tick: median)")

@@ -27,7 +27,8 @@ class Row:
     suite: str
     workload: str
     backend: str
-    ms: Stat | None                 # wall time per call (per token for decode, per compile for compile rows)
+    ms: Stat | None                 # time per call (per token for decode, per compile for compile rows): wall
+                                    # time, or device time where ms_basis says so (torch CUDA's events)
     gpu_ms: Stat | None = None      # device time: our kp timestamps (kernels only) or CUDA events
     work: float | None = None       # bytes, flops or tokens per call, in `unit`'s base
     unit: str = ""                  # "GB/s", "GFLOP/s" or "tok/s"
@@ -39,6 +40,8 @@ class Row:
     limit_name: str = ""
     kernels: int | None = None      # Vulkan kernels per call
     cpu_nodes: int | None = None    # nodes that fell back to the CPU
+    placement: str = ""             # our rows: "vulkan", or "host" where every graph was placed on the host
+    ms_basis: str = "wall"          # what `ms` measures: "wall" (host clock) or "device" (GPU events)
     note: str = ""
 
     @property
@@ -51,6 +54,11 @@ class Row:
     @property
     def basis(self) -> str:
         return "" if self.work is None else ("device" if self.gpu_ms else "wall")
+
+    @property
+    def failed(self) -> bool:
+        """Meant to be measured and not: the backend raised (``ms`` is None and the note says why)."""
+        return self.ms is None and self.note.startswith("failed")
 
     @property
     def of_limit(self) -> float | None:

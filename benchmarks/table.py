@@ -22,8 +22,18 @@ def _ok(r: Row) -> str:
     return "info" if ok is None and r.err is not None else ("-" if ok is None else ("ok" if ok else "FAIL"))
 
 
-ROW_HEADER = ("suite", "workload", "backend", "ms (median)", "ms p10-p90", "device ms", "throughput",
-              "x eager CPU", "% of limit", "max err", "err ok", "note")
+# "ms" is wall time per call, except where "ms is" says device (torch CUDA's events);
+# "device ms" is our kernels' GPU timestamps; a throughput says which of the two it is from
+ROW_HEADER = ("suite", "workload", "backend", "ran on", "ms (median)", "ms p10-p90", "ms is", "device ms",
+              "throughput (from)", "x eager CPU", "% of limit", "max err", "err ok", "note")
+
+
+def _ran_on(r: Row) -> str:
+    if r.failed:
+        return "failed"
+    if r.placement == "vulkan" and r.cpu_nodes:
+        return f"vulkan + {r.cpu_nodes} CPU node(s)"
+    return r.placement or "-"
 
 
 def rows_table(rows: list[Row]) -> str:
@@ -31,11 +41,12 @@ def rows_table(rows: list[Row]) -> str:
     for r in rows:
         tp = r.throughput
         cells = [
-            r.suite, r.workload, r.backend,
+            r.suite, r.workload, r.backend, _ran_on(r),
             num(r.ms.median) if r.ms else "-",
             f"{num(r.ms.p10)}-{num(r.ms.p90)} (n={r.ms.n})" if r.ms else "-",
+            r.ms_basis if r.ms else "-",
             num(r.gpu_ms.median) if r.gpu_ms else "-",
-            f"{num(tp)} {r.unit}" if tp is not None else "-",
+            f"{num(tp)} {r.unit} ({r.basis})" if tp is not None else "-",
             f"{r.speedup:.2f}x" if r.speedup else "-",
             f"{100 * r.of_limit:.0f}%" if r.of_limit else "-",
             num(r.err, 2) if r.err is not None else "-",

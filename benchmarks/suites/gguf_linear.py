@@ -80,7 +80,7 @@ def kernel_rows(bench) -> None:
         results = gguf_matvec.run(types=types, shapes=shapes, modes=(True,), log=log.info,
                                   **kw, **_budget(bench))
     except Exception as e:
-        bench.note("gguf_linear", f"gguf_matvec.run failed: {type(e).__name__}: {e}")
+        bench.fail("gguf_linear", f"gguf_matvec.run failed: {type(e).__name__}: {e}")
         return
     for r in results:
         floor = r.get("read_floor_GB_per_s")
@@ -113,7 +113,7 @@ def cuda_rows(bench, types, shapes, limit, limit_name) -> None:
         results = cuda_matvec.run([t for t in types if t in cuda_matvec.LAYOUT], shapes, log=log.info,
                                   **kw, **_budget(bench))
     except Exception as e:
-        bench.note("gguf_linear", f"cuda_matvec.run failed: {type(e).__name__}: {e}")
+        bench.fail("gguf_linear", f"cuda_matvec.run failed: {type(e).__name__}: {e}")
         return
     for r in results:
         _kernel_row(bench, r, "cuda_triton", limit, limit_name,

@@ -202,7 +202,7 @@ def run_default(bench, s: Settings) -> None:
             one_model(bench, label, path, what, done, s, eager_timing=s.eager, detailed=False)
         except Exception as e:
             log.exception("llm %s failed", label)
-            bench.note("llm", f"{label} failed: {type(e).__name__}: {e}")
+            bench.fail("llm", f"{label} failed: {type(e).__name__}: {e}")
         gc.collect()
         for c in done:
             bench.target(Target(f"{c.decode}: tok/s vs llama.cpp Vulkan", ("llm", c.decode, "vulkan"),
@@ -225,7 +225,7 @@ def run_given(bench, s: Settings) -> None:
             m = llm_models.resolve(entry, bench.opts.skeleton_dir, s.layers)
         except Exception as e:
             log.exception("llm %s: no model", entry)
-            bench.note("llm", f"{entry}: not run: {type(e).__name__}: {e}")
+            bench.fail("llm", f"{entry}: not run: {type(e).__name__}: {e}")
             continue
         bench.note("llm", f"{m.label}: {m.what}")
         big = m.path.stat().st_size > BIG_FILE
@@ -238,7 +238,7 @@ def run_given(bench, s: Settings) -> None:
             one_model(bench, m.label, m.path, m.what, done, s, eager_timing=timing, detailed=True)
         except Exception as e:
             log.exception("llm %s failed", m.label)
-            bench.note("llm", f"{m.label} failed: {type(e).__name__}: {e}")
+            bench.fail("llm", f"{m.label} failed: {type(e).__name__}: {e}")
         gc.collect()
         g = GIVEN_GOALS
         for c in done:
@@ -331,7 +331,10 @@ def _one_case(bench, model, tok, c: Case, compiled, reps: int, eager_check: bool
             c.ref = model(ids_t, pos0)
             step_t = torch.tensor([[int(c.ref.reshape(-1).argmax())]], dtype=torch.int64)
             ref_step = model(step_t, pos_t)
+    import dynamo_vulkan
+    before, fresh = len(dynamo_vulkan.reports()), compiled is None
     first = generate(model, text, tok, backend="vulkan", warmup=True, compiled=compiled, **kw)
+    reports = dynamo_vulkan.reports()[before:]
     compiled = first.extra["compiled"]
     runs = [generate(model, text, tok, backend="vulkan", warmup=False, compiled=compiled, **kw) for _ in range(reps)]
     c.tokens = tokens = runs[-1].tokens
@@ -359,6 +362,7 @@ def _one_case(bench, model, tok, c: Case, compiled, reps: int, eager_check: bool
                  [r.decode_s / r.decode_steps * 1e3 for r in runs], errs, eager_check,
                  f"{steps} decode steps x {reps} runs, {first.extra['steps_per_call']} per submit; "
                  f"compile+warm-up {first.warmup_s:.1f}s; {agreement}")
+    _placements(ours, reports, fresh)
     _speedups(c, ours)
     if work is not None:
         first_token = []
@@ -383,6 +387,24 @@ def _rows(bench, c: Case, backend: str, prefill_ms, step_ms, errs, tolerate: boo
     dec = bench.add(Row("llm", c.decode, backend, Stat.of(step_ms), work=1, unit="tok/s",
                         err=e_dec, ref_scale=s_dec, tol=tol(s_dec), note=note))
     return pre, dec
+
+
+def _placements(rows: tuple[Row, Row], reports, fresh: bool) -> None:
+    """Mark our prefill and decode rows with where their graphs ran (``reports``: those
+    compiled by the case's warm-up; ``fresh``: its decode step's among them). The backend
+    places a graph on the host by its matmuls' sizes (prompt-sized ones on a CPU Vulkan
+    device), so a graph on the host is the prompt's, and the decode step's too only where
+    every graph of a fresh compile was."""
+    from ..harness import placement_of
+
+    pre, dec = rows
+    hosted = [r for r in reports if placement_of([r])["placement"] == "host"]
+    pre.placement = dec.placement = "vulkan"
+    if hosted:
+        reason = placement_of(hosted)["host_reason"]
+        for r in (pre, dec) if fresh and len(hosted) == len(reports) else (pre,):
+            r.placement = "host"
+            r.note += f"; graph placed on the host: {reason}"
 
 
 def _speedups(c: Case, rows: tuple[Row, Row]) -> None:
