@@ -127,3 +127,92 @@ def test_optimizer_step_on_vulkan_equals_eager(name, foreach):
     for r in reports:
         assert not r.cpu_nodes, f"step graph nodes on the CPU: {r.cpu_nodes}"
     assert sum(len(r.vulkan_nodes) for r in reports) > 0
+
+
+
+def _traffic(before: dict) -> dict:
+    now = dynamo_vulkan.runtime_stats()
+    return {k: now[k] - before[k] for k in ("uploads", "upload_bytes", "readback_bytes")}
+
+
+def _train_mlp(keep: bool, steps: int = 5, batch: int = 4):
+    """A small MLP trained with a compiled forward-backward and a compiled SGD (momentum)
+    step beside its eager twin; the traffic counters of each step after the first two (the
+    first makes the momentum buffers, the second's graph reads them: its first call uploads
+    them)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 3))
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, foreach=True)
+            for m in (model, twin)]
+    if keep:
+        dynamo_vulkan.keep_on_device(model)
+        dynamo_vulkan.keep_on_device(opts[0])
+    x = torch.randn(batch, 6)
+    loss_of = compiled(lambda: model(x).square().mean())
+    step = compiled(opts[0].step)
+    traffic, losses = [], []
+    for i in range(steps):
+        before = dynamo_vulkan.runtime_stats()
+        for o in opts:
+            o.zero_grad()
+        loss = loss_of()
+        loss.backward()
+        step()
+        expected = twin(x).square().mean()
+        expected.backward()
+        opts[1].step()
+        losses.append((loss.detach(), expected.detach()))
+        if i >= 2:
+            traffic.append(_traffic(before))
+    return model, twin, opts, traffic, losses
+
+
+def _state_bytes(model) -> int:
+    """Bytes of the parameters and their momentum buffers (SGD's state)."""
+    return 2 * 4 * sum(p.numel() for p in model.parameters())
+
+
+def _assert_same_training(model, twin, opts, losses) -> None:
+    for got, expected in losses:
+        torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL)
+    for (name, p), q in zip(twin.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q, p, rtol=RTOL, atol=ATOL, msg=name)
+        torch.testing.assert_close(opts[0].state[q]["momentum_buffer"],
+                                   opts[1].state[p]["momentum_buffer"], rtol=RTOL, atol=ATOL)
+
+
+def test_parameters_updated_on_the_gpu_are_not_uploaded_again():
+    model, twin, opts, traffic, losses = _train_mlp(keep=False)
+    for t in traffic:      # each step copies the updated tensors back, and uploads nothing
+        assert t == {"uploads": 0, "upload_bytes": 0, "readback_bytes": _state_bytes(model)}, t
+    _assert_same_training(model, twin, opts, losses)
+
+
+def test_kept_parameters_and_state_are_read_back_only_when_asked():
+    model, twin, opts, traffic, losses = _train_mlp(keep=True)
+    assert traffic and all(t == {"uploads": 0, "upload_bytes": 0, "readback_bytes": 0}
+                           for t in traffic), traffic
+    assert not torch.equal(model[0].weight, twin[0].weight)      # the host copy is stale
+    before = dynamo_vulkan.runtime_stats()
+    dynamo_vulkan.read_back(model)
+    dynamo_vulkan.read_back(opts[0])
+    assert _traffic(before)["readback_bytes"] == _state_bytes(model)
+    _assert_same_training(model, twin, opts, losses)
+    before = dynamo_vulkan.runtime_stats()
+    dynamo_vulkan.read_back(model)                                # nothing newer on the GPU
+    assert _traffic(before)["readback_bytes"] == 0
+
+
+def test_kept_parameters_are_read_back_for_a_forward_placed_on_the_host(monkeypatch):
+    """On a CPU device a prompt-sized forward runs on the host: it reads the parameters
+    that the optimizer step updated on the GPU back first."""
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "host")
+    before = len(dynamo_vulkan.reports())
+    model, twin, opts, traffic, losses = _train_mlp(keep=True, batch=64)
+    forward = next(r for r in _new_reports(before) if r.kind == "forward")
+    if not forward.cpu_nodes:
+        pytest.skip("the device placed the forward on the GPU (not a CPU device)")
+    assert all(t["readback_bytes"] > 0 for t in traffic), traffic
+    dynamo_vulkan.read_back(opts[0])
+    _assert_same_training(model, twin, opts, losses)
