@@ -525,9 +525,10 @@ def _norm_feeds_matvecs(node, ctx: Context) -> bool:
     one_row = val.numel() == val.shape[-1]
 
     def takes_norm(u) -> bool:
+        if u.target is not GGUF_LINEAR or u.args[0] is not node:
+            return False
         rows, cols = u.args[3], u.args[4]
-        return u.target is GGUF_LINEAR and u.args[0] is node and (
-            rows <= NORM_MAX_ROWS or one_row and _int_dot_weight(ctx, u.args[2], rows, cols, True))
+        return rows <= NORM_MAX_ROWS or one_row and _int_dot_weight(ctx, u.args[2], rows, cols, True)
     return val.shape[-1] % 8 == 0 and isinstance(w, torch.fx.Node) and w.op == "placeholder" and \
         bool(node.users) and all(takes_norm(u) for u in node.users)
 

@@ -52,3 +52,18 @@ def test_row_kernels_either_side_of_the_cpu_row_threshold(n):
     y = torch.randn(37, n) * 3 + 1
     check(lambda t: (F.layer_norm(t, (n,)), t.sum(-1), t.var(-1), t.amax(-1), t.argmax(-1)), y)
     check(lambda t, w: torch.ops.dynamo_vulkan.rms_norm(t, w, 1e-6), y, torch.randn(n))
+
+
+@pytest.mark.parametrize("rows,n", [(1, 3584), (3, 5000), (1, 513), (2, 100)], ids=str)
+def test_few_long_rows_on_a_gpu_take_a_wide_workgroup(as_gpu, plans, rows, n):
+    """Planned as for a GPU: few long rows (a decode step's norm) get a workgroup wider than
+    WG, so each invocation loads a few elements instead of looping over dozens; short rows
+    keep WG. Softmax, log_softmax, layer norm and RMS norm, with a strided view."""
+    from dynamo_vulkan.lowering import rowwise
+    y = torch.randn(rows, n) * 3 + 1
+    x = torch.randn(n, rows).t()
+    check(lambda t: (F.softmax(t, -1), F.log_softmax(t, -1)), x)
+    check(lambda t: F.layer_norm(t, (n,)), y)
+    check(lambda t, w: torch.ops.dynamo_vulkan.rms_norm(t, w, 1e-6), y, torch.randn(n))
+    sizes = {d.spec[0] for p in plans[-3:] for d in p.dispatches if d.name.startswith("rowwise")}
+    assert sizes and all(s > rowwise.WG for s in sizes) == (n > 4 * rowwise.WG), sizes
