@@ -194,13 +194,21 @@ void fetch(uint tid, uint abase, uint bbase, uint m0, uint n0, uint k0, uint ken
 // that hi is within one bf16 step of x and lo holds the rest; infinities and NaN stay in
 // hi with lo 0. fp16 (16-bit tensors) converts as torch does: beyond 65504, infinity.
 void split(float x, out ET hi, out ET lo) {
-    float h = float(ET(x));
 #ifdef CM_BF16
+    // rounded to nearest even here, in fp32 bits: the driver's conversion may truncate
+    // (NVIDIA's does: medium's bf16 products lost 4x the accuracy, all biased one way)
+    uint bits = floatBitsToUint(x);
+    float h = isnan(x) ? x : uintBitsToFloat((bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u);
     if (isinf(h) && !isinf(x)) h = x > 0.0 ? ET_MAX : -ET_MAX;
+#else
+    float h = float(ET(x));
 #endif
     hi = ET(h);
 #ifdef SPLIT3
-    lo = (isinf(x) || isnan(x)) ? ET(0.0) : ET(x - h);
+    float r = x - h;           // exact in fp32; its bf16, rounded to nearest as above
+    uint rb = floatBitsToUint(r);
+    r = uintBitsToFloat((rb + 0x7fffu + ((rb >> 16) & 1u)) & 0xffff0000u);
+    lo = (isinf(x) || isnan(x)) ? ET(0.0) : ET(r);
 #else
     lo = ET(0.0);
 #endif
