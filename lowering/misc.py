@@ -1,7 +1,7 @@
 """Ops the coverage report showed users hit, built from the families:
 take / put (flat gathers and scatters), addmv / addbmm (matmul), median
 (rank selection), nonzero_static (a scan of the mask, then scatters), and
-native_dropout where it draws nothing (eval, p = 0 or p = 1)."""
+native_dropout (its mask drawn on the GPU from a seed per call)."""
 from __future__ import annotations
 
 import torch
@@ -165,19 +165,30 @@ def nanmedian(ctx, x, dim=None, keepdim=False):
     return vals, idx.with_layout(shape, contiguous_strides(shape), 0)
 
 
-def _dropout_check(node) -> str | None:
-    p, train = node.args[1], node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
-    if train is False or train is None or p in (0, 0.0, 1, 1.0):
-        return None
-    return (f"dropout with p={p} in training draws a random mask (the CPU's generator, "
-            "which the GPU cannot reproduce)")
+def _seed(ctx: Context) -> list[TRef]:
+    """The plan's two seed words (runtime/program.py fills them per call) as scalars."""
+    plan = ctx.plan
+    if plan.seed_buffer is None:
+        plan.seed_buffer = ctx.buffer(2, "input", "i32")
+    return [TRef(plan.seed_buffer, (), (), k, "i32") for k in (0, 1)]
 
 
-@lowering(aten.native_dropout.default, check=_dropout_check)
+@lowering(aten.native_dropout.default)
 def native_dropout(ctx, x, p, train):
-    """No randomness left to draw: kept all (eval or p = 0) or dropped all (p = 1)."""
+    """(x * mask * 1/(1-p), mask), mask keeping each element with probability 1 - p, in
+    eager's order of roundings (x times the 0/1 mask, then times the float scale). In
+    training the mask is drawn on the GPU from a seed that each call takes from torch's
+    default generator: torch.manual_seed makes a run repeat itself, but the mask is not
+    the one eager draws (the GPU has no copy of the CPU's generator). The backward reads
+    the mask the forward returned."""
     x = ctx.ref(x)
-    keep = not train or p == 0
-    out = ew(ctx, "$0" if keep else "0.0", [x], x.kind, compute=x.kind)
-    mask = ew(ctx, "true" if keep else "false", [x], "b", compute=x.kind)
+    if not train or p == 0 or p == 1:         # nothing to draw: all kept, or all dropped
+        keep = "true" if not train or p == 0 else "false"
+        mask = ew(ctx, keep, [x], "b", compute=x.kind)
+    else:
+        mask = ew(ctx, "dv_uniform(uint($i), $1, $2) >= $3", [x, *_seed(ctx), float(p)], "b",
+                  compute=None, helpers=("RANDOM_BITS",), shape=x.shape)   # dv_uniform: shaders/special.glsl
+    scale = 0.0 if p == 1 else 1.0 / (1.0 - p) if train else 1.0
+    out = ew(ctx, "($0 * ($1 ? 1.0 : 0.0)) * $2", [x, mask, scale], x.kind, compute=None,
+             result="f32")
     return out, mask

@@ -216,3 +216,54 @@ def test_kept_parameters_are_read_back_for_a_forward_placed_on_the_host(monkeypa
     assert all(t["readback_bytes"] > 0 for t in traffic), traffic
     dynamo_vulkan.read_back(opts[0])
     _assert_same_training(model, twin, opts, losses)
+
+
+def _dropout(p, training=True):
+    return compiled(lambda x: F.dropout(x, p, training=training))
+
+
+def _bound(p: float, n: int) -> float:
+    """Six standard deviations of a keep-rate over n draws."""
+    return 6 * (p * (1 - p) / n) ** 0.5
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.85])
+def test_dropout_on_vulkan_keeps_1_minus_p_and_scales_exactly(p):
+    before = len(dynamo_vulkan.reports())
+    x = torch.randn(61, 2 * 331)[:, ::2]             # odd sizes, not contiguous
+    y = _dropout(p)(x)
+    assert not any(r.cpu_nodes for r in _new_reports(before))
+    kept = y != 0
+    n = kept.numel()
+    assert abs(kept.float().mean().item() - (1 - p)) < _bound(p, n)
+    # neighbours draw independently: both kept as often as (1 - p)^2
+    both = (kept.reshape(-1)[:-1] & kept.reshape(-1)[1:]).float().mean().item()
+    assert abs(both - (1 - p) ** 2) < _bound((1 - p) ** 2, n)
+    assert torch.equal(y[kept], x[kept] * (1 / (1 - p)))       # eager's float scale, exactly
+    second = _dropout(p)(x) != 0                     # a new mask each call
+    assert not torch.equal(second, kept)
+
+
+def test_dropout_mask_repeats_with_the_seed_and_the_backward_reuses_it():
+    torch.manual_seed(3)
+    x = torch.randn(37, 53, requires_grad=True)
+    g = torch.randn(37, 53)
+    step = _dropout(0.3)
+    torch.manual_seed(11)
+    y = step(x)
+    y.backward(g)
+    torch.manual_seed(11)
+    assert torch.equal(step(x), y)                   # the seed repeats the mask
+    kept = y != 0
+    torch.testing.assert_close(x.grad, g * kept * (1 / 0.7), rtol=0, atol=0)
+    reports = dynamo_vulkan.reports()[-2:]
+    assert [r.kind for r in reports] == ["forward", "backward"]
+    assert not any(r.cpu_nodes for r in reports)
+
+
+@pytest.mark.parametrize("p,training", [(0.0, True), (1.0, True), (0.4, False)])
+def test_dropout_that_draws_nothing(p, training):
+    x = torch.randn(5, 7)
+    x[0, 0] = float("nan")
+    torch.testing.assert_close(_dropout(p, training)(x), F.dropout(x, p, training=training),
+                               equal_nan=True, rtol=0, atol=0)

@@ -108,6 +108,9 @@ class Plan:
     # failed (runtime/program.py raises it; checks from the 32nd on share the last bit)
     check_buffer: int | None = None
     checks: list[str] = field(default_factory=list)
+    # two words that the program fills from torch's default generator before each submit
+    # (the seed of random kernels: dropout's mask)
+    seed_buffer: int | None = None
 
     def describe(self) -> str:
         lines = [f"buffers: {len(self.buffers)} "
@@ -397,6 +400,10 @@ def check_plan(plan: Plan) -> None:
         index(plan.check_buffer, nb, "check_buffer")
     if plan.checks and plan.check_buffer is None:
         _fail("checks", "checks without a check_buffer")
+    if plan.seed_buffer is not None:
+        index(plan.seed_buffer, nb, "seed_buffer")
+        if plan.buffers[plan.seed_buffer].role != "input" or plan.buffers[plan.seed_buffer].words < 2:
+            _fail("seed_buffer", "the seed buffer is not an input of two words")
     _check_sources(plan)
 
 

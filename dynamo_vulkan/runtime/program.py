@@ -423,6 +423,8 @@ class Program:
                                      getattr(torch, o.dtype.replace("torch.", ""))))
         # the kernels' check word (runtime checks: plan.checks), zeroed before each submit
         self._checks = None if plan.check_buffer is None else self._staging[plan.check_buffer]
+        # random kernels' seed, drawn from torch's default generator per call
+        self._seed = None if plan.seed_buffer is None else self._staging[plan.seed_buffer]
         self.mutations = []        # (arg index, staging words, kind, Resident or None, bump)
         self.kept = []             # (arg index, Resident, bump): updated on the GPU only
         self._readbacks = []       # (resident kp tensor, device tensor it is copied into)
@@ -517,6 +519,8 @@ class Program:
         ins = [self.tensors[b] for s in plan.inputs if not s.resident for b in s.buffers()]
         if plan.check_buffer is not None:
             ins.append(self.tensors[plan.check_buffer])
+        if plan.seed_buffer is not None:
+            ins.append(self.tensors[plan.seed_buffer])
         labels = []
         if ins:
             seq.record(kp.OpTensorSyncDevice(ins))
@@ -579,6 +583,8 @@ class Program:
         _stats["readback_bytes"] += self._readback_bytes
         if self._checks is not None:
             self._checks[0] = 0
+        if self._seed is not None:
+            self._seed[:2] = torch.randint(0, 1 << 32, (2,)).numpy().astype(np.uint32)
         if sequence is None and self.sequence is None:
             self.sequence, self._labels = self.record(self.plan.dispatches)
         try:
