@@ -153,6 +153,10 @@ class Config:
         "fp32 matmuls: exact fp32 (highest), or on tensor cores where the device has bf16 ones, "
         "as bf16x3 (high) or bf16 (medium); default torch.get_float32_matmul_precision() at compile time",
         key=True)
+    glslc_coopmat: Path | None = _setting(       # None: shaders.default_coopmat_glslc(), else PATH
+        "DYNAMO_VULKAN_GLSLC_COOPMAT", _path(None), "FILE",
+        "the glslc for tensor-core kernels (default: the one scripts/setup.sh puts in the venv, "
+        "else `glslc-coopmat` on PATH; without one, fp32 kernels)")
     cache_enabled: bool = _setting(
         "DYNAMO_VULKAN_CACHE", _flag(True), "1\\|0", "the on-disk cache of SPIR-V and plans (default on)")
     cache_dir: Path = _setting(

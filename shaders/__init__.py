@@ -27,14 +27,14 @@ def default_coopmat_glslc() -> Path:
 
 
 def coopmat_glslc() -> str | None:
-    """The glslc for NEW_GLSL_EXTENSIONS kernels: DYNAMO_VULKAN_GLSLC_COOPMAT (an error if
-    it names no executable), else the set-up location, else `glslc-coopmat` on PATH, else
+    """The glslc for NEW_GLSL_EXTENSIONS kernels: the config's glslc_coopmat
+    (DYNAMO_VULKAN_GLSLC_COOPMAT; an error if it names no executable), else the set-up location, else `glslc-coopmat` on PATH, else
     None (the tensor-core kernels are then not chosen)."""
-    given = os.environ.get(COOPMAT_GLSLC_ENV, "").strip()
-    if given:
-        path = Path(given).expanduser()
+    from dynamo_vulkan import config
+    path = config.current().glslc_coopmat
+    if path is not None:
         if not (path.is_file() and os.access(path, os.X_OK)):
-            raise CoopmatGlslcMissing(f"{COOPMAT_GLSLC_ENV}={given!r} is not an executable file "
+            raise CoopmatGlslcMissing(f"{COOPMAT_GLSLC_ENV}={str(path)!r} is not an executable file "
                                       "(scripts/glslc_coopmat.sh install DIR makes DIR/glslc-coopmat)")
         return str(path)
     default = default_coopmat_glslc()
