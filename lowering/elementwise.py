@@ -70,7 +70,7 @@ def _scalar_spec(value, kind: str) -> int:
 def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | None = None,
        out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
        scatter: list[tuple[int, int, int]] = (), accumulate: bool | str = False,
-       gather: list[tuple[int, int, int, int]] = (), preamble: str = "",
+       gather: list[tuple[int, int, int, int]] = (), helpers: tuple = (),
        check: tuple[TRef, int] | None = None, wrap: bool = True) -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
@@ -91,7 +91,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     wrap: negative scatter/gather indices count from the end (x[idx], index_put, take);
       without it they are out of range (gather, scatter).
     `$i` in expr is the element's flat index (int) in the output shape.
-    preamble: GLSL functions that expr calls, placed before the kernel.
+    helpers: the shaders/special.glsl functions expr calls (NEED_<name> defines).
     Lazy operands (fusion.py) are folded into expr; with ctx.defer_next set, a
     plain expression is returned as a Lazy instead of being dispatched."""
     if any(isinstance(o, Lazy) for o in operands):
@@ -99,7 +99,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
                                                       result, shape)
     # an int64 overflow check (checks.glsl) stays in an elementwise kernel, which flushes it:
     # a kernel that computes a Lazy as it loads (fusion.row_loader) would drop it
-    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, preamble) and \
+    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, helpers) and \
             "_ck(" not in expr:
         ctx.defer_next = False
         if shape is None:
@@ -246,7 +246,8 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
 
     defines = {
         "VARIANT": f"{len(tensors)}in{nd}d" + ("v4" if vec else ""),
-        "SPEC_DECLS": " ".join(decls) + (" " + " ".join(preamble.split()) if preamble else ""),
+        "SPEC_DECLS": " ".join(decls),
+        **{f"NEED_{h}": 1 for h in helpers},
         "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
         "INDEX_CODE": " ".join(index + loads),
         # precise: the driver may not fold x - x, x * 0 or x * 0 + 1 to constants (NaN and inf

@@ -17,8 +17,6 @@ OPS = {
     ("prod", "f32"): ("1.0", "(a * b)"), ("prod", "i32"): ("1", "(a * b)"),
     ("logsumexp", "f32"): (NEG_INF, "lse_(a, b)"),
 }
-LSE = (f"float lse_(float a, float b) {{ float m = max(a, b); if (isinf(m) && m < 0.0) return m; "
-       f"if (isnan(a) || isnan(b)) return a + b; return m + log(1.0 + exp(min(a, b) - m)); }}")
 
 
 def scan(ctx: Context, x: TRef, dim: int, op: str, out_kind: str) -> TRef:
@@ -41,8 +39,10 @@ def scan(ctx: Context, x: TRef, dim: int, op: str, out_kind: str) -> TRef:
     defines = {"VARIANT": f"{op}_{x.kind}", "ACC_T": glsl, "INIT": f"{glsl}({init})",
                "COMBINE(a, b)": combine, "LOAD(w)": load,
                "STORE(v)": "st_f32(v)" if acc == "f32" else "st_i32(v)",
-               "SPEC_DECLS": " ".join(decls + ([LSE] if op == "logsumexp" else [])),
+               "SPEC_DECLS": " ".join(decls),
                "ROW_INDEX": " ".join(code)}
+    if op == "logsumexp":
+        defines["NEED_LSE"] = 1          # lse_ from shaders/special.glsl
     bindings = [out, x]
     val = ctx.node.meta.get("val") if ctx.node is not None else None
     if op in ("sum", "prod") and acc == "i32" and isinstance(val, torch.Tensor) and \

@@ -35,7 +35,14 @@ bvec4 isinf_bits(vec4 x) { return equal(floatBitsToUint(x) & 0x7fffffffu, uvec4(
 const float M_SQRT1_2 = 0.70710678118654752440;
 const float M_2_SQRTPI = 1.12837916709551257390;
 
-// erf with |error| < 1.2e-7 (Numerical Recipes erfc, Chebyshev fit).
+// erfc(z) for z = |x| >= 0 (Numerical Recipes erfc, Chebyshev fit): relative error < 1.2e-7
+float erfc_fit_(float z) {
+    float t = 1.0 / (1.0 + 0.5 * z);
+    return t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
+           t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
+           t * (-0.82215223 + t * 0.17087277)))))))));
+}
+// erf with |error| < 1.2e-7
 float erf_f(float x) {
     float z = abs(x);
     if (z < 0.5) {  // the Taylor series: 1 - erfc cancels near 0
@@ -43,18 +50,11 @@ float erf_f(float x) {
         return M_2_SQRTPI * x * (1.0 - q * (1.0 / 3.0 - q * (0.1 - q * (1.0 / 42.0 - q * (1.0 / 216.0
                - q * (1.0 / 1320.0))))));
     }
-    float t = 1.0 / (1.0 + 0.5 * z);
-    float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
-              t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
-              t * (-0.82215223 + t * 0.17087277)))))))));
+    float r = erfc_fit_(z);
     return x >= 0.0 ? 1.0 - r : r - 1.0;
 }
-float erfc_f(float x) {  // the same fit, relative error < 1.2e-7 everywhere
-    float z = abs(x);
-    float t = 1.0 / (1.0 + 0.5 * z);
-    float r = t * exp(-z * z - 1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 +
-              t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 +
-              t * (-0.82215223 + t * 0.17087277)))))))));
+float erfc_f(float x) {
+    float r = erfc_fit_(abs(x));
     return x >= 0.0 ? r : 2.0 - r;
 }
 // log1p / expm1 near 0 by series (drivers' log and exp are only accurate in

@@ -4,6 +4,7 @@
 // specialisation constants; lowering/elementwise.py declares the variants
 // (NIN, NDIM, operand kinds, EXPR) and writes the SPEC_DECLS/INDEX macros.
 #include "common.glsl"
+#include "special.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NUMEL = 1;
 SPEC_DECLS

@@ -4,6 +4,7 @@
 // associative COMBINE works. Rows are addressed through the kept dims' strides
 // (spec constants), the scanned dim through IN_RS / OUT_RS.
 #include "common.glsl"
+#include "special.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 1;
 layout(constant_id = 2) const uint N = 1;

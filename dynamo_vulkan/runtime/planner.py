@@ -22,6 +22,8 @@ from dynamo_vulkan.lowering.elementwise import copy_to, ew
 
 from dynamo_vulkan.lowering.gguf import packed_input, place_packed
 
+from dynamo_vulkan.shaders.families import ShaderDefineError
+
 from .plan import InputSpec, OutputSpec, Plan, words_of
 
 
@@ -109,7 +111,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             ctx.residual_added = False
             try:
                 values[node] = rule.fn(ctx, *args_, **kwargs)
-            except LoweringError:
+            except (LoweringError, ShaderDefineError):     # the latter: a rule's bug, not a fallback
                 raise
             except Exception as e:
                 raise LoweringError(f"lowering {node.format_node()} failed: {e}") from e

@@ -47,7 +47,10 @@ def sources_hash() -> str:
 
 def kernel_source(family: str, defines: dict) -> tuple[str, str]:
     """(key, GLSL) of shaders/<family>.comp specialised by `defines` (#defines at its head,
-    which head_defines reads back); the key names it in a Plan's sources."""
+    which head_defines reads back); the key names it in a Plan's sources. The defines must
+    be ones the family declares (shaders/families.py: ShaderDefineError otherwise)."""
+    from ..shaders import families
+    families.check(family, defines)
     head = ["#version 450"] + [f"#define {k} {v}" for k, v in defines.items()]
     source = "\n".join(head) + "\n" + read(f"{family}.comp")
     return cache.digest(source), source
