@@ -21,7 +21,7 @@ ATTENTION = torch.ops.dynamo_vulkan.attention.default
 
 WG = 256         # invocations per workgroup (and keys per chunk, one invocation each)
 # ... on a CPU device (lavapipe), where a workgroup's idle invocations and barriers cost
-# the CPU's time: SmolLM2's 128-token prefill attention 59.8 -> 19.2 ms a layer
+# the CPU's time (docs/journal.md, session 29)
 CPU_WG = 32
 CPU_ROWS = 8     # query rows per subgroup in the CPU_LANES variant (prompts on a CPU device)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
@@ -37,8 +37,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 def cpu_lanes(caps: dict, rows: int) -> bool:
     """Whether a prompt's attention (rows > 1) takes the CPU_LANES variant: a CPU device
-    with subgroups of 8 lanes or more (SmolLM2's 128-token prompt on lavapipe: 13.6 ms a
-    layer with a workgroup of 32 per query row, CPU_ROWS rows a subgroup this way)."""
+    with subgroups of 8 lanes or more (faster there than a workgroup per query row:
+    docs/journal.md, session 29)."""
     return rows > 1 and has_cpu_lanes(caps)
 
 
@@ -56,8 +56,7 @@ def split_invocations_per_key(dims: int) -> int:
 def splits_keys(caps: dict, rows: int, keys: int, wg: int, split_tpk: int) -> bool:
     """Whether the keys are split across workgroups: few query rows (decode) over more
     than one chunk of keys, on a GPU. Not on lavapipe, whose two or so threads are kept
-    busy by a workgroup per row: there SmolLM2's decode attention took 19.9 ms a step
-    split, 4.5 ms not."""
+    busy by a workgroup per row (split, it is 4x slower there: docs/journal.md)."""
     return rows < SPLIT_ROWS and keys > wg // split_tpk and not device.is_cpu(caps)
 
 
@@ -177,9 +176,8 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     if splits > 1:
         defines["MASK_FIRST"] = 1
     if device.is_cpu(ctx.caps):
-        # lavapipe: a masked chunk's skip still costs its mask loads and two barriers,
-        # 6 ms a call for 20 live keys of 2048 (SmolLM2's shapes), so the live range is
-        # found first
+        # lavapipe: a masked chunk's skip still costs its mask loads and two barriers, so
+        # the live range is found first (docs/journal.md, session 29)
         defines["LIVE_RANGE"] = 1
     spec[-2] = split_keys
     # bindings: out, q, k, v, mask, then what the variant adds
@@ -200,8 +198,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         bindings.append(ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32)))
     disjoint = []
     # the step's K/V rows computed here: a GPU saves the barrier after the scatters. Not
-    # on lavapipe, a CPU device, where it made SmolLM2's decode attention 16x slower
-    # (10.9 ms a layer against 0.67 ms with the rows read from the caches)
+    # on lavapipe, a CPU device, where it is many times slower (docs/journal.md, session 29)
     if t == 1 and not device.is_cpu(ctx.caps):
         kn = _new_row(ctx, k, hkv, d, "k", len(bindings) + 1)
         vn = _new_row(ctx, v, hkv, dv, "v", len(bindings) + 1 + len(kn[1].buffers)) if kn else None

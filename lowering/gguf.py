@@ -311,10 +311,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         # a subgroup per row (partial sums meet in one subgroupAdd, several rows per
         # workgroup) unless there are too few rows to fill the GPU that way
         # long rows on a GPU: the workgroup's threads share each row group, and the longest
-        # share their x loads across two rows (H100, Q4_0 4096 x 14336: 23 us, against 29
-        # with a subgroup per row; Q8_0 576 x 1536: 5.7 us against 6.9; rows of 576 stay
-        # faster with a subgroup each). Not on lavapipe, a CPU device, where a subgroup per
-        # row stays faster (Q8_0 2048 x 2048: 3.3 ms, against 5.1-8.0 ms)
+        # share their x loads across two rows. Not on lavapipe, a CPU device, where a
+        # subgroup per row stays faster (docs/journal.md, session 29)
         chunks = k // 8
         long_rows = chunks >= MV_WG_CHUNKS and not cpu
         tpr = sg if n >= MV_SUBGROUP_ROWS and sg < wg and wg % sg == 0 and not long_rows else wg
@@ -507,9 +505,8 @@ def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: 
 def _recompute_costs() -> bool:
     """Whether a mat-vec prologue's recomputation (every row group normalising x or
     computing silu(gate) * up again) costs more than the kernel it saves: on a CPU
-    Vulkan device (lavapipe) compute is the bottleneck, not the barrier between kernels.
-    Measured on lavapipe, SmolLM2's down projection with silu * up folded in took
-    6.8 ms against about 2 ms for the two kernels."""
+    Vulkan device (lavapipe) compute is the bottleneck, not the barrier between kernels
+    (docs/journal.md, session 29)."""
     return device.is_cpu()
 
 

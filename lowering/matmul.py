@@ -64,8 +64,7 @@ class Tile:
 # GPUs: the largest tile first (most arithmetic per shared-memory read); a smaller one
 # when the large tiles would be too few to fill the GPU even with K split.
 GPU_TILES = (Tile(128, 128, 8, 8, 8), Tile(128, 64, 8, 8, 4), Tile(64, 64, 16, 4, 4))
-# CPU devices (lavapipe): measured there, 128x128 ran 1.6x faster than 64x64 (and the
-# 64x64 tile of 16x16 threads before this kernel 3.8x slower)
+# CPU devices (lavapipe): the large tile is the faster there too (docs/journal.md, session 29)
 CPU_TILE = Tile(128, 128, 8, 8, 8)
 # Vulkan's minimum limits (16 KiB shared memory, 128 invocations) hold this one
 SMALL_TILE = Tile(32, 32, 8, 4, 4)
@@ -76,7 +75,7 @@ MV_WG = 64       # its workgroup size (a subgroup, for short K)
 COLS_M = 16      # rows up to which B contiguous along n takes the COLS mat-vec kernel
 COLS_MIN_WEIGHT = 1 << 16   # ... with B of at least this many elements (or more rows than
 # SKINNY_M): below, B's reads are too few for coalescing to matter, and the one-workgroup-
-# per-column kernel is shorter (H100, 50 chained x[1,16] @ W[16,16]: 4.2 vs 4.9 us each)
+# per-column kernel is shorter (docs/journal.md, session 29)
 COLS_WG = 256    # COLS: threads per workgroup at most
 COLS_MIN_ROWS = 16       # ... k-rows per thread at least (loads per thread in flight)
 COLS_TARGET_WGS = 256    # ... workgroups wanted on a GPU (K split across them)

@@ -19,7 +19,7 @@ RMS_NORM = torch.ops.dynamo_vulkan.rms_norm.default
 WG = 128
 # Few rows (a decode step's norm) on a GPU: a workgroup of up to this many invocations per
 # row, so each loads a few elements of a long row rather than looping over dozens of
-# dependent loads (a 3584-wide row with 128 invocations: 28 loads each, ~17 us on an H100)
+# dependent loads (docs/journal.md, session 29)
 FEW_ROWS = 64
 FEW_ROWS_WG = 1024
 

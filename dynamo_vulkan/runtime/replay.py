@@ -4,10 +4,10 @@ The Plan of a compiled step (token [1, 1] and position [1] in, the greedy token 
 is copied k times into one sequence, and between copies a one-invocation kernel
 (shaders/step_feed.comp) feeds each step's token to the next and sets its position
 from the call's k positions. The GPU thus runs k steps per submit, while torch.compile
-traces and lowers one step: the k-step graph's tracing and lowering grew with k (H100,
-SmolLM2: 8 steps 80 s, 16 steps 155 s), and every call of it also paid Dynamo's and
-aot_autograd's wrappers (0.26 ms) and the Program's checks of its hundreds of inputs
-(0.28 ms), which the replay pays once per k tokens. The idea is CUDA graphs' replay in
+traces and lowers one step: a k-step graph's tracing and lowering grows with k, and
+every call of it pays Dynamo's and aot_autograd's wrappers and the Program's checks of
+its hundreds of inputs, which the replay pays once per k tokens (docs/journal.md,
+session 29, has the numbers). The idea is CUDA graphs' replay in
 torch.compile's "reduce-overhead" mode, with the feedback done on the GPU.
 """
 from __future__ import annotations
