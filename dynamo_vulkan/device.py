@@ -7,12 +7,9 @@ a GPU is preferred to a CPU implementation such as lavapipe.
 """
 from __future__ import annotations
 
-import logging
 import threading
 
 from . import prerequisites, vkinfo
-
-log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _managers: dict[int, object] = {}

@@ -23,8 +23,6 @@ from ..gguf.gpu_layout import gpu_rows
 from . import shaders
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
 
-log = logging.getLogger(__name__)
-
 # Vulkan flag values (vulkan_core.h) for kp.OpMemoryBarrier.
 SHADER_READ, SHADER_WRITE = 0x20, 0x40
 TRANSFER_READ, TRANSFER_WRITE = 0x800, 0x1000
