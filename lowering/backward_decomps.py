@@ -1,10 +1,11 @@
 """Decompositions of backward ops into ops that have lowerings, so a training step's
 backward graph runs on Vulkan without kernels of its own.
 
-torch._decomp has none for `convolution_backward` or the CPU flash attention's backward;
-both are written here from their definitions: the gradients of a convolution are
-convolutions (the input's a transposed one, the weight's one of the input with the
-output's gradient as its kernel), and attention's are the math form's matrix products,
+torch._decomp has none for `convolution_backward`, adaptive average pooling's backward
+or the CPU flash attention's backward; each is written here from its definition: the
+gradients of a convolution are convolutions (the input's a transposed one, the weight's
+one of the input with the output's gradient as its kernel), pooling's are two matrix
+products with the windows' weights, and attention's are the math form's matrix products,
 recomputing the probabilities from the logsumexp that the forward saved.
 """
 from __future__ import annotations
@@ -92,8 +93,29 @@ def flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp
     return gq.to(query.dtype), gk.to(key.dtype), gv.to(value.dtype)
 
 
+def _pool_weights(size: int, out: int, like: torch.Tensor) -> torch.Tensor:
+    """(size, out): 1/len(window j) where input position i lies in adaptive pooling window j
+    (windows [floor(j size / out), ceil((j + 1) size / out)), as torch's kernels take them)."""
+    j = torch.arange(out, device=like.device)
+    start = (j * size) // out
+    end = ((j + 1) * size + out - 1) // out
+    i = torch.arange(size, device=like.device).unsqueeze(1)
+    inside = (i >= start) & (i < end)
+    return inside.to(like.dtype) / (end - start).to(like.dtype)
+
+
+def adaptive_avg_pool2d_backward(grad_output, input):
+    """The input's gradient of adaptive average pooling: each output's gradient spread
+    evenly over its window. The window weights separate into rows and columns, so it is
+    two matrix products: rows (H, oh) @ grad (.., oh, ow) @ columns (W, ow)^T."""
+    rows = _pool_weights(int(input.shape[-2]), int(grad_output.shape[-2]), grad_output)
+    cols = _pool_weights(int(input.shape[-1]), int(grad_output.shape[-1]), grad_output)
+    return torch.matmul(torch.matmul(rows, grad_output), cols.transpose(0, 1))
+
+
 # backward op -> its decomposition into lowered ops
 BACKWARD_DECOMPOSITIONS = {
+    aten._adaptive_avg_pool2d_backward.default: adaptive_avg_pool2d_backward,
     aten.convolution_backward.default: convolution_backward,
     aten._scaled_dot_product_flash_attention_for_cpu_backward.default:
         flash_attention_for_cpu_backward,

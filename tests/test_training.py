@@ -56,8 +56,8 @@ def _mlp():
 
 def _cnn():
     torch.manual_seed(0)
-    model = SmallCNN(channels=(3, 4, 8), classes=5, pooled=1)
-    x, y = torch.randn(2, 3, 9, 9), torch.randint(0, 5, (2,))
+    model = SmallCNN(channels=(3, 4, 8), classes=5, pooled=3)     # overlapping pool windows
+    x, y = torch.randn(2, 3, 11, 11), torch.randint(0, 5, (2,))
     return model, lambda m: F.cross_entropy(m(x), y)
 
 
@@ -267,3 +267,17 @@ def test_dropout_that_draws_nothing(p, training):
     x[0, 0] = float("nan")
     torch.testing.assert_close(_dropout(p, training)(x), F.dropout(x, p, training=training),
                                equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("size,out", [((7, 5), (3, 2)), ((2, 2), (3, 3))], ids=["shrink", "overlap"])
+def test_adaptive_avg_pool_backward_on_vulkan(size, out):
+    x = torch.randn(2, 3, *size, requires_grad=True)
+    g = torch.randn(2, 3, *out)
+    twin = x.detach().clone().requires_grad_()
+    before = len(dynamo_vulkan.reports())
+    compiled(lambda x: F.adaptive_avg_pool2d(x, out))(x).backward(g)
+    F.adaptive_avg_pool2d(twin, out).backward(g)
+    torch.testing.assert_close(x.grad, twin.grad, rtol=RTOL, atol=ATOL)
+    reports = _new_reports(before)
+    assert [r.kind for r in reports] == ["forward", "backward"]
+    assert not any(r.cpu_nodes for r in reports)
