@@ -1,7 +1,7 @@
 """Where a decode step's GPU time goes: per-kernel GPU timestamps of greedy decode steps,
 grouped by kernel, beside the bytes each group reads.
 
-    python -m benchmarks.decode_profile --models smollm2 llama-7b.json.gz --steps 16
+    python -m dynamo_vulkan.benchmarks.decode_profile --models smollm2 llama-7b.json.gz --steps 16
 
 Runs generate() with DYNAMO_VULKAN_PROFILE=1 (timestamps around every dispatch; each
 costs about a microsecond that an unprofiled step does not pay), collects the
@@ -53,8 +53,8 @@ def summarise(rows: list[tuple[str, str, float]], steps: int) -> list[tuple[str,
 
 def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int | None = None,
                   dump: bool = False) -> None:
-    from benchmarks.llm_models import resolve
-    from benchmarks.llm_work import model_work
+    from .llm_models import resolve
+    from .llm_work import model_work
     from dynamo_vulkan.generate import generate, load
 
     bench = resolve(entry, skeleton_dir, layers)
