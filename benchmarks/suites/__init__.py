@@ -1,7 +1,8 @@
 """One module per suite; each has DESCRIPTION and run(bench). Order here is run order."""
 from importlib import import_module
 
-NAMES = ("elementwise", "matmul", "mlp", "block", "compile", "small_kernels", "gguf_linear", "llm")
+NAMES = ("elementwise", "matmul", "mlp", "block", "compile", "small_kernels", "gguf_linear", "llm",
+         "train")
 
 
 def load(name: str):
