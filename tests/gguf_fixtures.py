@@ -325,6 +325,20 @@ ARCH_MODELS = {
                        kv_extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 8.0,
                                  "rope.scaling.original_context_length": 2048, "rope.scaling.attn_factor": 0.9},
                        types={"attn_q": "Q8_0", "ffn_gate": "F16"}),
+    # Ministral 3 style: YaRN with the file's betas and log multiplier, a head dim of its own
+    "mistral3": dict(arch="mistral3", pre="tekken", n_layers=2, hidden=96, heads=6, kv=2, head_dim=32, ffn=128,
+                     seed=24, context=65536,
+                     kv_extra={"rope.scaling.type": "yarn", "rope.scaling.factor": 16.0,
+                               "rope.scaling.original_context_length": 4096, "rope.scaling.yarn_beta_fast": 8.0,
+                               "rope.scaling.yarn_beta_slow": 4.0, "rope.scaling.yarn_log_multiplier": 1.0},
+                     types={"attn_k": "Q8_0", "ffn_up": "F16", "output": "Q8_0"}),
+    # ... and Llama 4's attention temperature, whose floor length llama.cpp takes from the
+    # original context (3 here, so that it matters within the test's ten positions)
+    "mistral3-temp": dict(arch="mistral3", pre="tekken", n_layers=2, hidden=64, heads=4, kv=1, ffn=96, seed=25,
+                          context=4096,
+                          kv_extra={"attention.temperature_scale": 0.5, "attention.temperature_length": 4096,
+                                    "rope.scaling.original_context_length": 3},
+                          types={"attn_v": "Q8_0", "ffn_down": "F16"}),
 }
 
 

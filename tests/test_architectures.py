@@ -50,10 +50,11 @@ REL = {"f32": 1e-4, "f32-gelu": 1e-3, "quant": 4e-2}
 # compiled too: fused q|k|v and gate|up with LongRoPE tables, soft-capped attention, norms
 # over whole projections and no pre norms, granite's multipliers, YaRN tables (qwen2's
 # biased and qwen3's normed projections are the kernels llama's and gemma3's tests compile)
-COMPILED = ("phi3", "gemma2", "olmo2", "granite", "qwen2-yarn")
+COMPILED = ("phi3", "gemma2", "olmo2", "granite", "qwen2-yarn", "mistral3-temp")
 
 # run by the peer's Python in a subprocess: jobs [{path, tokens}] on stdin, base64
-# float32 logits [T, vocab] of each on stdout
+# float32 logits [T, vocab] of each on stdout; YaRN's betas from the file where the
+# architecture reads them, as llama-cli does (llama-cpp-python's defaults would force 32/1)
 LLAMACPP_SCRIPT = r"""
 import base64, json, sys
 import numpy as np
@@ -61,7 +62,7 @@ import llama_cpp
 out = {}
 for job in json.load(sys.stdin):
     llm = llama_cpp.Llama(model_path=job["path"], n_gpu_layers=0, logits_all=True, n_ctx=256, n_batch=256,
-                          n_threads=2, type_k=0, type_v=0, verbose=False)
+                          n_threads=2, type_k=0, type_v=0, yarn_beta_fast=-1.0, yarn_beta_slow=-1.0, verbose=False)
     llm.eval(job["tokens"])
     s = np.ascontiguousarray(np.asarray(llm.scores[:len(job["tokens"])], dtype=np.float32))
     out[job["path"]] = base64.b64encode(s.tobytes()).decode()
@@ -219,6 +220,12 @@ def test_configs_follow_llamacpp(files):
     ly = cfg["llama-yarn"]
     assert ly.rope_yarn.orig_context == 2048 and ly.rope_attn_factor == pytest.approx(0.9) and not ly.rope_neox
     assert cfg["qwen2"].rope_yarn is None and cfg["mistral"].rope_yarn is None
+    m3 = cfg["mistral3"]
+    assert not m3.rope_neox and m3.head_dim == 32 and m3.attn_temp_scale == 0.0
+    assert (m3.rope_yarn.beta_fast, m3.rope_yarn.beta_slow, m3.rope_yarn.log_mul) == (8.0, 4.0, 1.0)
+    assert y.rope_yarn.log_mul == 0.0   # read for mistral3 only, as llama.cpp does
+    mt = cfg["mistral3-temp"]
+    assert mt.attn_temp_scale == 0.5 and mt.attn_temp_length == 3 and mt.rope_yarn is None
 
 
 def test_yarn_tables_follow_ggml():
@@ -331,6 +338,10 @@ BAD_METADATA = [
     ("granite", {"residual_scale": float("nan")}, r"residual_scale = nan "),
     ("granite", {"embedding_scale": -2.0}, r"embedding_scale = -2\.0 "),
     ("granite", {"attention.scale": float("inf")}, r"attention\.scale = inf "),
+    ("mistral3", {"rope.scaling.yarn_beta_fast": -1.0}, r"yarn_beta_fast = -1\.0 "),
+    ("mistral3", {"rope.scaling.yarn_log_multiplier": float("nan")}, r"yarn_log_multiplier = nan "),
+    ("mistral3-temp", {"attention.temperature_scale": -0.5}, r"temperature_scale = -0\.5 "),
+    ("mistral3", {"rope.dimension_count": 16}, r"rope\.dimension_count = 16 .*mistral3"),
     ("granite", {"rope.scaling.finetuned": False}, r"rope\.scaling\.finetuned = False .*without RoPE"),
     ("qwen2", {"rope.scaling.factor": float("nan")}, r"rope\.scaling\.factor = nan "),
     ("qwen2", {"attention.head_count_kv": [2, 1]}, r"per-layer .*head_count_kv"),

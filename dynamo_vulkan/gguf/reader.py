@@ -33,7 +33,8 @@ from .quants import dequantize, quant_info, qtype_name
 __all__ = ["GGUFFile", "TensorInfo", "open_gguf", "SUPPORTED_ARCHITECTURES", "GGUFError"]
 
 # models/config.py builds each
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2", "granite")
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "olmo2", "granite",
+                           "mistral3")
 
 _MISSING = object()
 _COPY_PIECE = 16 << 20   # bytes of a tensor copied out of the mapping at a time (raw)

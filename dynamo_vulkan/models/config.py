@@ -22,7 +22,7 @@ context). Each rotated pair i mixes the interpolated angle (position / factor) w
 extrapolated one by a ramp that is 1 below the correction dim ``low`` and 0 above
 ``high``; cos and sin are multiplied by ``0.1 ln(factor) + 1`` (llama.cpp's net
 magnitude scale once its context cancels the kernel's own). It is supported on
-architectures whose every layer is global (llama, qwen2, qwen3, olmo2, granite).
+architectures whose every layer is global (llama, qwen2, qwen3, olmo2, granite, mistral3).
 
 llama (SmolLM2, Llama 1/2/3, Mistral)
     RoPE of type NORM (rotation of adjacent pairs; llama.cpp's converter permuted the Q/K
@@ -71,6 +71,14 @@ granite
     ``residual_scale``, q.k by ``attention.scale`` in place of 1/sqrt(head_dim), and the
     logits divided by ``logit_scale``; 0 or absent means no scaling (llama.cpp's
     defaults). ``rope.scaling.finetuned`` = false (no RoPE) is refused.
+mistral3 (the text decoder of Mistral Small 3.x / Ministral 3 files)
+    As llama, with YaRN read further: ``rope.scaling.yarn_beta_fast`` / ``yarn_beta_slow``
+    (defaults 32 / 1) and ``yarn_log_multiplier`` m (the magnitude becomes
+    mscale(1) / mscale(m), mscale(m) = 1 + 0.1 m ln(factor)); q.k scaled by
+    ``attention.scale`` if set; Llama 4's attention temperature when
+    ``attention.temperature_scale`` s > 0: q at position p times 1 + s ln(floor(p / L) + 1),
+    where llama.cpp takes L from ``rope.scaling.original_context_length`` (default the
+    trained context), not from ``attention.temperature_length``.
 
 llama.cpp's converter stores Gemma's norm weights as (1 + w), so every norm here is a
 plain ``x / rms(x) * w``.
@@ -100,7 +108,7 @@ MAX_WINDOW = (1 << 31) - 1
 _MISSING = object()
 # architectures whose every layer attends globally with the file's rope scaling: YaRN's
 # ramp and magnitude apply to all of them alike
-_YARN_ARCHS = ("llama", "qwen2", "qwen3", "olmo2", "granite")
+_YARN_ARCHS = ("llama", "qwen2", "qwen3", "olmo2", "granite", "mistral3")
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,7 @@ class YarnScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     ext_factor: float = 1.0
+    log_mul: float = 0.0  # rope.scaling.yarn_log_multiplier (mistral3): divides the magnitude by its mscale
 
 
 @dataclass
@@ -150,6 +159,10 @@ class DecoderConfig:
     post_norms: bool = False  # gemma's norms after attention and after the FFN
     final_logit_softcap: float | None = None
     residual_scale: float = 1.0  # multiplies each residual branch (granite)
+    # Llama 4's attention temperature (mistral3): q at position p is multiplied by
+    # 1 + attn_temp_scale * ln(floor(p / attn_temp_length) + 1); 0: none
+    attn_temp_scale: float = 0.0
+    attn_temp_length: int = 1
     logit_scale: float = 1.0  # logits are divided by it (granite)
     tied_embeddings: bool = True
 
@@ -226,7 +239,12 @@ def _rope_scaling(m: _Fields, ctx: int) -> tuple[float, YarnScaling | None]:
         raise GGUFError(f"{m.f.path}: rope scaling 'yarn' ({m.arch}.rope.scaling.type) is supported for "
                         f"{', '.join(_YARN_ARCHS)}, not {m.arch} (whose local layers llama.cpp scales apart)")
     orig = m.count("rope.scaling.original_context_length", 1, MAX_CONTEXT, ctx)
-    return 1.0 / factor, YarnScaling(orig_context=orig)
+    if m.arch != "mistral3":
+        return 1.0 / factor, YarnScaling(orig_context=orig)
+    return 1.0 / factor, YarnScaling(orig_context=orig,
+                                     beta_fast=m.real("rope.scaling.yarn_beta_fast", 32.0, hi=1e6),
+                                     beta_slow=m.real("rope.scaling.yarn_beta_slow", 1.0, hi=1e6),
+                                     log_mul=m.real("rope.scaling.yarn_log_multiplier", 0.0, positive=False, hi=1e3))
 
 
 def _disabled_scale(m: _Fields, key: str) -> float:
@@ -300,6 +318,19 @@ def config_from_gguf(f) -> DecoderConfig:
             embed_scale=embed_scale or None,
             residual_scale=_disabled_scale(m, "residual_scale"),
             logit_scale=m.real("logit_scale", hi=1e6),
+        )
+    if arch == "mistral3":
+        if rope_dim != head_dim:
+            raise m.error("rope.dimension_count", rope_dim, f"the head dim {head_dim} (mistral3 rotates whole heads)")
+        temp = m.real("attention.temperature_scale", 0.0, positive=False, hi=1e3)
+        attn_scale = m.real("attention.scale", 0.0, positive=False, hi=1e6)
+        return DecoderConfig(
+            **common, **(plain_layers | dict(attn_scale=attn_scale or plain_layers["attn_scale"])),
+            rope_neox=False,
+            rope_factors="rope_freqs.weight" if f.has_tensor("rope_freqs.weight") else None,
+            attn_temp_scale=temp,
+            # llama.cpp's floor length is the original context (attention.temperature_length unread)
+            attn_temp_length=m.count("rope.scaling.original_context_length", 1, MAX_CONTEXT, ctx),
         )
     if arch == "olmo2":
         if n_heads * head_dim != hidden or v_head_dim != head_dim or rope_dim != head_dim:

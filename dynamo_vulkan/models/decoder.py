@@ -78,7 +78,8 @@ def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_fac
 
     With ``yarn``, pair i's angle mixes the scaled angle with the unscaled one by
     :func:`yarn_ramp`, and the magnitude grows by ``1 + 0.1 ln(1 / freq_scale)`` where that
-    is above 1 (llama.cpp's mscale for YaRN once its context cancels ggml's own)."""
+    is above 1, divided by ``1 + 0.1 m ln(1 / freq_scale)`` with a log multiplier m
+    (llama.cpp's mscale for YaRN once its context cancels ggml's own)."""
     inv = base ** (-torch.arange(0, rot, 2, dtype=torch.float64) / rot)
     if freq_factors is not None:
         inv = inv / freq_factors.to(torch.float64).reshape(-1)[: rot // 2]
@@ -89,8 +90,18 @@ def rope_tables(base: float, freq_scale: float, rot: int, max_ctx: int, freq_fac
         mix = yarn_ramp(yarn, base, rot)
         ang = torch.outer(t, inv * (freq_scale * (1 - mix) + mix))
         if freq_scale < 1:
-            attn_factor = attn_factor * (1 + 0.1 * math.log(1 / freq_scale))
+            mscale = 1 + 0.1 * math.log(1 / freq_scale)
+            if yarn.log_mul:
+                mscale /= 1 + 0.1 * yarn.log_mul * math.log(1 / freq_scale)
+            attn_factor = attn_factor * mscale
     return (torch.cos(ang) * attn_factor).to(torch.float32), (torch.sin(ang) * attn_factor).to(torch.float32)
+
+
+def attention_temperature(cfg: DecoderConfig, max_ctx: int) -> torch.Tensor:
+    """[max_ctx] factors of q by position: ``1 + s * ln(floor(p / length) + 1)`` (llama.cpp's
+    llm_graph_input_attn_temp), in float32 as llama.cpp sets them."""
+    p = torch.arange(max_ctx, dtype=torch.float64)
+    return (torch.log(torch.floor(p / cfg.attn_temp_length) + 1) * cfg.attn_temp_scale + 1).to(torch.float32)
 
 
 def pair_tables(cos: torch.Tensor, sin: torch.Tensor, neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,6 +170,9 @@ class Attention(nn.Module):
         k_shape = (self.n_kv, max_ctx) + (self.k_pairs or (self.head_dim,))
         self.register_buffer("k_cache", torch.zeros(k_shape), persistent=False)
         self.register_buffer("v_cache", torch.zeros(self.n_kv, max_ctx, self.v_head_dim), persistent=False)
+        # Llama 4's attention temperature of each position (mistral3), or None
+        self.register_buffer("q_temp", attention_temperature(cfg, max_ctx) if cfg.attn_temp_scale else None,
+                             persistent=False)
         # Compiled for Vulkan, the caches live on the GPU between steps (no copy back per
         # token); read_cache() brings them to the host.
         keep_on_device(self.k_cache)
@@ -181,6 +195,8 @@ class Attention(nn.Module):
             q = self.q_norm(q)
             k = self.k_norm(k)
         q = apply_rope(q, cos, sin, self.rot, self.neox, self.scale)
+        if self.q_temp is not None:
+            q = q * self.q_temp.index_select(0, pos).unsqueeze(-1)
         k = apply_rope(k, cos, sin, self.rot, self.neox, flat=self.k_pairs is None)
         self.k_cache.index_copy_(1, pos, k)
         self.v_cache.index_copy_(1, pos, v)
