@@ -45,16 +45,18 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         b, t = idx.shape
-        drop = self.dropout if self.training else 0.0
         x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for blk in self.blocks:
             q, k, v = blk.qkv(blk.ln1(x)).split(x.shape[-1], -1)
             q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + F.dropout(blk.proj(a.transpose(1, 2).reshape(b, t, -1)), drop, self.training)
-            x = x + F.dropout(blk.out(F.gelu(blk.fc(blk.ln2(x)))), drop, self.training)
+            x = x + self._drop(blk.proj(a.transpose(1, 2).reshape(b, t, -1)))
+            x = x + self._drop(blk.out(F.gelu(blk.fc(blk.ln2(x)))))
         logits = self.head(self.lnf(x))
         return F.cross_entropy(logits.view(-1, self.vocab), targets.view(-1))
+
+    def _drop(self, x):
+        return F.dropout(x, self.dropout, True) if self.training and self.dropout else x
 
 
 def token_stream(vocab: int, length: int, seed: int = 0) -> torch.Tensor:
