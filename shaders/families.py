@@ -66,7 +66,7 @@ FAMILIES: dict[str, Family] = {
     "gguf_matvec_idot": _f("", "MAXSG NR RESIDUAL", extra=GGUF_QTYPES),
     "gguf_xplanes": _f("", "MAXWG NIBBLES NORM X_LAZY"),
     "grid_sample": _f("", "ALIGN BICUBIC BORDER DIM3 NEAREST REFLECTION", "BILINEAR ZEROS"),
-    "histogram": _f("SPEC_DECLS X_INDEX", "LOCAL SEARCH WEIGHTED"),
+    "histogram": _f("SPEC_DECLS X_INDEX", "LOCAL SEARCH WEIGHTED", "LINEAR"),
     "histogramdd": _f("", "SEARCH WEIGHTED", "LOCAL"),
     "matmul": _f("", "A_ALONG_K A_VEC4 B_ALONG_K B_VEC4 BK BM BN CPU_LANES CL_MR CL_NC CL_WG "
                      "HAS_BIAS OUT_VEC4 TM TN"),
