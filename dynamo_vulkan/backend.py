@@ -38,6 +38,7 @@ _EAGER = object()   # marks a signature whose partition runs eagerly on the CPU
 PROGRAMS_KEPT = 8
 SHAPES_WARNED = 32   # programs built for one partition (input shapes) before a warning
 _captures: list[list] = []   # open capture_partitions() lists
+_graph_sinks: list = []      # open models/precompiled.Capture objects: the graphs traced for them
 
 
 @contextlib.contextmanager
@@ -225,25 +226,30 @@ class VulkanSubgraph(torch.nn.Module):
 
 
 def compile_graph(gm: fx.GraphModule, example_inputs, cfg: config.Config | None = None,
-                  kind: str = "graph"):
+                  kind: str = "graph", inputs_meta: tuple[set, set] | None = None):
     """aot_autograd's compiler of each graph (kind: forward, backward or inference):
-    partition, wrap each Vulkan partition, keep the rest eager."""
+    partition, wrap each Vulkan partition, keep the rest eager. inputs_meta: (static,
+    bumped) input indices where no aot_autograd metadata gives them (a stored graph)."""
     cfg = cfg or config.load()
     with config.using(cfg):
-        return _compile_graph(gm, cfg, kind)
+        return _compile_graph(gm, cfg, kind, inputs_meta)
 
 
-def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str):
+def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_meta=None):
     gid = next(_graph_ids)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     # the metadata's indices are the forward's inputs: a backward graph's are saved
     # activations and gradients, none of them resident
     static = _fw_metadata_indices("static_input_indices") if kind != "backward" else set()
-    static_nodes = {n.name for i, n in enumerate(placeholders) if i in static}
     bumped = (_fw_metadata_indices("mutated_graph_handled_indices_seen_by_autograd")
               if kind != "backward" else set())
+    if inputs_meta is not None:
+        static, bumped = inputs_meta
+    static_nodes = {n.name for i, n in enumerate(placeholders) if i in static}
     bumped_nodes = {n.name for i, n in enumerate(placeholders) if i in bumped}
     inline_regions(gm)      # nested compile regions: one flat graph for the partitions
+    for sink in _graph_sinks:
+        sink.aot_graph(gm, kind, static, bumped)
     original = gm.code
     gm, report = partition(gm, gid, kind)
     _reports.append(report)
@@ -305,6 +311,8 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, options: dict | None = No
         _warn_once("no-device", f"dynamo_vulkan: {reason}; running the model on the CPU")
         return gm.forward
     device.set_fence_spin(cfg.fence_spin_us, cfg.device_index)
+    for sink in _graph_sinks:
+        sink.dynamo_graph(gm)
     return aot_autograd(
         fw_compiler=lambda g, ex: compile_graph(g, ex, cfg, "forward"),
         bw_compiler=lambda g, ex: compile_graph(g, ex, cfg, "backward"),

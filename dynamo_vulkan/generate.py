@@ -243,7 +243,11 @@ def compile_decoder(model, backend: str = "vulkan"):
         return model(*args, **kwargs)
     own = types.FunctionType(call.__code__.replace(co_name=f"{type(model).__name__}_{id(model):x}"),
                              call.__globals__, call.__name__, call.__defaults__, call.__closure__)
-    return torch.compile(own, backend=backend, dynamic=False, options=options)
+    compiled = torch.compile(own, backend=backend, dynamic=False, options=options)
+    if backend != "vulkan":
+        return compiled
+    from .models.precompiled import Precompiled   # its traced graphs kept in the disk cache
+    return Precompiled(model, compiled)
 
 
 # Greedy decode steps per GPU submit by default. A replayed step (StepReplay) runs up to

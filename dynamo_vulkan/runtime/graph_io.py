@@ -1,0 +1,247 @@
+"""A flat ATen FX graph as data (JSON), for the disk cache: what a new process needs to
+compile a traced graph again without Dynamo and AOT tracing it (models/precompiled.py).
+
+Nodes are stored in order with their targets by name: ATen and custom operators
+(OpOverloads, looked up in torch.ops on load) and a fixed set of Python operators on
+sizes. Arguments are nodes, numbers (floats as hex, exact), strings, dtypes, devices,
+layouts, memory formats and lists of these. Anything else makes the graph
+unstorable (GraphFormatError), never pickled. Placeholders keep their shapes, with a
+size symbol's name where a dimension is dynamic; the other nodes' metadata is
+propagated again on load (fake tensors), as the partitioner needs it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import operator
+
+import torch
+import torch.fx as fx
+
+FORMAT = 1
+
+# Python callables a traced graph may call on sizes (Dynamo/AOT write these for symbolic
+# shapes), by the names stored for them
+_PYTHON_OPS = {f"operator.{n}": getattr(operator, n) for n in (
+    "getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "neg", "pow",
+    "eq", "ne", "lt", "le", "gt", "ge")}
+_PYTHON_OPS.update({"torch.sym_max": torch.sym_max, "torch.sym_min": torch.sym_min,
+                    "torch.sym_not": torch.sym_not, "math.ceil": math.ceil, "math.floor": math.floor})
+_NAME_OF_PYTHON_OP = {id(f): n for n, f in _PYTHON_OPS.items()}
+_DTYPES = {str(d): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+_LAYOUTS = {str(v): v for v in vars(torch).values() if isinstance(v, torch.layout)}
+_FORMATS = {str(v): v for v in vars(torch).values() if isinstance(v, torch.memory_format)}
+
+
+class GraphFormatError(ValueError):
+    """A graph that cannot be stored as data, or stored bytes that are not such a graph."""
+
+
+def _target_name(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return f"op:{target._schema.name}.{target._overloadname}"
+    name = _NAME_OF_PYTHON_OP.get(id(target))
+    if name is None:
+        raise GraphFormatError(f"the graph calls {target!r}, which is not an operator overload "
+                               "or a known size operation")
+    return name
+
+
+def _target(name: str):
+    if name.startswith("op:"):
+        qual, _, overload = name[3:].rpartition(".")
+        ns, _, op = qual.partition("::")
+        try:
+            found = getattr(getattr(getattr(torch.ops, ns), op), overload)
+        except (AttributeError, RuntimeError) as e:
+            raise GraphFormatError(f"operator {name[3:]} is not registered in this process: {e}") from None
+        if not isinstance(found, torch._ops.OpOverload):
+            raise GraphFormatError(f"{name[3:]} is not an operator overload")
+        return found
+    if name not in _PYTHON_OPS:
+        raise GraphFormatError(f"unknown graph target {name!r}")
+    return _PYTHON_OPS[name]
+
+
+def _encode(a):
+    if isinstance(a, fx.Node):
+        return {"node": a.name}
+    if a is None or isinstance(a, (bool, str)):
+        return a
+    if isinstance(a, int):
+        return a
+    if isinstance(a, float):
+        return {"float": a.hex()}
+    if isinstance(a, (list, tuple)):
+        return {"tuple" if isinstance(a, tuple) else "list": [_encode(x) for x in a]}
+    if isinstance(a, torch.dtype):
+        return {"dtype": str(a)}
+    if isinstance(a, torch.device):
+        return {"device": str(a)}
+    if isinstance(a, torch.layout):
+        return {"layout": str(a)}
+    if isinstance(a, torch.memory_format):
+        return {"memory_format": str(a)}
+    raise GraphFormatError(f"an argument of type {type(a).__name__} ({a!r}) cannot be stored")
+
+
+def _decode(a, nodes: dict):
+    if a is None or isinstance(a, (bool, int, str)):
+        return a
+    if not isinstance(a, dict) or len(a) != 1:
+        raise GraphFormatError(f"malformed argument {a!r}")
+    (kind, v), = a.items()
+    try:
+        if kind == "node":
+            return nodes[v]
+        if kind == "float":
+            return float.fromhex(v)
+        if kind in ("list", "tuple"):
+            items = [_decode(x, nodes) for x in v]
+            return tuple(items) if kind == "tuple" else items
+        if kind == "dtype":
+            return _DTYPES[v]
+        if kind == "device":
+            return torch.device(v)
+        if kind == "layout":
+            return _LAYOUTS[v]
+        if kind == "memory_format":
+            return _FORMATS[v]
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise GraphFormatError(f"malformed argument {a!r}: {e}") from None
+    raise GraphFormatError(f"unknown argument kind {kind!r}")
+
+
+def _size(d) -> int | str:
+    """A stored dimension: an int, or the name of the size symbol it is."""
+    if isinstance(d, int):
+        return d
+    if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+        return str(d.node.expr)
+    raise GraphFormatError(f"dimension {d} is an expression, not one size symbol")
+
+
+def placeholder_spec(val) -> dict:
+    """What a placeholder is: a tensor's dtype and shape (contiguous when a size is a
+    symbol), or a size symbol."""
+    if isinstance(val, torch.SymInt):
+        return {"symint": _size(val)}
+    if isinstance(val, int) and not isinstance(val, bool):
+        return {"int": val}
+    if not isinstance(val, torch.Tensor):
+        raise GraphFormatError(f"a placeholder holds {type(val).__name__}, not a tensor or size")
+    shape = [_size(d) for d in val.shape]
+    if all(isinstance(d, int) for d in shape):
+        stride = [int(s) for s in val.stride()]
+    elif val.is_contiguous():
+        stride = None
+    else:
+        raise GraphFormatError("a tensor of dynamic shape that is not contiguous")
+    return {"dtype": str(val.dtype), "shape": shape, "stride": stride}
+
+
+def graph_to_bytes(gm: fx.GraphModule) -> bytes:
+    """The graph as JSON bytes; GraphFormatError if it holds what cannot be stored
+    (attributes, modules, other callables or argument types)."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            out.append({"op": "placeholder", "name": n.name, "spec": placeholder_spec(n.meta.get("val"))})
+        elif n.op == "call_function":
+            out.append({"op": "call_function", "name": n.name, "target": _target_name(n.target),
+                        "args": _encode(tuple(n.args)), "kwargs": _encode(list(n.kwargs.items()))})
+        elif n.op == "output":
+            out.append({"op": "output", "name": n.name, "args": _encode(tuple(n.args))})
+        else:
+            raise GraphFormatError(f"node {n.name} is a {n.op}, which is not stored")
+    return json.dumps({"format": FORMAT, "nodes": out}, separators=(",", ":")).encode()
+
+
+def graph_from_bytes(blob: bytes) -> tuple[fx.GraphModule, list[dict]]:
+    """(GraphModule without metadata, its placeholders' specs) of graph_to_bytes' bytes;
+    GraphFormatError for anything else."""
+    try:
+        doc = json.loads(blob)
+        if doc.get("format") != FORMAT:
+            raise GraphFormatError(f"graph format {doc.get('format')!r}, not {FORMAT}")
+        graph, nodes, specs = fx.Graph(), {}, []
+        for rec in doc["nodes"]:
+            op, name = rec["op"], rec["name"]
+            if not isinstance(name, str) or name in nodes:
+                raise GraphFormatError(f"bad or repeated node name {name!r}")
+            if op == "placeholder":
+                node = graph.placeholder(name)
+                specs.append(rec["spec"])
+            elif op == "call_function":
+                kwargs = _decode(rec["kwargs"], nodes)
+                node = graph.call_function(_target(rec["target"]), _decode(rec["args"], nodes),
+                                           {str(k): v for k, v in kwargs})
+            elif op == "output":
+                (result,) = _decode(rec["args"], nodes)
+                node = graph.output(result)
+            else:
+                raise GraphFormatError(f"node kind {op!r} is not stored")
+            node.name = name
+            nodes[name] = node
+        if [n.op for n in graph.nodes].count("output") != 1 or next(reversed(graph.nodes)).op != "output":
+            raise GraphFormatError("a stored graph ends with its one output")
+        graph.lint()
+        gm = fx.GraphModule(torch.nn.Module(), graph)
+    except GraphFormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, RuntimeError, SyntaxError) as e:
+        raise GraphFormatError(f"not a stored graph: {type(e).__name__}: {e}") from None
+    return gm, specs
+
+
+def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
+    """Set every node's meta["val"] from fake tensors made for `args` (the real inputs the
+    graph is called with first): each dimension a spec names by a symbol becomes a size
+    symbol of a fresh shape environment, so the graph stays dynamic in it as it was
+    traced. Returns the fake inputs. GraphFormatError where `args` do not fit the specs."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    if len(specs) != len(args):
+        raise GraphFormatError(f"the graph takes {len(specs)} inputs, {len(args)} given")
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    symbols: dict[str, object] = {}
+    fakes: list = [None] * len(args)
+    for i, (spec, a) in enumerate(zip(specs, args)):     # tensors first: they make the symbols
+        if "dtype" not in spec:
+            continue
+        if not isinstance(a, torch.Tensor) or str(a.dtype) != spec["dtype"] or a.dim() != len(spec["shape"]):
+            raise GraphFormatError(f"input {i} is not a {spec['dtype']} tensor of {len(spec['shape'])} dims")
+        dyn = [isinstance(d, str) for d in spec["shape"]]
+        for d, size in zip(spec["shape"], a.shape):
+            if not isinstance(d, str) and d != size:
+                raise GraphFormatError(f"input {i} has shape {tuple(a.shape)}, not {spec['shape']}")
+        if spec["stride"] is not None and list(a.stride()) != spec["stride"]:
+            raise GraphFormatError(f"input {i} has strides {a.stride()}, not {spec['stride']}")
+        if any(dyn):
+            ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC if x else DimDynamic.STATIC
+                                                          for x in dyn])
+            fakes[i] = mode.from_tensor(a, source=ConstantSource(f"input{i}"), symbolic_context=ctx)
+            for d, size in zip(spec["shape"], fakes[i].shape):
+                if isinstance(d, str):
+                    if d in symbols and symbols[d] is not size and str(symbols[d]) != str(size):
+                        raise GraphFormatError(f"size {d} is given two values")
+                    symbols.setdefault(d, size)
+        else:
+            fakes[i] = mode.from_tensor(a, static_shapes=True)
+    for i, (spec, a) in enumerate(zip(specs, args)):
+        if "symint" in spec:
+            if spec["symint"] not in symbols or int(a) != int(symbols[spec["symint"]].node.hint):
+                raise GraphFormatError(f"input {i} (size {spec['symint']}) does not match its tensor")
+            fakes[i] = symbols[spec["symint"]]
+        elif "int" in spec:
+            if isinstance(a, bool) or not isinstance(a, int) or a != spec["int"]:
+                raise GraphFormatError(f"input {i} is {a!r}, not {spec['int']}")
+            fakes[i] = a
+    with mode:
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+    for n, f in zip((n for n in gm.graph.nodes if n.op == "placeholder"), fakes):
+        n.meta["val"] = f
+    return fakes

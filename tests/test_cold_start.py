@@ -1,0 +1,274 @@
+"""A compiled decoder's traced graphs persist across processes (models/precompiled.py,
+runtime/graph_io.py): a new decoder (or a new process) with the same structure loads them
+from the disk cache instead of tracing with Dynamo and AOT autograd, and generates the
+same tokens as eager; a changed model structure or setting makes a new entry; a damaged
+or malformed entry is rejected and traced again."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.fx as fx
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+import dynamo_vulkan  # noqa: E402
+from dynamo_vulkan import backend, cache  # noqa: E402
+from dynamo_vulkan.generate import compile_decoder, generate  # noqa: E402
+from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
+from dynamo_vulkan.models import load_model  # noqa: E402
+from dynamo_vulkan.models.precompiled import Precompiled, fingerprint  # noqa: E402
+from dynamo_vulkan.runtime.graph_io import (GraphFormatError, graph_from_bytes,  # noqa: E402
+                                            graph_to_bytes, propagate_meta)
+
+from gguf_fixtures import write_tiny_model  # noqa: E402
+
+PROMPT = "hello the world"
+CTX = 24
+TOKENS = 4
+
+
+class Traces:
+    """A graph sink that counts Dynamo traces (backend._graph_sinks)."""
+
+    def __init__(self):
+        self.dynamo = self.aot = 0
+
+    def dynamo_graph(self, gm):
+        self.dynamo += 1
+
+    def aot_graph(self, gm, kind, static, bumped):
+        self.aot += 1
+
+
+@pytest.fixture
+def traces():
+    t = Traces()
+    backend._graph_sinks.append(t)
+    yield t
+    backend._graph_sinks.remove(t)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cold")
+    return {"a": write_tiny_model(d / "a.gguf", "llama", n_layers=1, seed=0),
+            "b": write_tiny_model(d / "b.gguf", "llama", n_layers=1, seed=1),    # other weights
+            "deeper": write_tiny_model(d / "c.gguf", "llama", n_layers=2, seed=0)}
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A private, empty disk cache for the test, and an empty memory cache."""
+    d = tmp_path / "cache"
+    monkeypatch.setenv("DYNAMO_VULKAN_CACHE_DIR", str(d))
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")    # the prompt on Vulkan too
+    cache.clear_cache(disk=False)
+    yield d
+    cache.clear_cache(disk=False)
+
+
+def _run(path, **kw):
+    model, tok = load_model(path, max_ctx=CTX), GGUFTokenizer.from_file(path)
+    eager = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend="vulkan", stop_at_eos=False,
+                   warmup=False, **kw)
+    return got.tokens, eager.tokens
+
+
+def _entries(cache_dir) -> list:
+    return sorted((cache_dir / "graph").glob("*/*.bin"))
+
+
+def _graph_stats():
+    return dict(dynamo_vulkan.cache_stats().get("graph", {}))
+
+
+def test_second_decoder_loads_graphs_instead_of_tracing(files, cache_dir, traces):
+    got, want = _run(files["a"])
+    assert got == want
+    assert traces.dynamo == 2 and traces.aot == 2           # prompt and decode step traced
+    assert len(_entries(cache_dir)) == 2
+    before = _graph_stats()
+    got, want = _run(files["a"])                             # a new decoder object: new Precompiled
+    assert got == want
+    assert traces.dynamo == 2                                # nothing traced again
+    assert traces.aot == 4             # the stored graphs went through the backend's compile_graph
+    assert _graph_stats().get("disk_hits", 0) - before.get("disk_hits", 0) == 2
+
+
+def test_file_rewritten_with_other_weights_reuses_graph_and_is_right(cache_dir, traces, tmp_path):
+    """Weights are graph inputs: the model file rewritten with the same structure and other
+    values shares the traced graphs, and its tokens are its own (eager's)."""
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", n_layers=1, seed=0)
+    a, want_a = _run(path)
+    write_tiny_model(path, "llama", n_layers=1, seed=1)
+    b, want_b = _run(path)
+    assert (a, b) == (want_a, want_b) and want_a != want_b
+    assert traces.dynamo == 2
+
+
+def test_changed_structure_or_setting_is_a_new_entry(files, cache_dir, traces, monkeypatch):
+    _run(files["a"])
+    got, want = _run(files["deeper"])        # two layers: its own graphs
+    assert got == want and traces.dynamo == 4
+    a1, a2 = (load_model(files["a"], max_ctx=CTX) for _ in range(2))
+    deeper = load_model(files["deeper"], max_ctx=CTX)
+    shorter = load_model(files["a"], max_ctx=CTX - 8)
+    assert fingerprint(a1) == fingerprint(a2)
+    assert len({fingerprint(a1), fingerprint(deeper), fingerprint(shorter)}) == 3
+    sig = ((("torch.int64", (1, 1), False), ("torch.int64", (), False)), False)
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "host")
+    host = Precompiled(a1, None).key(sig)
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    assert host != Precompiled(a1, None).key(sig) == Precompiled(a2, None).key(sig)
+
+
+@pytest.mark.parametrize("damage", ["checksum", "not_json", "wrong_graph"])
+def test_damaged_entry_is_rejected_and_traced_again(files, cache_dir, traces, damage):
+    want = _run(files["a"])[1]
+    entries = _entries(cache_dir)
+    assert len(entries) == 2
+    for p in entries:
+        if damage == "checksum":
+            blob = bytearray(p.read_bytes())
+            blob[-2] ^= 0xFF
+            p.write_bytes(bytes(blob))
+        else:
+            doc = b"{not json" if damage == "not_json" else json.dumps(
+                {"graph": json.dumps({"format": 1, "nodes": [{"op": "placeholder", "name": "x",
+                                                              "spec": {"int": 3}}]}),
+                 "kind": "inference", "inputs": [["arg", 0]], "static": [], "bumped": [],
+                 "single": True}).encode()
+            cache.disk_put("graph", p.stem, doc)
+    before = _graph_stats()
+    got, _ = _run(files["a"])
+    assert got == want
+    assert traces.dynamo == 4                          # both graphs traced again
+    after = _graph_stats()
+    assert after.get("corrupt", 0) - before.get("corrupt", 0) == 2
+    assert after.get("disk_hits", 0) == before.get("disk_hits", 0)
+    assert len(_entries(cache_dir)) == 2     # stored again, whole
+    got, _ = _run(files["a"])
+    assert got == want and traces.dynamo == 4
+
+
+def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
+    """The first process traces and stores; the second traces nothing, builds no plan and
+    compiles no kernel, and generates the same tokens."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        import dynamo_vulkan
+        from dynamo_vulkan import backend
+        from dynamo_vulkan.generate import generate
+        from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer
+        from dynamo_vulkan.models import load_model
+        traced = []
+        class Sink:
+            def dynamo_graph(self, gm): traced.append(1)
+            def aot_graph(self, *a): pass
+        backend._graph_sinks.append(Sink())
+        path = sys.argv[1]
+        model, tok = load_model(path, max_ctx={CTX}), GGUFTokenizer.from_file(path)
+        res = generate(model, {PROMPT!r}, tok, max_new_tokens={TOKENS}, stop_at_eos=False)
+        print(json.dumps({{"tokens": res.tokens, "traced": len(traced),
+                          "stats": dynamo_vulkan.cache_stats()}}))
+    """)
+    env = dict(os.environ)
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", script, str(files["a"])], env=env,
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    first, second = run(), run()
+    assert first["traced"] == 2 and first["stats"]["graph"]["misses"] == 2
+    assert second["tokens"] == first["tokens"]
+    assert second["traced"] == 0
+    stats = second["stats"]
+    assert stats["graph"] == {"disk_hits": 2}
+    assert stats["plan"].get("misses", 0) == 0 and stats["plan"]["disk_hits"] >= 2
+    assert stats["spirv"].get("misses", 0) == 0
+
+
+def _tiny_graph():
+    g = fx.Graph()
+    x = g.placeholder("x")
+    n = g.placeholder("n")
+    y = g.call_function(torch.ops.aten.mul.Tensor, (x, 0.1))
+    z = g.call_function(torch.ops.aten.view.default, (y, [n, -1]))
+    s = g.call_function(torch.ops.aten.sum.dim_IntList, (z, [1]), {"keepdim": True, "dtype": torch.float32})
+    g.output((s, z))
+    return fx.GraphModule(torch.nn.Module(), g)
+
+
+def test_graph_round_trip_with_a_dynamic_size():
+    gm = _tiny_graph()
+    x = torch.arange(12, dtype=torch.float32).reshape(6, 2)[::2]      # non-contiguous, static
+    x_dyn = torch.randn(5, 4)
+    for inp, dyn in ((x, False), (x_dyn, True)):
+        specs = [{"dtype": "torch.float32", "shape": ["s0", 4] if dyn else [3, 2],
+                  "stride": None if dyn else list(inp.stride())},
+                 {"symint": "s0"} if dyn else {"int": 3}]
+        args = [inp, inp.shape[0]]
+        fakes = propagate_meta(gm, specs, args)
+        blob = graph_to_bytes(gm)
+        back, back_specs = graph_from_bytes(blob)
+        if dyn:       # the size symbol under its name in the graph's shape environment
+            sym = back_specs[1]["symint"]
+            assert back_specs == [dict(specs[0], shape=[sym, 4]), {"symint": sym}]
+        else:
+            assert back_specs == specs
+        propagate_meta(back, back_specs, args)
+        for want, got in zip(gm(*args), back(*args)):
+            assert torch.equal(want, got)
+        assert graph_to_bytes(back) == blob or dyn
+        if dyn:
+            assert isinstance(fakes[1], torch.SymInt)
+            assert isinstance(next(n for n in back.graph.nodes if n.name == "view_default").meta["val"].shape[0],
+                              torch.SymInt)
+
+
+def test_graph_io_refuses_what_is_not_data():
+    gm = _tiny_graph()
+    propagate_meta(gm, [{"dtype": "torch.float32", "shape": [3, 2], "stride": [2, 1]}, {"int": 3}],
+                   [torch.zeros(3, 2), 3])
+    node = next(n for n in gm.graph.nodes if n.op == "call_function")
+    node.target = print
+    with pytest.raises(GraphFormatError, match="print"):
+        graph_to_bytes(gm)
+    node.target = torch.ops.aten.mul.Tensor
+    node.args = (node.args[0], object())
+    with pytest.raises(GraphFormatError, match="cannot be stored"):
+        graph_to_bytes(gm)
+    good = json.loads(graph_to_bytes(_tiny_graph_with_meta()))
+    for bad_target in ("op:aten::no_such_op.default", "builtins.eval", "op:aten::mul"):
+        doc = json.loads(json.dumps(good))
+        doc["nodes"][2]["target"] = bad_target
+        with pytest.raises(GraphFormatError):
+            graph_from_bytes(json.dumps(doc).encode())
+    with pytest.raises(GraphFormatError):
+        graph_from_bytes(b"\x00garbage")
+    with pytest.raises(GraphFormatError, match="shape"):
+        gm2, specs = graph_from_bytes(json.dumps(good).encode())
+        propagate_meta(gm2, specs, [torch.zeros(4, 2), 4])
+
+
+def _tiny_graph_with_meta():
+    gm = _tiny_graph()
+    propagate_meta(gm, [{"dtype": "torch.float32", "shape": [3, 2], "stride": [2, 1]}, {"int": 3}],
+                   [torch.zeros(3, 2), 3])
+    return gm
+
+
+def test_compile_decoder_is_precompiled_only_for_vulkan():
+    model = torch.nn.Linear(2, 2)
+    assert isinstance(compile_decoder(model, "vulkan"), Precompiled)
+    assert not isinstance(compile_decoder(model, "eager"), Precompiled)
+
