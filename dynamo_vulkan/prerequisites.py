@@ -10,9 +10,21 @@ from __future__ import annotations
 import importlib
 import shutil
 
-# kp.dynamo_vulkan_patches of the kp this runtime is written against: scripts/patch_kp.py's
-# PATCHES (tests/test_install.py checks that the two, and pyproject's kp pin, agree)
+# kp.dynamo_vulkan_patches of the kp this runtime is written against: the marker the last of
+# packaging/kp-dynamo-vulkan/patches/ sets (tests/test_install.py checks that the two, and
+# pyproject's kp pin, agree)
 KP_PATCHES = 10
+# what each patch adds that Python can see (01, 04 and 05 change kp's C++ only), by patch
+# file: a kp that lacks one was built without that patch (tests/test_install.py checks
+# each name against the patch's added lines)
+KP_PATCH_ATTRS = {
+    "02-op-memory-barrier": ("OpMemoryBarrier",),
+    "03-bare-dispatch-global-barrier": ("OpDispatchBare", "OpGlobalBarrier"),
+    "06-fence-reuse-and-spin": ("set_fence_spin_us", "fence_spin_us", "set_fence_reuse", "fence_reuse"),
+    "07-integer-dot-product": ("integer_dot_product",),
+    "08-algorithms-without-gil": ("Manager.algorithm_nogil",),
+    "10-optional-device-features": ("enabled_features",),
+}
 KP_VERSION = f"0.9.0+dynamovulkan.{KP_PATCHES}"
 KP_BUILD = ("from a dynamo-vulkan checkout: pip install ./packaging/kp-dynamo-vulkan (it builds "
             "kp 0.9.0 from PyPI's sdist with our patches and needs a C++ compiler and the Vulkan "
@@ -21,6 +33,26 @@ LOADER = "apt-get install libvulkan1 and a Vulkan driver (mesa-vulkan-drivers ha
 KP_NO_LOADER = "kp cannot load the Vulkan loader"
 GLSLC = ("glslc (GLSL to SPIR-V) is not on PATH: apt-get install glslc, or put the Vulkan SDK's "
          "bin directory on PATH")
+
+
+def _has(module, dotted: str) -> bool:
+    obj = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return False
+    return True
+
+
+def missing_patches(kp) -> list[str]:
+    """The patches whose Python-visible additions kp lacks, e.g. 'patch 07-integer-dot-product
+    (kp.integer_dot_product)'."""
+    out = []
+    for patch, attrs in KP_PATCH_ATTRS.items():
+        lacking = [f"kp.{a}" for a in attrs if not _has(kp, a)]
+        if lacking:
+            out.append(f"patch {patch} ({', '.join(lacking)})")
+    return out
 
 
 def kp_problem() -> str | None:
@@ -36,12 +68,18 @@ def kp_problem() -> str | None:
             return f"{KP_NO_LOADER} ({e}): {LOADER}"
         return f"kp is installed but does not import ({e}): reinstall it, {KP_BUILD}"
     have = getattr(kp, "dynamo_vulkan_patches", None)
+    lacking = missing_patches(kp)
     if have is None:
-        return (f"the installed kp lacks dynamo_vulkan's patches (plain kp from PyPI?): "
-                f"replace it, {KP_BUILD}")
+        which = ("plain kp from PyPI?" if len(lacking) == len(KP_PATCH_ATTRS)
+                 else "no patch-set marker" + (f"; it lacks {', '.join(lacking)}" if lacking else ""))
+        return f"the installed kp lacks dynamo_vulkan's patches ({which}): replace it, {KP_BUILD}"
     if have != KP_PATCHES:
+        which = f"; it lacks {', '.join(lacking)}" if lacking else ""
         return (f"the installed kp carries dynamo_vulkan's patch set {have}, this dynamo_vulkan "
-                f"needs set {KP_PATCHES}: rebuild it, {KP_BUILD}")
+                f"needs set {KP_PATCHES}{which}: rebuild it, {KP_BUILD}")
+    if lacking:
+        return (f"the installed kp says it carries dynamo_vulkan's patch set {KP_PATCHES} but lacks "
+                f"{', '.join(lacking)} (patched otherwise): rebuild it, {KP_BUILD}")
     return None
 
 

@@ -35,7 +35,7 @@ fi
 
 # kp 0.9.0 with our patches, built by pip from PyPI's sdist against the system headers
 # (packaging/kp-dynamo-vulkan); its version names the patch set pyproject.toml requires
-KP_PATCHES=$(sed -n 's/^PATCHES = \([0-9]*\)$/\1/p' scripts/patch_kp.py)
+KP_PATCHES=$("$PY" scripts/patch_kp.py --patch-set)
 if ! "$PY" -c 'import importlib.metadata as m, sys, kp; n = int(sys.argv[1]); sys.exit(m.version("kp") != f"0.9.0+dynamovulkan.{n}" or kp.dynamo_vulkan_patches != n)' "$KP_PATCHES" 2>/dev/null; then
   echo "[setup] building kp 0.9.0 with dynamo_vulkan's patches (pip install ./packaging/kp-dynamo-vulkan)"
   log=$(mktemp)

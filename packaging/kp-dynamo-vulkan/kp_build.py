@@ -1,18 +1,17 @@
 """PEP 517 build backend: kp 0.9.0 from PyPI's sdist, with dynamo_vulkan's patches.
 
 kp 0.9.0 is published as source only, its default build clones its dependencies from
-the network, and dynamo_vulkan's runtime needs bindings it lacks (scripts/patch_kp.py).
+the network, and dynamo_vulkan's runtime needs bindings it lacks (patches/*.patch).
 Building this directory's wheel fetches that sdist with pip (sha256 pinned), patches
-it, and builds it with kp's own setup.py against the system's Vulkan and fmt headers and
-pip's pybind11. The wheel is the distribution `kp`, version 0.9.0+dynamovulkan.N, N being
-the patch marker that scripts/patch_kp.py compiles into the module.
+it (kp_patches.py), and builds it with kp's own setup.py against the system's Vulkan and
+fmt headers and pip's pybind11. The wheel is the distribution `kp`, version
+0.9.0+dynamovulkan.N, N being the patch marker that the last patch compiles into the module.
 
 KP_DYNAMO_VULKAN_SDIST=PATH builds from a kp-0.9.0.tar.gz already at hand (offline).
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import re
@@ -23,9 +22,13 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-KP_VERSION = "0.9.0"
-KP_SDIST_SHA256 = "98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949"
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:       # pip's backend-path puts it there; a direct import may not
+    sys.path.insert(0, str(HERE))
+import kp_patches  # noqa: E402
+
+KP_VERSION = kp_patches.KP_VERSION
+KP_SDIST_SHA256 = kp_patches.SDIST_SHA256
 SDIST_ENV = "KP_DYNAMO_VULKAN_SDIST"
 # what kp's CMake reads from the environment: system headers, no network
 CMAKE_ENV = {
@@ -43,32 +46,8 @@ class BuildError(RuntimeError):
     """What the build lacked, and what to install."""
 
 
-def patch_script() -> Path:
-    """scripts/patch_kp.py: beside this file in our sdist, two levels up in the repo."""
-    for p in (HERE / "patch_kp.py", HERE.parent.parent / "scripts" / "patch_kp.py"):
-        if p.is_file():
-            return p
-    raise BuildError(f"patch_kp.py was found neither in {HERE} nor in the repository's scripts/")
-
-
-def patch_count(script: Path | None = None) -> int:
-    """The marker (kp.dynamo_vulkan_patches) the patch script compiles into kp."""
-    text = (script or patch_script()).read_text()
-    m = re.search(r"^PATCHES = (\d+)\s*$", text, re.M)
-    if m is None:
-        raise BuildError(f"{script}: no 'PATCHES = N' line")
-    return int(m.group(1))
-
-
 def version() -> str:
-    return f"{KP_VERSION}+dynamovulkan.{patch_count()}"
-
-
-def _check_sha256(path: Path) -> None:
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    if digest != KP_SDIST_SHA256:
-        raise BuildError(f"{path} has sha256 {digest}, not kp {KP_VERSION}'s sdist "
-                         f"({KP_SDIST_SHA256})")
+    return f"{KP_VERSION}+dynamovulkan.{kp_patches.patch_set()}"
 
 
 def fetch_sdist(dest: Path) -> Path:
@@ -88,7 +67,10 @@ def fetch_sdist(dest: Path) -> Path:
             raise BuildError(f"pip could not download kp {KP_VERSION}'s sdist:\n{r.stdout}\n"
                              f"{r.stderr}\n(offline: set {SDIST_ENV} to a kp-{KP_VERSION}.tar.gz)")
         path = dest / f"kp-{KP_VERSION}.tar.gz"
-    _check_sha256(path)
+    try:
+        kp_patches.check_sdist(path)
+    except kp_patches.PatchError as e:
+        raise BuildError(str(e)) from None
     return path
 
 
@@ -116,13 +98,11 @@ def check_toolchain() -> None:
 
 def prepare_source(sdist: Path, work: Path) -> Path:
     """The unpacked sdist, patched, its metadata naming our version and numpy unpinned."""
-    with tarfile.open(sdist) as tar:
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(work, **safe)
-    src = work / f"kp-{KP_VERSION}"
-    r = subprocess.run([sys.executable, str(patch_script()), str(src)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise BuildError(f"patch_kp.py failed:\n{r.stdout}{r.stderr}")
+    try:
+        src = kp_patches.unpack(sdist, work)
+        kp_patches.apply(src)
+    except kp_patches.PatchError as e:
+        raise BuildError(f"patching kp failed: {e}") from None
     setup = src / "setup.py"
     text = setup.read_text()
     # kp's metadata pins numpy<2; built against pybind11 >= 2.12 it works with numpy 2
@@ -183,15 +163,16 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 
 
 def build_sdist(sdist_directory, config_settings=None):
-    """This directory and the patch script: building it builds kp as above."""
+    """This directory (backend, applier, patches): building it builds kp as above."""
     name = f"kp-{version()}"
     pkg_info = (f"Metadata-Version: 2.1\nName: kp\nVersion: {version()}\n"
                 "Summary: Kompute's Python package 0.9.0 with dynamo_vulkan's patches\n"
                 "Requires-Python: >=3.10\nRequires-Dist: numpy\n").encode()
     out = Path(sdist_directory) / f"{name}.tar.gz"
     with tarfile.open(out, "w:gz", format=tarfile.PAX_FORMAT) as tar:
-        for f in (HERE / "pyproject.toml", HERE / "kp_build.py", patch_script()):
-            tar.add(f, arcname=f"{name}/{f.name}")
+        for f in [HERE / "pyproject.toml", HERE / "kp_build.py", HERE / "kp_patches.py",
+                  *sorted(kp_patches.PATCH_DIR.glob("*.patch"))]:
+            tar.add(f, arcname=f"{name}/{f.relative_to(HERE)}")
         info = tarfile.TarInfo(f"{name}/PKG-INFO")
         info.size = len(pkg_info)
         info.mode = 0o644
