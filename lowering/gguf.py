@@ -413,7 +413,7 @@ def _int_dot_weight(ctx: Context, qtype: int, n: int, k: int, prologue: bool) ->
         raise LoweringError("DYNAMO_VULKAN_INT_DOT=on, but the Vulkan device was created "
                             "without shaderIntegerDotProduct (it lacks "
                             "VK_KHR_shader_integer_dot_product, or kp was built without "
-                            "scripts/patch_kp.py's patch 7: run scripts/setup.sh)")
+                            "kp patch 07-integer-dot-product: run scripts/setup.sh)")
     return True
 
 

@@ -54,7 +54,7 @@ def require_int_dot() -> None:
     that has no integer dot products at all (lavapipe and the H100 have them)."""
     import kp
     if not hasattr(kp, "integer_dot_product"):
-        pytest.fail("kp was built without scripts/patch_kp.py's patch 7: run scripts/setup.sh")
+        pytest.fail("kp was built without kp patch 07-integer-dot-product: run scripts/setup.sh")
     from dynamo_vulkan import device
     if not device.device_info().get("integer_dot_product"):
         pytest.skip("the Vulkan device has no VK_KHR_shader_integer_dot_product")
