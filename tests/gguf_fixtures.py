@@ -308,6 +308,13 @@ ARCH_MODELS = {
     # post norms only, q/k norms over the whole projection (GQA: k's is kv_heads * head_dim)
     "olmo2": dict(arch="olmo2", pre="dbrx", n_layers=2, hidden=96, heads=6, kv=2, ffn=160, seed=19,
                   kv_extra={"rope.freq_base": 500000.0}, types={"attn_q": "Q8_0", "ffn_gate": "F16"}),
+    # OLMo 3: sliding-window layers 0-2 (the default period of 4) unscaled (their
+    # freq_base_swa unused, as in llama.cpp), layer 3 global with YaRN and an attn_factor
+    "olmo3": dict(arch="olmo2", pre="dbrx", n_layers=4, hidden=64, heads=4, kv=2, ffn=96, seed=26, context=16384,
+                  kv_extra={"rope.freq_base": 500000.0, "rope.freq_base_swa": 10000.0, "attention.sliding_window": 3,
+                            "rope.scaling.type": "yarn", "rope.scaling.factor": 8.0,
+                            "rope.scaling.original_context_length": 2048, "rope.scaling.attn_factor": 1.2},
+                  types={"attn_v": "Q8_0", "ffn_up": "F16"}),
     # Granite 3's four multipliers, each far from 1 so that each matters
     "granite": dict(arch="granite", pre="refact", n_layers=2, hidden=64, heads=4, kv=1, ffn=96, seed=20,
                     kv_extra={"embedding_scale": 6.0, "residual_scale": 0.3, "attention.scale": 0.09,

@@ -48,9 +48,10 @@ VARIANTS = ("f32", "quant")
 # GELU: llama.cpp's CPU backend reads it from an fp16 table), 8-bit activations otherwise
 REL = {"f32": 1e-4, "f32-gelu": 1e-3, "quant": 4e-2}
 # compiled too: fused q|k|v and gate|up with LongRoPE tables, soft-capped attention, norms
-# over whole projections and no pre norms, granite's multipliers, YaRN tables (qwen2's
+# over whole projections and no pre norms (with sliding windows), granite's multipliers,
+# YaRN tables, Llama 4's attention temperature (qwen2's
 # biased and qwen3's normed projections are the kernels llama's and gemma3's tests compile)
-COMPILED = ("phi3", "gemma2", "olmo2", "granite", "qwen2-yarn", "mistral3-temp")
+COMPILED = ("phi3", "gemma2", "olmo3", "granite", "qwen2-yarn", "mistral3-temp")
 
 # run by the peer's Python in a subprocess: jobs [{path, tokens}] on stdin, base64
 # float32 logits [T, vocab] of each on stdout; YaRN's betas from the file where the
@@ -211,6 +212,9 @@ def test_configs_follow_llamacpp(files):
     o = cfg["olmo2"]
     assert o.rope_neox and o.qk_norm and o.qk_norm_whole and not o.pre_norms and o.post_norms
     assert not o.tied_embeddings and o.rope_yarn is None
+    o3 = cfg["olmo3"]
+    assert o3.sliding_window == [3, 3, 3, None] and o3.rope_base == [500000.0] * 4
+    assert o3.rope_freq_scale == [1.0, 1.0, 1.0, 0.125] and o3.swa_rope_plain and o3.rope_yarn.orig_context == 2048
     gr = cfg["granite"]
     assert not gr.rope_neox and gr.embed_scale == 6.0 and gr.logit_scale == 4.0
     assert gr.residual_scale == pytest.approx(0.3) and gr.attn_scale == pytest.approx(0.09)
@@ -331,7 +335,7 @@ BAD_METADATA = [
     ("phi3", {"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0}, r"'yarn' .*not phi3"),
     ("qwen2-yarn", {"rope.scaling.original_context_length": 0}, r"original_context_length = 0 "),
     ("qwen2", {"expert_count": 8}, r"expert_count = 8 .*mixture-of-experts"),
-    ("olmo2", {"attention.sliding_window": 4096}, r"sliding_window = 4096 .*OLMo 3"),
+    ("olmo3", {"attention.sliding_window_pattern": [True, False]}, r"'2 entries' .*one entry per layer \(4\)"),
     ("olmo2", {"attention.key_length": 32, "attention.value_length": 32}, r"head_count = 6 .*olmo2"),
     ("granite", {"logit_scale": None}, r"logit_scale"),
     ("granite", {"logit_scale": 0.0}, r"logit_scale = 0\.0 .*> 0"),

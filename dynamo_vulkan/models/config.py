@@ -22,7 +22,8 @@ context). Each rotated pair i mixes the interpolated angle (position / factor) w
 extrapolated one by a ramp that is 1 below the correction dim ``low`` and 0 above
 ``high``; cos and sin are multiplied by ``0.1 ln(factor) + 1`` (llama.cpp's net
 magnitude scale once its context cancels the kernel's own). It is supported on
-architectures whose every layer is global (llama, qwen2, qwen3, olmo2, granite, mistral3).
+architectures whose every layer is global (llama, qwen2, qwen3, granite, mistral3) or
+whose sliding-window layers llama.cpp rotates unscaled (olmo2).
 
 llama (SmolLM2, Llama 1/2/3, Mistral)
     RoPE of type NORM (rotation of adjacent pairs; llama.cpp's converter permuted the Q/K
@@ -64,7 +65,10 @@ olmo2
     RoPE NEOX; no norms before attention or the FFN: RMSNorms after each (``post_attention_norm``,
     ``post_ffw_norm``) before the residual add; q and k RMS-normed over the whole projection
     (``attn_q_norm`` of hidden, ``attn_k_norm`` of kv_heads * head_dim) before RoPE; head
-    dim hidden / heads. A sliding window (OLMo 3's files) is refused.
+    dim hidden / heads. OLMo 3's files add a sliding window (``attention.sliding_window``)
+    on layers of ``attention.sliding_window_pattern`` (default period 4: every fourth layer
+    global), whose RoPE has no scaling, no YaRN and no attn_factor; its base is
+    ``rope.freq_base`` (llama.cpp's olmo2 graph reads no ``rope.freq_base_swa``).
 granite
     As llama (RoPE NORM, SwiGLU, optional rope_freqs) with four multipliers: the token
     embedding by ``embedding_scale``, each residual branch (attention and FFN output) by
@@ -145,6 +149,7 @@ class DecoderConfig:
     rope_orig_context: int = 0
     rope_attn_factor: float = 1.0  # multiplies RoPE's cos and sin (llama.cpp's attn_factor)
     rope_yarn: YarnScaling | None = None  # YaRN's ramp on global layers (rope.scaling.type yarn)
+    swa_rope_plain: bool = False  # sliding-window layers rotate without attn_factor (olmo2)
     sliding_window: list[int | None] = field(default_factory=list)  # per layer; None = global attention
     act: str = "silu"  # "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
     embed_scale: float | None = None
@@ -247,6 +252,20 @@ def _rope_scaling(m: _Fields, ctx: int) -> tuple[float, YarnScaling | None]:
                                      log_mul=m.real("rope.scaling.yarn_log_multiplier", 0.0, positive=False, hi=1e3))
 
 
+def _swa_layers(m: _Fields, n_layers: int, default_period: int) -> list[bool]:
+    """Which layers attend within the sliding window: ``attention.sliding_window_pattern``
+    per layer (True = sliding), or a period (llama.cpp's set_swa_pattern: layer il slides
+    unless il % period == period - 1; 0: every layer slides)."""
+    pattern = m.raw("attention.sliding_window_pattern", default_period)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise m.error("attention.sliding_window_pattern", f"{len(pattern)} entries",
+                          f"one entry per layer ({n_layers})")
+        return [bool(p) for p in pattern]
+    period = m.count("attention.sliding_window_pattern", 0, MAX_LAYERS, default_period)
+    return [period == 0 or (il % period) < (period - 1) for il in range(n_layers)]
+
+
 def _disabled_scale(m: _Fields, key: str) -> float:
     """A granite multiplier: 0 or absent is llama.cpp's "off" (1)."""
     return m.real(key, 0.0, positive=False, hi=1e6) or 1.0
@@ -336,11 +355,13 @@ def config_from_gguf(f) -> DecoderConfig:
         if n_heads * head_dim != hidden or v_head_dim != head_dim or rope_dim != head_dim:
             raise m.error("attention.head_count", n_heads, f"heads of embedding_length / head_count dims, all "
                           f"rotated (olmo2), got head dim {head_dim}, value dim {v_head_dim}, rope dims {rope_dim}")
-        if m.count("attention.sliding_window", 0, MAX_WINDOW, 0):
-            raise m.error("attention.sliding_window", m.raw("attention.sliding_window"),
-                          "0 or absent (OLMo 3's sliding-window layers are not supported)")
-        return DecoderConfig(**common, **plain_layers, rope_neox=True, qk_norm=True, qk_norm_whole=True,
-                             pre_norms=False, post_norms=True)
+        window = m.count("attention.sliding_window", 0, MAX_WINDOW, 0) or None
+        is_local = _swa_layers(m, n_layers, 4) if window else [False] * n_layers
+        return DecoderConfig(
+            **(plain_layers | dict(rope_freq_scale=[1.0 if loc else freq_scale for loc in is_local],
+                                   sliding_window=[window if loc else None for loc in is_local])),
+            **common, rope_neox=True, qk_norm=True, qk_norm_whole=True, pre_norms=False, post_norms=True,
+            swa_rope_plain=True)
     if arch in ("qwen2", "qwen3"):
         return DecoderConfig(**common, **plain_layers, rope_neox=True,
                              qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3")
@@ -377,17 +398,7 @@ def config_from_gguf(f) -> DecoderConfig:
         )
     # gemma3
     window = m.count("attention.sliding_window", 0, MAX_WINDOW, 0) or None
-    pattern = m.raw("attention.sliding_window_pattern", 6)
-    if isinstance(pattern, list):  # per layer: True = sliding window
-        if len(pattern) != n_layers:
-            raise m.error("attention.sliding_window_pattern", f"{len(pattern)} entries",
-                          f"one entry per layer ({n_layers})")
-        is_local = [bool(p) for p in pattern]
-    else:
-        period = m.count("attention.sliding_window_pattern", 0, MAX_LAYERS, 6)
-        is_local = [period > 0 and (il % period) < (period - 1) for il in range(n_layers)]
-    if window is None:
-        is_local = [False] * n_layers
+    is_local = _swa_layers(m, n_layers, 6) if window else [False] * n_layers
     base_swa = m.real("rope.freq_base_swa", 10000.0)
     qpas = hidden // n_heads if n_layers == 62 else head_dim  # llama.cpp's query_pre_attn_scalar
     final_cap = m.real("final_logit_softcapping", 0.0, positive=False, hi=1e6)

@@ -151,9 +151,11 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
             if key not in rope_keys:
                 name = f"r{len(rope_keys)}"
                 rope_keys[key] = name
+                local = cfg.sliding_window[i] is not None
                 cos, sin = rope_tables(cfg.rope_base[i], cfg.rope_freq_scale[i], cfg.rope_dim, max_ctx,
-                                       freq_factors if use_factors else None, cfg.rope_attn_factor,
-                                       cfg.rope_yarn if cfg.sliding_window[i] is None else None)
+                                       freq_factors if use_factors else None,
+                                       1.0 if local and cfg.swa_rope_plain else cfg.rope_attn_factor,
+                                       None if local else cfg.rope_yarn)
                 rotary[name] = Rotary(cos, sin, cfg.rope_neox)
             layer_rope.append(rope_keys[key])
 
