@@ -9,9 +9,6 @@
 // chunk; the parts meet in shared memory at the end.
 // VPK > 0 (decode's splits): each invocation's V rows of a chunk (VPK of them) are
 // loaded with its key, before the softmax, so the chunk waits on memory once.
-// MASK_FIRST (decode's splits): a chunk's mask is read before its K and V rows, and a
-// chunk with no live key loads neither: the splits past a step's position, most of them
-// early in a long cache, would otherwise each read a chunk of K and V rows.
 // SPLITS > 1 (decode: few rows, so the keys are spread over more workgroups):
 // each split writes its max, sum and unnormalised output to a scratch buffer,
 // then counts itself in on the row's counter (an atomic); the row's last split
@@ -21,7 +18,9 @@
 // is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
 // beside this kernel (same barrier level), are computed here for key P (read from
 // the scatter's index) and the caches are never read at P.
-// LIVE_RANGE (CPU devices): each workgroup first finds its keys' live range in the mask.
+// LIVE_RANGE (CPU devices, and decode's splits): each workgroup first finds its keys' live
+// range in the mask; a split with none (past a decode step's position: most splits early
+// in a long cache) loads nothing else and only counts itself in for the merge.
 // SOFTCAP_BITS > 0 (Gemma 2): a score s = scale * q.k becomes tanh(s / cap) * cap before
 // the mask and the softmax; 0 leaves it as is (a specialisation constant, so the branch
 // folds away).
@@ -269,6 +268,29 @@ void main() {
     uint h = row / T, t = row % T, kvh = h / GROUP;
     uint k0 = split * SPLIT_KEYS, k1 = SPLITS > 1 ? min(C, k0 + SPLIT_KEYS) : C;
     uint lid = gl_LocalInvocationID.x;
+#ifdef LIVE_RANGE
+    // the keys between the split's first and last unmasked ones, found in one pass over
+    // its mask, before anything else is loaded: chunks outside them (a decode step's keys
+    // past its position, a sliding window's before it) then cost no loads and no barriers. Key indices are exact as
+    // floats (below 2^24). No live key: an empty range, as if every chunk were skipped.
+    float lo_f = float(k1), hi_f = float(k0);
+    for (uint c = k0 + lid; c < k1; c += WG) {
+        if (ld_b(mb[M_OFF + t * M_ST + c * M_SC])) { lo_f = min(lo_f, float(c)); hi_f = float(c + 1u); }
+    }
+    lo_f = -wg_max(-lo_f);
+    hi_f = wg_max(hi_f);
+    k0 = uint(lo_f);
+    k1 = max(k0, uint(hi_f));
+#if SPLITS > 1
+    if (k0 >= k1) {     // no live key in this split (uniform): an empty part for the merge
+        if (lid == 0u) { part_b[wid * (DV + 2u)] = st_f32(NEG_INF); part_b[wid * (DV + 2u) + 1u] = st_f32(0.0); }
+#ifdef COUNTER_BINDING
+        if (last_to_arrive(row, SPLITS)) combine(row);
+#endif
+        return;
+    }
+#endif
+#endif
 #ifdef Q_LAZY
     for (uint i = lid; i < D / VW; i += WG) qs[i] = QLAZY(h * T + t, i * VW);
 #else
@@ -283,31 +305,11 @@ void main() {
     uint part = lid / DVLP, lane0 = lid % DVLP;
     uint kslot = lid / TPK, sub = lid % TPK;
     bool owner = part < PARTS;
-#ifdef LIVE_RANGE
-    // the keys between the split's first and last unmasked ones, found in one pass over
-    // its mask: chunks outside them (a decode step's keys past its position, a sliding
-    // window's before it) then cost no loads and no barriers. Key indices are exact as
-    // floats (below 2^24). No live key: an empty range, as if every chunk were skipped.
-    float lo_f = float(k1), hi_f = float(k0);
-    for (uint c = k0 + lid; c < k1; c += WG) {
-        if (ld_b(mb[M_OFF + t * M_ST + c * M_SC])) { lo_f = min(lo_f, float(c)); hi_f = float(c + 1u); }
-    }
-    lo_f = -wg_max(-lo_f);
-    hi_f = wg_max(hi_f);
-    k0 = uint(lo_f);
-    k1 = max(k0, uint(hi_f));
-#endif
     float m = NEG_INF, l = 0.0;
     VT acc[DPT];
     for (uint j = 0; j < DPT; ++j) acc[j] = VT(0.0);
     for (uint c0 = k0; c0 < k1; c0 += KPP) {
         uint c = c0 + kslot;
-#ifdef MASK_FIRST
-        // decode's splits: the chunk's mask alone first, and no K or V load for a chunk
-        // with no live key (the cache's tail past the step's position, most splits)
-        if (wg_max(c < k1 && ld_b(mb[M_OFF + t * M_ST + min(c, k1 - 1u) * M_SC]) ? 1.0 : 0.0) == 0.0)
-            continue;
-#endif
         // the key's mask, its K row and (VPK) this invocation's V rows are loaded at
         // once, none waiting for another: past the last key the address is clamped
         // and the value unused
