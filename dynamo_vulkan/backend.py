@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import operator
 import warnings
 from collections import OrderedDict
 
@@ -98,6 +99,7 @@ class VulkanSubgraph(torch.nn.Module):
         self.name = name
         self.programs: OrderedDict[tuple, Program] = OrderedDict()   # least recently used first
         self.built = 0                # programs built so far (names their debug dumps)
+        self.handoff: set[int] = set()   # outputs only the backward reads (saved activations)
         self.remember_args = False    # keep the last call's inputs in remembered_args
         self.remembered_args: list | None = None
         out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
@@ -133,6 +135,7 @@ class VulkanSubgraph(torch.nn.Module):
                 with config.using(self.cfg):
                     prog = Program(prog.plan, list(args), self.cfg.profile, self.bumped)
                 prog.key = full
+                prog.hand_off(self.handoff)
             else:                        # a resident input changed shape: build again
                 prog = self._build_or_fallback(full, list(args))
             self.programs[key] = prog
@@ -211,6 +214,7 @@ class VulkanSubgraph(torch.nn.Module):
             cache.memory_put("plan", pkey, plan)
         prog = Program(plan, args, self.cfg.profile, self.bumped)
         prog.key = key
+        prog.hand_off(self.handoff)
         if self.dump_dir is not None:
             from .debug import dump_program
             dump_program(self.dump_dir, self.name, self.built, plan)
@@ -265,6 +269,7 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
                                       f"{node.reason} (DYNAMO_VULKAN_FALLBACK=error)")
         if cfg.fallback == "warn":
             _warn_once(node.op, f"dynamo_vulkan: {node.op} runs on the CPU: {node.reason}")
+    handoffs = _saved_only_outputs(gm) if kind == "forward" else {}
     subs = []
     for node in list(gm.graph.nodes):
         if node.op == "call_module" and node.target.startswith(PARTITION_PREFIX):
@@ -274,6 +279,7 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
             subs.append(VulkanSubgraph(sub, resident, cfg, dump_dir, f"graph{gid}_{node.target}",
                                        [getattr(a, "name", None) in bumped_nodes for a in node.args]))
             subs[-1].remember_args = bool(_captures)
+            subs[-1].handoff = handoffs.get(node.target, set())
             setattr(gm, node.target, subs[-1])
     gm.recompile()
     for got in _captures:
@@ -281,6 +287,26 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
     log.info("%s", report.summary())     # counts per op and reason (generate -v)
     log.debug("%s", report)              # and every node (-vv, TORCH_LOGS="+dynamo_vulkan")
     return make_boxed_func(_reading_host_copies(gm))
+
+
+def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
+    """Partition -> indices of its outputs that a forward graph returns only as tensors saved
+    for the backward (aot_autograd's outputs from fw_metadata.num_forward on), never to the
+    user: those a partition's program hands off to the backward's (runtime/program.py)."""
+    ctx = torch._guards.TracingContext.try_get()
+    first_saved = getattr(getattr(ctx, "fw_metadata", None), "num_forward", None)
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    if first_saved is None or not isinstance(out, (tuple, list)):
+        return {}
+    returned = {a for a in out[:first_saved] if isinstance(a, fx.Node)}
+    found: dict[str, set[int]] = {}
+    for a in out[first_saved:]:
+        if not isinstance(a, fx.Node) or a in returned:
+            continue
+        if a.op == "call_function" and a.target is operator.getitem and \
+                a.args[0].op == "call_module" and a.args[0].target.startswith(PARTITION_PREFIX):
+            found.setdefault(a.args[0].target, set()).add(a.args[1])
+    return found
 
 
 def _reading_host_copies(gm: fx.GraphModule):

@@ -106,9 +106,9 @@ def test_optimizer_step_on_vulkan_equals_eager(name, foreach):
 
 
 
-def _traffic(before: dict) -> dict:
+def _traffic(before: dict, keys=("uploads", "upload_bytes", "readback_bytes")) -> dict:
     now = dynamo_vulkan.runtime_stats()
-    return {k: now[k] - before[k] for k in ("uploads", "upload_bytes", "readback_bytes")}
+    return {k: now[k] - before[k] for k in keys}
 
 
 def _train_mlp(keep: bool, steps: int = 5, batch: int = 4):
@@ -277,3 +277,51 @@ def test_training_losses_equal_eager_every_step_with_no_cpu_node(which):
     assert not [n for r in reports for n in r.cpu_nodes]
     for (name, b), c in zip(ref.model.named_buffers(), ours.model.buffers()):   # read back
         torch.testing.assert_close(c, b, rtol=RTOL, atol=ATOL, msg=name)
+
+
+def test_saved_activations_are_handed_to_the_backward_on_the_gpu():
+    """The forward's saved activations stay in its output buffers, where the backward's
+    program reads them: per step, the host sends only the batch (to the forward, and again
+    to the backward, which reads the input itself), the loss's gradient and the parameters'
+    gradients (to the optimizer step)."""
+    model, twin, opts, traffic, losses = _train_mlp(keep=True)
+    dynamo_vulkan.read_back(model)
+    dynamo_vulkan.read_back(opts[0])
+    _assert_same_training(model, twin, opts, losses)
+    torch.manual_seed(0)
+    x = torch.randn(4, 6)
+    loss_fn = compiled(lambda: model(x).square().mean())
+    for _ in range(3):
+        before = dynamo_vulkan.runtime_stats()
+        for p in model.parameters():
+            p.grad = None
+        loss_fn().backward()
+        sent = _traffic(before, ("input_bytes",))["input_bytes"]
+    params = 4 * sum(p.numel() for p in model.parameters())
+    assert sent == 2 * x.nbytes + 4, sent          # no activation: saved ones are handed off
+    before = dynamo_vulkan.runtime_stats()
+    compiled(opts[0].step)()
+    assert _traffic(before, ("input_bytes",))["input_bytes"] == params     # the gradients
+
+
+def test_a_forward_called_again_before_the_backward_still_gives_eager_gradients():
+    """The second call of the forward overwrites the buffers that held the first's saved
+    activations: the first backward then uploads them from the host, and each backward's
+    gradients are still eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 3))
+    twin = copy.deepcopy(model)
+    loss_of = compiled(lambda x: model(x).square().mean())
+    xs = [torch.randn(4, 6), torch.randn(4, 6)]
+    for m, f in ((model, loss_of), (twin, lambda x: twin(x).square().mean())):
+        f(xs[1]).backward()            # the backward's program binds the forward's buffers
+        m.zero_grad()
+        first, second = f(xs[0]), f(xs[1])
+        first.backward()
+        grads = [p.grad.clone() for p in m.parameters()]
+        second.backward()
+        m.first_grads = grads
+    for (name, p), q in zip(twin.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=RTOL, atol=ATOL, msg=name)
+    for a, b in zip(model.first_grads, twin.first_grads):
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)

@@ -239,6 +239,44 @@ def _read_back_one(t: torch.Tensor, r: Resident) -> None:
     Resident._newer.pop(id(t), None)
 
 
+# Hand-offs: a forward graph's outputs that only its backward reads (saved activations),
+# while the output buffer each came from still holds its value, are read by the backward's
+# program from that buffer: no upload. Autograd hands the backward another tensor object
+# on the same storage, so a hand-off is found by its storage, which it keeps alive (no
+# other tensor can take its address) until the buffer is written again. Dtypes whose host
+# copy is the buffer's words exactly:
+HANDED_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
+_HELD: dict[int, tuple] = {}    # storage address -> (storage, version, shape, kp tensor, kind)
+_HOLDS: dict[int, int] = {}     # id(kp tensor) -> the storage address whose value it holds
+
+
+def _hold(buffer, t: torch.Tensor, kind: str) -> None:
+    """Record that kp tensor `buffer` holds t's value (in t's words of `kind`)."""
+    _release(buffer)
+    storage = t.untyped_storage()
+    _HELD[storage.data_ptr()] = (storage, t._version, tuple(t.shape), buffer, kind)
+    _HOLDS[id(buffer)] = storage.data_ptr()
+
+
+def _release(buffer) -> None:
+    """`buffer` is about to be written: it holds no host tensor's value any more."""
+    held = _HOLDS.pop(id(buffer), None)
+    if held is not None:
+        _HELD.pop(held, None)
+
+
+def _held_in(t) -> tuple | None:
+    """(kp tensor, kind) holding t's current value, or None."""
+    if not isinstance(t, torch.Tensor) or t.storage_offset() or not t.is_contiguous():
+        return None
+    address = t.untyped_storage().data_ptr()
+    e = _HELD.get(address)
+    if e is None or e[1] != t._version or e[2] != tuple(t.shape) or \
+            _HOLDS.get(id(e[3])) != address:
+        return None
+    return e[3], e[4]
+
+
 def _kp():
     import kp
     return kp
@@ -324,6 +362,11 @@ def _copy_in(mgr, staging, dst) -> None:
     staging.destroy()
 
 
+def _sync_device(mgr, t) -> None:
+    """Copy a kp device tensor's staging memory into its device buffer."""
+    mgr.sequence().record(_kp().OpTensorSyncDevice([t])).eval()
+
+
 def download(mgr, src, words: int) -> np.ndarray:
     """Words of a device-only kp tensor, through a staging tensor freed after."""
     kp = _kp()
@@ -368,6 +411,17 @@ class Program:
         self._staging: dict[int, np.ndarray] = {}
         self.residents: list = []          # (arg index, Resident)
         self.streamed: list = []           # (arg index, staging array, kind, byte span)
+        self.handed: list = []             # (arg index, kp tensor, its staging, kind): hand-offs
+        mutated = {i for i, _ in plan.mutations}
+        for i, spec in enumerate(plan.inputs):
+            if spec.buffer is None or spec.chunks or spec.resident or i in mutated or \
+                    share is not None:
+                continue
+            held_in = _held_in(args[i])
+            if held_in is not None and held_in[1] == plan.buffers[spec.buffer].kind and \
+                    held_in[0].size() == plan.buffers[spec.buffer].words:
+                self.tensors[spec.buffer] = held_in[0]    # read where the producer left it
+                self.handed.append((i, held_in[0], staging_view(held_in[0]), held_in[1]))
         for i, spec in enumerate(plan.inputs):
             if spec.buffer is None or not spec.resident:
                 continue
@@ -404,11 +458,14 @@ class Program:
                 self.tensors[b] = mgr.tensor_t(empty, tensor_type=storage)
                 if buf.role == "const":
                     upload(mgr, self.tensors[b], buf.const)
+        handed = {i for i, *_ in self.handed}
         for i, spec in enumerate(plan.inputs):
-            if spec.buffer is not None and not spec.resident:
+            if spec.buffer is not None and not spec.resident and i not in handed:
                 for b, span in _spans(spec):
                     self.streamed.append((i, self._staging[b], plan.buffers[b].kind, span))
         self.outputs = []
+        self._out_buffers = []     # (output index, kp tensor): the outputs it hands off
+        self._can_hand_off = []    # those it could
         for o in plan.outputs:
             if o.const is not None:
                 self.outputs.append((None, None, "const", o.const))
@@ -419,6 +476,8 @@ class Program:
                 kind = plan.buffers[o.buffer].kind
                 self.outputs.append((self._staging[o.buffer][:n], o.shape, kind,
                                      getattr(torch, o.dtype.replace("torch.", ""))))
+                if plan.buffers[o.buffer].role == "output" and self.outputs[-1][3] in HANDED_DTYPES:
+                    self._can_hand_off.append((len(self.outputs) - 1, self.tensors[o.buffer]))
         # the kernels' check word (runtime checks: plan.checks), zeroed before each submit
         self._checks = None if plan.check_buffer is None else self._staging[plan.check_buffer]
         # random kernels' seed, drawn from torch's default generator per call
@@ -458,6 +517,11 @@ class Program:
         # one kp algorithm per kernel, constants, buffers and grid
         self._algorithms: dict = share._algorithms if share is not None else {}
         self.sequence, self._labels = self.record(plan.dispatches)
+
+    def hand_off(self, outputs) -> None:
+        """Hand these outputs (indices) off to the programs that read them next (saved
+        activations: only the backward reads them, never the user)."""
+        self._out_buffers = [(n, b) for n, b in self._can_hand_off if n in outputs]
 
     def scratch_words(self) -> int:
         """Words of the shared temporaries this program is bound to."""
@@ -514,7 +578,9 @@ class Program:
         plan, mgr = self.plan, self.mgr
         n_ts = 2 * len(dispatches) + 2 if self.profile else 0
         seq = mgr.sequence(total_timestamps=n_ts)
-        ins = [self.tensors[b] for s in plan.inputs if not s.resident for b in s.buffers()]
+        handed = {i for i, *_ in self.handed}
+        ins = [self.tensors[b] for i, s in enumerate(plan.inputs)
+               if not s.resident and i not in handed for b in s.buffers()]
         if plan.check_buffer is not None:
             ins.append(self.tensors[plan.check_buffer])
         if plan.seed_buffer is not None:
@@ -576,6 +642,16 @@ class Program:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
             sent += words.nbytes
+        for i, buffer, staging, kind in self.handed:
+            held_in = _held_in(args[i])
+            if held_in is None or held_in[0] is not buffer:
+                words = host_words(args[i], kind)     # not the value left there: upload it
+                staging[:words.size] = words
+                sent += words.nbytes
+                _sync_device(self.mgr, buffer)
+                _hold(buffer, args[i], kind)
+        for _, buffer in self._out_buffers:
+            _release(buffer)
         _stats["input_bytes"] += sent
         _stats["output_bytes"] += self._out_bytes
         _stats["readback_bytes"] += self._readback_bytes
@@ -622,6 +698,8 @@ class Program:
                 out.append(torch.from_numpy(a.astype(want)).view(shape))
             else:
                 out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
+        for n, buffer in self._out_buffers:
+            _hold(buffer, out[n], self.outputs[n][2])
         return out
 
     def _sync_residents(self, args) -> None:
