@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dynamo_vulkan import device, shaders
+from dynamo_vulkan import shaders
 
 from . import core
 from .elementwise import add_slices
@@ -27,9 +27,10 @@ from .elementwise import add_slices
 log = logging.getLogger(__name__)
 
 PRECISIONS = ("highest", "high", "medium")
-SUBGROUPS = (2, 2)         # subgroups per workgroup along m and n
-WARP_TILE = 64             # rows and columns of C per subgroup
-BK_CHOICES = (32, 16)      # K per shared-memory step: the largest whose tiles fit
+TILE = (128, 128)          # rows and columns of C per workgroup
+SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C each
+BK_CHOICES = (32, 16)      # K per shared-memory step: the largest whose stages fit
+FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 
 
 @dataclass(frozen=True)
@@ -65,17 +66,19 @@ class Choice:
 
 
 def shared_bytes(bm: int, bn: int, bk: int, cm: tuple, split3: bool) -> int:
-    """The kernel's shared memory: A and B tiles of 16-bit elements in the larger of their
-    two layouts (rows padded by 8), twice with SPLIT3, and each subgroup's fp32 scratch."""
+    """The kernel's shared memory: two stages of A and B tiles of 16-bit elements in the
+    larger of their two layouts (rows padded by 8), hi and lo planes with SPLIT3; at least
+    the epilogue's fp32 fragment per subgroup, which reuses the stages."""
     a = max(bm * (bk + 8), bk * (bm + 8))
     b = max(bn * (bk + 8), bk * (bn + 8))
-    return 2 * (a + b) * (2 if split3 else 1) + 4 * SUBGROUPS[0] * SUBGROUPS[1] * cm[0] * cm[1]
+    stages = 2 * 2 * (a + b) * (2 if split3 else 1)
+    return max(stages, 4 * SUBGROUPS[0] * SUBGROUPS[1] * cm[0] * cm[1])
 
 
 def _shape(caps: dict, dtype: str) -> tuple | None:
-    """The device's subgroup-scope matrix shape for dtype x dtype + f32 -> f32 that the
-    tile holds whole (M and N dividing WARP_TILE, K dividing the K step): 16x16x16 first,
-    else the largest."""
+    """The device's subgroup-scope matrix shape for dtype x dtype + f32 -> f32 that a
+    subgroup's part of the tile holds whole, K dividing the K step, each side a multiple of
+    8 (the shared tiles' 16-byte units): 16x16x16 first, else the largest."""
     found = []
     for entry in caps.get("cooperative_matrix_shapes", ()):
         s = dict(entry)
@@ -83,7 +86,8 @@ def _shape(caps: dict, dtype: str) -> tuple | None:
                 (dtype, dtype, "f32", "f32", "subgroup"):
             continue
         cm = (int(s["m"]), int(s["n"]), int(s["k"]))
-        if WARP_TILE % cm[0] == 0 and WARP_TILE % cm[1] == 0 and min(BK_CHOICES) % cm[2] == 0:
+        if (TILE[0] // SUBGROUPS[0]) % cm[0] == 0 and (TILE[1] // SUBGROUPS[1]) % cm[1] == 0 \
+                and min(BK_CHOICES) % cm[2] == 0 and all(c % 8 == 0 for c in cm):
             found.append(cm)
     if not found:
         return None
@@ -94,6 +98,12 @@ def precision(ctx) -> str:
     """The compile's float32 matmul precision (config), else torch's current setting."""
     value = getattr(getattr(ctx, "cfg", None), "matmul_precision", None)
     return value or torch.get_float32_matmul_precision()
+
+
+def tensor_cores(ctx) -> str:
+    """The compile's tensor-core setting (config): "auto" (where the rules above allow
+    them) or "off" (never)."""
+    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "auto"
 
 
 def _tensor_dtype(ctx):
@@ -116,6 +126,8 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         if prec == "highest":
             return Choice(None, "")
         want, split3, why = "bf16", prec == "high", f"precision {prec!r}"
+    if tensor_cores(ctx) == "off":
+        return Choice(None, f"fp32 ({why}; tensor cores off: DYNAMO_VULKAN_TENSOR_CORES=off)")
     if not caps.get("cooperative_matrix"):
         return Choice(None, f"fp32 ({why}; the device has no cooperative matrices)")
     if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
@@ -127,7 +139,7 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; no glslc for cooperative-matrix kernels: "
                             "scripts/glslc_coopmat.sh)")
     subgroup = int(caps.get("subgroup_size", 32))
-    bm, bn = SUBGROUPS[0] * WARP_TILE, SUBGROUPS[1] * WARP_TILE
+    bm, bn = TILE
     limit = caps.get("max_compute_shared_memory_size", 16384)
     if SUBGROUPS[0] * SUBGROUPS[1] * subgroup > caps.get("max_compute_work_group_invocations", 128):
         return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
@@ -149,9 +161,11 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     tiles = (-(-n // plan.bn), -(-m // plan.bm))
     count = tiles[0] * tiles[1] * nb
     splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n)
+    if FORCE_SPLITS is not None:
+        splits = FORCE_SPLITS
     ks = -(-k // (splits * plan.bk)) * plan.bk if k else plan.bk
     splits = -(-k // ks) if k else 1
-    if splits == 1 or device.is_cpu(ctx.caps):
+    if splits == 1:
         ctx.dispatch("matmul_coopmat", defines, bindings, [0], spec, (*tiles, nb), note=note)
         return
     part = ctx.empty((splits, nb, m, n), "f32")

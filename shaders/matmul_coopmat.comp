@@ -1,23 +1,36 @@
 // Matmul family on tensor cores (VK_KHR_cooperative_matrix): C[b] = ALPHA * A[b] @ B[b]
 // (+ BETA * bias), fp32 in and out, the products in 16-bit floats, accumulated in fp32.
-// ET is the 16-bit type: bfloat16_t (CM_BF16; fp32's exponent range, so no fp32 value
-// overflows in the conversion) or float16_t (CM_F16: fp16 tensors, whose values it holds
-// exactly). SPLIT3 ("high" precision): each fp32 operand is split as hi = ET(x) and
-// lo = ET(x - hi), and C accumulates hi*hi + hi*lo + lo*hi, near fp32's accuracy; without
-// it ("medium", or 16-bit tensors) C accumulates ET(a) * ET(b).
-// A workgroup of NSG = SG_M * SG_N subgroups computes a BM x BN tile of C, stepping K by
-// BK through shared memory; subgroup (sm, sn) owns RM x RN fragments of CM_M x CM_N (the
-// device's matrix shape, lowering/matmul.py) at rows sm * RM * CM_M, columns sn * RN * CM_N.
-// Global loads: whole groups of 4 consecutive elements along each operand's unit-stride
-// dimension (A_ALONG_K / B_ALONG_K, 16-byte loads where A_VEC4 / B_VEC4), converted and
-// stored so that shared runs follow the same dimension: A row-major (m, k) when read along
-// k, else column-major; B row-major (k, n) when read along n, else column-major; the
-// cooperative loads name the layout. The next K step's groups are loaded into registers
-// while the tensor cores multiply the current one.
-// Epilogue: each fragment goes through a per-subgroup shared scratch to the output with
-// ALPHA, the bias (split 0 only) and the bounds of M and N. Strides, offsets, split K
-// (SPLITS, KS: slice s of a [SPLITS, batch, M, N] output) and the spec constants are
-// those of matmul.comp.
+// The 16-bit type: bfloat16 (CM_BF16; fp32's exponent range, so no fp32 value overflows
+// in the conversion) or float16 (CM_F16: fp16 tensors, whose values it holds exactly).
+// SPLIT3 ("high" precision, bf16 only): each fp32 operand is split as hi = bf16(x) and
+// lo = bf16(x - hi), and C accumulates lo*hi + hi*lo + hi*hi, near fp32's accuracy;
+// without it ("medium", or 16-bit tensors) C accumulates 16-bit(a) * 16-bit(b).
+//
+// A workgroup of NSG = SG_M * SG_N subgroups computes a BM x BN tile of C; subgroup
+// (sm, sn) owns RM x RN accumulators of CM_M x CM_N (the device's matrix shape) at rows
+// sm * RM * CM_M, columns sn * RN * CM_N, held across the whole K loop.
+// K steps of BK through shared memory, double buffered: while the tensor cores multiply
+// step s out of one stage, the global loads of step s + 1 are in flight in registers; they
+// are converted and stored into the other stage afterwards, and one barrier a step
+// separates the two (a stage is rewritten only after every subgroup passed the barrier
+// that followed its last reads).
+// Global loads: groups of 8 consecutive elements ("octets") along each operand's
+// unit-stride dimension (A_ALONG_K / B_ALONG_K; two 16-byte loads where A_VEC4 / B_VEC4),
+// converted to 16 bits and stored as one uvec4 (four packed pairs) so that shared runs
+// follow the same dimension: A row-major (m, k) when read along k, else column-major;
+// B column-major (k, n) when read along k, else row-major; the cooperative loads name the
+// layout. Shared memory is an array of uvec4: cooperative loads take offsets and strides
+// in its units (GLSL_KHR_cooperative_matrix lets the array's type differ from the
+// matrix's); rows are padded by 8 elements (16 bytes), which keeps them 16-byte aligned
+// and puts the 8 rows of each 16-byte-wide read in 8 different bank groups.
+// Epilogue: a tile wholly inside C, without bias, with N a multiple of 4 (16-byte aligned
+// rows), is stored by the cooperative stores straight to the output, scaled by ALPHA;
+// other tiles go through a per-subgroup scratch (the stages' memory, after the loop) with
+// ALPHA, the bias (split 0 only) and the bounds of M and N.
+// Workgroups are visited in groups of GROUP_M tile rows (each group column by column), so
+// that the workgroups resident at one time share their A rows and B columns in the cache.
+// Strides, offsets, split K (SPLITS, KS: slice s of a [SPLITS, batch, M, N] output) and the
+// spec constants are those of matmul.comp.
 #extension GL_EXT_control_flow_attributes : enable
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -25,10 +38,11 @@
 #ifdef CM_BF16
 #extension GL_EXT_bfloat16 : require
 #define ET bfloat16_t
-// the largest finite bfloat16, for fp32 values that would round up to infinity
-#define ET_MAX uintBitsToFloat(0x7f7f0000u)
 #else
 #define ET float16_t
+#endif
+#if defined(SPLIT3) && !defined(CM_BF16)
+#error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
 #include "common.glsl"
 #ifndef BM
@@ -36,7 +50,7 @@
 #define BN 128
 #define BK 32
 #define SG_M 2
-#define SG_N 2
+#define SG_N 4
 #define CM_M 16
 #define CM_N 16
 #define CM_K 16
@@ -46,6 +60,7 @@
 #define WG (NSG * SUBGROUP)
 #define RM (BM / (SG_M * CM_M))
 #define RN (BN / (SG_N * CM_N))
+#define GROUP_M 8u
 layout(local_size_x = WG) in;
 layout(constant_id = 0) const uint M = 1;
 layout(constant_id = 1) const uint N = 1;
@@ -68,6 +83,7 @@ layout(constant_id = 17) const uint KS = 0xffffffffu;   // K per split, whole BK
 layout(constant_id = 18) const uint SPLITS = 1;
 layout(constant_id = 19) const uint BATCHES = 1;
 BUFFER(0, outb)
+layout(set = 0, binding = 0) buffer Buf0f { float outf[]; };   // the cooperative stores' view
 IN_BUFFER(1, ab)
 IN_BUFFER(2, bbuf)
 #ifdef HAS_BIAS
@@ -80,83 +96,53 @@ layout(set = 0, binding = 1) readonly buffer Buf1v { vec4 av[]; };
 layout(set = 0, binding = 2) readonly buffer Buf2v { vec4 bv[]; };
 #endif
 
-// Shared tiles; a row of 16-bit elements padded by 8 (16 bytes: rows stay 16-byte aligned
-// for the cooperative loads, and neighbouring rows start in other banks).
+// ---- shared memory: element offsets of one stage's tiles; uvec4 index = element / 8
 #ifdef A_ALONG_K
 #define A_LD (BK + 8)                  // row-major: element (m, k) at m * A_LD + k
 #define A_AT(m, k) ((m) * A_LD + (k))
 #define A_LAYOUT gl_CooperativeMatrixLayoutRowMajor
-#define A_SIZE (BM * A_LD)
+#define A_ELEMS (BM * A_LD)
 #else
 #define A_LD (BM + 8)                  // column-major: element (m, k) at k * A_LD + m
 #define A_AT(m, k) ((k) * A_LD + (m))
 #define A_LAYOUT gl_CooperativeMatrixLayoutColumnMajor
-#define A_SIZE (BK * A_LD)
+#define A_ELEMS (BK * A_LD)
 #endif
 #ifdef B_ALONG_K
 #define B_LD (BK + 8)                  // column-major: element (k, n) at n * B_LD + k
 #define B_AT(k, n) ((n) * B_LD + (k))
 #define B_LAYOUT gl_CooperativeMatrixLayoutColumnMajor
-#define B_SIZE (BN * B_LD)
+#define B_ELEMS (BN * B_LD)
 #else
 #define B_LD (BN + 8)                  // row-major: element (k, n) at k * B_LD + n
 #define B_AT(k, n) ((k) * B_LD + (n))
 #define B_LAYOUT gl_CooperativeMatrixLayoutRowMajor
-#define B_SIZE (BK * B_LD)
+#define B_ELEMS (BK * B_LD)
 #endif
-shared ET Ahi[A_SIZE];
-shared ET Bhi[B_SIZE];
 #ifdef SPLIT3
-shared ET Alo[A_SIZE];
-shared ET Blo[B_SIZE];
-#endif
-shared float Cs[NSG * CM_M * CM_N];
-
-#define A_GROUPS (BM * BK / 4)
-#define B_GROUPS (BN * BK / 4)
-#define A_PER ((A_GROUPS + WG - 1) / WG)
-#define B_PER ((B_GROUPS + WG - 1) / WG)
-
-// Group g of a tile of `outer` rows (m or n) by BK: its first element's (outer, k).
-uvec2 group_pos(uint g, uint outer, bool along_k) {
-    return along_k ? uvec2(g / (BK / 4u), (g % (BK / 4u)) * 4u)
-                   : uvec2((g % (outer / 4u)) * 4u, g / (outer / 4u));
-}
-
-// 4 elements of A from (m, k) on along k (A_ALONG_K) or m; zeros out of range.
-vec4 load_a(uint abase, uint m, uint k, uint kend) {
-    uint o = abase + m * A_SM + k * A_SK;
-    vec4 v = vec4(0.0);
-#ifdef A_VEC4
-    if (m < M && k < kend) v = av[o >> 2];
-#elif defined(A_ALONG_K)
-    if (m < M)
-        [[unroll]] for (uint i = 0; i < 4u; ++i)
-            if (k + i < kend) v[i] = ld_f32(ab[o + i * A_SK]);
+#define PLANES 2                       // hi and lo tiles
 #else
-    if (k < kend)
-        [[unroll]] for (uint i = 0; i < 4u; ++i)
-            if (m + i < M) v[i] = ld_f32(ab[o + i * A_SM]);
+#define PLANES 1
 #endif
-    return v;
-}
+// uvec4 offsets within a stage: A hi, B hi, then (SPLIT3) A lo, B lo
+#define A_HI 0
+#define B_HI (A_ELEMS / 8)
+#define A_LO ((A_ELEMS + B_ELEMS) / 8)
+#define B_LO ((2 * A_ELEMS + B_ELEMS) / 8)
+#define STAGE (PLANES * (A_ELEMS + B_ELEMS) / 8)
+#define SCRATCH (NSG * CM_M * CM_N / 4)        // the epilogue's fp32 fragments, in uvec4
+#define SMEM (2 * STAGE > SCRATCH ? 2 * STAGE : SCRATCH)
+shared uvec4 sm[SMEM];
 
-// 4 elements of B from (k, n) on along k (B_ALONG_K) or n; zeros out of range.
-vec4 load_b(uint bbase, uint n, uint k, uint kend) {
-    uint o = bbase + k * B_SK + n * B_SN;
-    vec4 v = vec4(0.0);
-#ifdef B_VEC4
-    if (n < N && k < kend) v = bv[o >> 2];
-#elif defined(B_ALONG_K)
-    if (n < N)
-        [[unroll]] for (uint i = 0; i < 4u; ++i)
-            if (k + i < kend) v[i] = ld_f32(bbuf[o + i * B_SK]);
-#else
-    if (k < kend)
-        [[unroll]] for (uint i = 0; i < 4u; ++i)
-            if (n + i < N) v[i] = ld_f32(bbuf[o + i * B_SN]);
-#endif
-    return v;
+#define A_OCTETS (BM * BK / 8)
+#define B_OCTETS (BN * BK / 8)
+#define A_PER ((A_OCTETS + WG - 1) / WG)
+#define B_PER ((B_OCTETS + WG - 1) / WG)
+
+// Octet g of a tile of `outer` rows (m or n) by BK: its first element's (outer, k).
+uvec2 octet_pos(uint g, uint outer, bool along_k) {
+    return along_k ? uvec2(g / (BK / 8u), (g % (BK / 8u)) * 8u)
+                   : uvec2((g % (outer / 8u)) * 8u, g / (outer / 8u));
 }
 
 #ifdef A_ALONG_K
@@ -170,88 +156,160 @@ vec4 load_b(uint bbase, uint n, uint k, uint kend) {
 #define B_IS_K false
 #endif
 
-vec4 pa[A_PER], pb[B_PER];     // the next K step's groups, in flight in registers
+// 8 elements of A from (m, k) on along k (A_ALONG_K) or m, as v[0] (first 4) and v[1];
+// zeros out of range. A_VEC4 guarantees M or K, offsets and strides multiples of 4.
+void load_a(uint abase, uint m, uint k, uint kend, out vec4 v0, out vec4 v1) {
+    uint o = abase + m * A_SM + k * A_SK;
+    v0 = vec4(0.0);
+    v1 = vec4(0.0);
+#if defined(A_VEC4) && defined(A_ALONG_K)
+    if (m < M) {
+        if (k < kend) v0 = av[o >> 2];
+        if (k + 4u < kend) v1 = av[(o >> 2) + 1u];
+    }
+#elif defined(A_VEC4)
+    if (k < kend) {
+        if (m < M) v0 = av[o >> 2];
+        if (m + 4u < M) v1 = av[(o >> 2) + 1u];
+    }
+#elif defined(A_ALONG_K)
+    if (m < M)
+        [[unroll]] for (uint i = 0; i < 4u; ++i) {
+            if (k + i < kend) v0[i] = ld_f32(ab[o + i * A_SK]);
+            if (k + 4u + i < kend) v1[i] = ld_f32(ab[o + (4u + i) * A_SK]);
+        }
+#else
+    if (k < kend)
+        [[unroll]] for (uint i = 0; i < 4u; ++i) {
+            if (m + i < M) v0[i] = ld_f32(ab[o + i * A_SM]);
+            if (m + 4u + i < M) v1[i] = ld_f32(ab[o + (4u + i) * A_SM]);
+        }
+#endif
+}
+
+// 8 elements of B from (k, n) on along k (B_ALONG_K) or n; zeros out of range.
+void load_b(uint bbase, uint n, uint k, uint kend, out vec4 v0, out vec4 v1) {
+    uint o = bbase + k * B_SK + n * B_SN;
+    v0 = vec4(0.0);
+    v1 = vec4(0.0);
+#if defined(B_VEC4) && defined(B_ALONG_K)
+    if (n < N) {
+        if (k < kend) v0 = bv[o >> 2];
+        if (k + 4u < kend) v1 = bv[(o >> 2) + 1u];
+    }
+#elif defined(B_VEC4)
+    if (k < kend) {
+        if (n < N) v0 = bv[o >> 2];
+        if (n + 4u < N) v1 = bv[(o >> 2) + 1u];
+    }
+#elif defined(B_ALONG_K)
+    if (n < N)
+        [[unroll]] for (uint i = 0; i < 4u; ++i) {
+            if (k + i < kend) v0[i] = ld_f32(bbuf[o + i * B_SK]);
+            if (k + 4u + i < kend) v1[i] = ld_f32(bbuf[o + (4u + i) * B_SK]);
+        }
+#else
+    if (k < kend)
+        [[unroll]] for (uint i = 0; i < 4u; ++i) {
+            if (n + i < N) v0[i] = ld_f32(bbuf[o + i * B_SN]);
+            if (n + 4u + i < N) v1[i] = ld_f32(bbuf[o + (4u + i) * B_SN]);
+        }
+#endif
+}
+
+vec4 pa[2 * A_PER], pb[2 * B_PER];     // the next K step's octets, in flight in registers
 
 void fetch(uint tid, uint abase, uint bbase, uint m0, uint n0, uint k0, uint kend) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
-        if (A_GROUPS % WG == 0u || g < A_GROUPS) {
-            uvec2 p = group_pos(g, BM, A_IS_K);
-            pa[c] = load_a(abase, m0 + p.x, k0 + p.y, kend);
+        if (A_OCTETS % WG == 0u || g < A_OCTETS) {
+            uvec2 p = octet_pos(g, BM, A_IS_K);
+            load_a(abase, m0 + p.x, k0 + p.y, kend, pa[2 * c], pa[2 * c + 1]);
         }
     }
     [[unroll]] for (uint c = 0; c < B_PER; ++c) {
         uint g = tid + c * WG;
-        if (B_GROUPS % WG == 0u || g < B_GROUPS) {
-            uvec2 p = group_pos(g, BN, B_IS_K);
-            pb[c] = load_b(bbase, n0 + p.x, k0 + p.y, kend);
+        if (B_OCTETS % WG == 0u || g < B_OCTETS) {
+            uvec2 p = octet_pos(g, BN, B_IS_K);
+            load_b(bbase, n0 + p.x, k0 + p.y, kend, pb[2 * c], pb[2 * c + 1]);
         }
     }
 }
 
-// x as ET (hi) and, for SPLIT3, the rest x - hi as ET (lo). In bfloat16 a finite x that
-// rounds to infinity (beyond its largest finite value, within fp32's) is kept finite, so
-// that hi is within one bf16 step of x and lo holds the rest; infinities and NaN stay in
-// hi with lo 0. fp16 (16-bit tensors) converts as torch does: beyond 65504, infinity.
-void split(float x, out ET hi, out ET lo) {
 #ifdef CM_BF16
-    // rounded to nearest even here, in fp32 bits: the driver's conversion may truncate
-    // (NVIDIA's does: medium's bf16 products lost 4x the accuracy, all biased one way)
-    uint bits = floatBitsToUint(x);
-    float h = isnan(x) ? x : uintBitsToFloat((bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u);
-    if (isinf(h) && !isinf(x)) h = x > 0.0 ? ET_MAX : -ET_MAX;
-#else
-    float h = float(ET(x));
-#endif
-    hi = ET(h);
-#ifdef SPLIT3
-    float r = x - h;           // exact in fp32; its bf16, rounded to nearest as above
-    uint rb = floatBitsToUint(r);
-    r = uintBitsToFloat((rb + 0x7fffu + ((rb >> 16) & 1u)) & 0xffff0000u);
-    lo = (isinf(x) || isnan(x)) ? ET(0.0) : ET(r);
-#else
-    lo = ET(0.0);
-#endif
+// bfloat16 of fp32 bits b, rounded to nearest even, in the upper 16 bits (lower 16 zero).
+// Done here in integer bits: the driver's conversion may truncate (NVIDIA's does:
+// medium's products lost 4x the accuracy, all biased one way). NaN stays NaN (quieted,
+// so that no payload bit is lost in the lower half), infinity stays infinity, and a
+// finite x that would round beyond bfloat16's largest finite value takes that value
+// (its sign kept), so that hi stays within one bf16 step of x and SPLIT3's lo holds the
+// rest.
+uint bf16_bits(uint b) {
+    uint a = b & 0x7fffffffu;
+    uint r = b + 0x7fffu + ((b >> 16) & 1u);
+    if (a >= 0x7f7f8000u)
+        r = a > 0x7f800000u ? (b | 0x00400000u) : a == 0x7f800000u ? b : ((b & 0x80000000u) | 0x7f7f0000u);
+    return r & 0xffff0000u;
 }
 
-// The fetched groups into the shared tiles, along the dimension they were read along.
-void stash(uint tid) {
+// 8 fp32 values as packed bf16 pairs (element 2i in the lower half of word i): hi and,
+// for SPLIT3, lo = bf16(x - hi) (x - hi is exact in fp32; 0 for infinities and NaN).
+void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
+    uvec4 b0 = floatBitsToUint(x0), b1 = floatBitsToUint(x1);
+    uvec4 h0, h1;
+    [[unroll]] for (uint i = 0; i < 4u; ++i) {
+        h0[i] = bf16_bits(b0[i]);
+        h1[i] = bf16_bits(b1[i]);
+    }
+    hi = uvec4((h0.x >> 16) | h0.y, (h0.z >> 16) | h0.w, (h1.x >> 16) | h1.y, (h1.z >> 16) | h1.w);
+#ifdef SPLIT3
+    uvec4 l0, l1;
+    [[unroll]] for (uint i = 0; i < 4u; ++i) {
+        float d0 = (b0[i] & 0x7fffffffu) >= 0x7f800000u ? 0.0 : x0[i] - uintBitsToFloat(h0[i]);
+        float d1 = (b1[i] & 0x7fffffffu) >= 0x7f800000u ? 0.0 : x1[i] - uintBitsToFloat(h1[i]);
+        l0[i] = bf16_bits(floatBitsToUint(d0));
+        l1[i] = bf16_bits(floatBitsToUint(d1));
+    }
+    lo = uvec4((l0.x >> 16) | l0.y, (l0.z >> 16) | l0.w, (l1.x >> 16) | l1.y, (l1.z >> 16) | l1.w);
+#else
+    lo = uvec4(0u);
+#endif
+}
+#else
+// fp16 tensors' values (exact in fp16) as packed pairs
+void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
+    hi = uvec4(packHalf2x16(x0.xy), packHalf2x16(x0.zw), packHalf2x16(x1.xy), packHalf2x16(x1.zw));
+    lo = uvec4(0u);
+}
+#endif
+
+// The fetched octets into stage `base` (uvec4 offset), along the dimension they were read
+// along: one uvec4 store per octet and plane.
+void stash(uint tid, uint base) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
-        if (A_GROUPS % WG == 0u || g < A_GROUPS) {
-            uvec2 p = group_pos(g, BM, A_IS_K);
-            [[unroll]] for (uint i = 0; i < 4u; ++i) {
-                ET hi, lo;
-                split(pa[c][i], hi, lo);
-#ifdef A_ALONG_K
-                uint at = A_AT(p.x, p.y + i);
-#else
-                uint at = A_AT(p.x + i, p.y);
-#endif
-                Ahi[at] = hi;
+        if (A_OCTETS % WG == 0u || g < A_OCTETS) {
+            uvec2 p = octet_pos(g, BM, A_IS_K);
+            uvec4 hi, lo;
+            convert(pa[2 * c], pa[2 * c + 1], hi, lo);
+            uint at = base + A_AT(p.x, p.y) / 8u;
+            sm[A_HI + at] = hi;
 #ifdef SPLIT3
-                Alo[at] = lo;
+            sm[A_LO + at] = lo;
 #endif
-            }
         }
     }
     [[unroll]] for (uint c = 0; c < B_PER; ++c) {
         uint g = tid + c * WG;
-        if (B_GROUPS % WG == 0u || g < B_GROUPS) {
-            uvec2 p = group_pos(g, BN, B_IS_K);
-            [[unroll]] for (uint i = 0; i < 4u; ++i) {
-                ET hi, lo;
-                split(pb[c][i], hi, lo);
-#ifdef B_ALONG_K
-                uint at = B_AT(p.y + i, p.x);
-#else
-                uint at = B_AT(p.y, p.x + i);
-#endif
-                Bhi[at] = hi;
+        if (B_OCTETS % WG == 0u || g < B_OCTETS) {
+            uvec2 p = octet_pos(g, BN, B_IS_K);
+            uvec4 hi, lo;
+            convert(pb[2 * c], pb[2 * c + 1], hi, lo);
+            uint at = base + B_AT(p.y, p.x) / 8u;
+            sm[B_HI + at] = hi;
 #ifdef SPLIT3
-                Blo[at] = lo;
+            sm[B_LO + at] = lo;
 #endif
-            }
         }
     }
 }
@@ -263,7 +321,12 @@ void stash(uint tid) {
 void main() {
     uint batch = gl_WorkGroupID.z / SPLITS, split_index = gl_WorkGroupID.z % SPLITS;
     uint kbeg = split_index * KS, kend = min(K, kbeg + KS);
-    uint m0 = gl_WorkGroupID.y * BM, n0 = gl_WorkGroupID.x * BN;
+    // tile (tm, tn) of the flat workgroup index, GROUP_M tile rows at a time
+    uint tiles_n = gl_NumWorkGroups.x, tiles_m = gl_NumWorkGroups.y;
+    uint index = gl_WorkGroupID.y * tiles_n + gl_WorkGroupID.x;
+    uint first = (index / (GROUP_M * tiles_n)) * GROUP_M, rows = min(tiles_m - first, GROUP_M);
+    uint within = index % (GROUP_M * tiles_n);
+    uint m0 = (first + within % rows) * BM, n0 = (within / rows) * BN;
     uint tid = gl_LocalInvocationID.x;
     uint sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;
     uint wm = (sg / SG_N) * (RM * CM_M), wn = (sg % SG_N) * (RN * CM_N);
@@ -272,58 +335,76 @@ void main() {
     [[unroll]] for (uint i = 0; i < RM; ++i)
         [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = FRAG_C(0.0);
     uint steps = kend > kbeg ? (kend - kbeg + BK - 1u) / BK : 0u;
-    if (steps > 0u) fetch(tid, abase, bbase, m0, n0, kbeg, kend);
+    if (steps > 0u) {
+        fetch(tid, abase, bbase, m0, n0, kbeg, kend);
+        stash(tid, 0u);
+    }
+    barrier();
     for (uint s = 0; s < steps; ++s) {
-        stash(tid);
-        barrier();
-        if (s + 1u < steps) fetch(tid, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
+        uint cur = (s & 1u) * STAGE;
+        bool more = s + 1u < steps;
+        if (more) fetch(tid, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
         [[unroll]] for (uint kk = 0; kk < BK; kk += CM_K) {
             FRAG_A a[RM];
-            [[unroll]] for (uint i = 0; i < RM; ++i)
-                coopMatLoad(a[i], Ahi, A_AT(wm + i * CM_M, kk), A_LD, A_LAYOUT);
             FRAG_B b[RN];
+            [[unroll]] for (uint i = 0; i < RM; ++i)
+                coopMatLoad(a[i], sm, cur + A_HI + A_AT(wm + i * CM_M, kk) / 8u, A_LD / 8u, A_LAYOUT);
             [[unroll]] for (uint j = 0; j < RN; ++j)
-                coopMatLoad(b[j], Bhi, B_AT(kk, wn + j * CM_N), B_LD, B_LAYOUT);
+                coopMatLoad(b[j], sm, cur + B_HI + B_AT(kk, wn + j * CM_N) / 8u, B_LD / 8u, B_LAYOUT);
 #ifdef SPLIT3
-            // the small terms first: hi*lo and lo*hi, then hi*hi
-            {
-                FRAG_B bl[RN];
-                [[unroll]] for (uint j = 0; j < RN; ++j)
-                    coopMatLoad(bl[j], Blo, B_AT(kk, wn + j * CM_N), B_LD, B_LAYOUT);
-                [[unroll]] for (uint i = 0; i < RM; ++i)
-                    [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = coopMatMulAdd(a[i], bl[j], acc[i][j]);
-            }
+            // the small terms first: lo*hi and hi*lo, then hi*hi
             {
                 FRAG_A al[RM];
+                FRAG_B bl[RN];
                 [[unroll]] for (uint i = 0; i < RM; ++i)
-                    coopMatLoad(al[i], Alo, A_AT(wm + i * CM_M, kk), A_LD, A_LAYOUT);
+                    coopMatLoad(al[i], sm, cur + A_LO + A_AT(wm + i * CM_M, kk) / 8u, A_LD / 8u, A_LAYOUT);
+                [[unroll]] for (uint j = 0; j < RN; ++j)
+                    coopMatLoad(bl[j], sm, cur + B_LO + B_AT(kk, wn + j * CM_N) / 8u, B_LD / 8u, B_LAYOUT);
                 [[unroll]] for (uint i = 0; i < RM; ++i)
-                    [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = coopMatMulAdd(al[i], b[j], acc[i][j]);
+                    [[unroll]] for (uint j = 0; j < RN; ++j) {
+                        acc[i][j] = coopMatMulAdd(al[i], b[j], acc[i][j]);
+                        acc[i][j] = coopMatMulAdd(a[i], bl[j], acc[i][j]);
+                    }
             }
 #endif
             [[unroll]] for (uint i = 0; i < RM; ++i)
                 [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]);
         }
+        if (more) stash(tid, STAGE - cur);
         barrier();
     }
+
     float alpha = uintBitsToFloat(ALPHA_BITS);
     uint obase = (split_index * BATCHES + batch) * M;
-    uint scratch = sg * (CM_M * CM_N);
+#ifndef HAS_BIAS
+    if (m0 + BM <= M && n0 + BN <= N && (N & 3u) == 0u) {
+        [[unroll]] for (uint i = 0; i < RM; ++i)
+            [[unroll]] for (uint j = 0; j < RN; ++j) {
+                uint gm = m0 + wm + i * CM_M, gn = n0 + wn + j * CM_N;
+                if (ALPHA_BITS != 0x3f800000u) acc[i][j] = acc[i][j] * alpha;
+                coopMatStore(acc[i][j], outf, (obase + gm) * N + gn, N, gl_CooperativeMatrixLayoutRowMajor);
+            }
+        return;
+    }
+#endif
+    // the stages are free (the loop's last barrier): one fp32 fragment per subgroup
+    uint scratch = sg * (CM_M * CM_N / 4u);
     [[unroll]] for (uint i = 0; i < RM; ++i) {
         [[unroll]] for (uint j = 0; j < RN; ++j) {
-            coopMatStore(acc[i][j], Cs, scratch, CM_N, gl_CooperativeMatrixLayoutRowMajor);
+            coopMatStore(acc[i][j], sm, scratch, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = lane; e < CM_M * CM_N; e += SUBGROUP) {
                 uint gm = m0 + wm + i * CM_M + e / CM_N, gn = n0 + wn + j * CM_N + e % CM_N;
                 if (gm >= M || gn >= N) continue;
-                float v = alpha * Cs[scratch + e];
+                float v = alpha * uintBitsToFloat(sm[scratch + e / 4u][e % 4u]);
 #ifdef HAS_BIAS
                 if (split_index == 0u)
                     v += uintBitsToFloat(BETA_BITS) * ld_f32(cb[C_OFF + batch * C_SB + gm * C_SM + gn * C_SN]);
 #endif
                 outb[(obase + gm) * N + gn] = st_f32(v);
             }
+            subgroupMemoryBarrierShared();
             subgroupBarrier();
         }
     }

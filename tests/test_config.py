@@ -63,12 +63,14 @@ def test_a_bad_option_names_the_option_and_what_is_allowed(name, value, allowed)
 def test_key_holds_exactly_the_settings_marked_as_changing_a_program():
     base = config.load({"cpu_matmul": "host", "int_dot": "auto"})
     changed = {"device_index": 3, "cpu_matmul": "vulkan", "int_dot": "off", "fallback": "error",
-               "profile": True, "cache_enabled": False, "fence_spin_us": 5, "matmul_precision": "medium"}
+               "profile": True, "cache_enabled": False, "fence_spin_us": 5, "matmul_precision": "medium",
+               "tensor_cores": "off"}
     assert set(changed) | {"cache_dir", "model_dir", "debug_dump", "glslc_coopmat"} == set(config.option_names())
     for name, value in changed.items():
         differs = base.replace(**{name: value}).key() != base.key()
         assert differs == dataclasses.fields(config.Config)[config.option_names().index(name)].metadata["key"]
-        assert differs == (name in ("device_index", "cpu_matmul", "int_dot", "matmul_precision")), name
+        assert differs == (name in ("device_index", "cpu_matmul", "int_dot", "matmul_precision",
+                                    "tensor_cores")), name
 
 
 def test_no_setting_is_read_from_the_environment_outside_config():

@@ -2,10 +2,17 @@
 
 On a device with cooperative matrices: fp32 products under torch's "high" (bf16x3) and
 "medium" (bf16) precision and fp16 tensors' products against eager fp32, within the
-tolerances torch uses for TF32 and bf16, on odd shapes, tile edges, size-1 dimensions,
-transposed and batched operands, K splits and fused bias. Elsewhere (lavapipe) those
-skip, saying so; what runs everywhere: the choice (never under "highest"), the cache
-key's precision, and the kernel's GLSL compiling with the second glslc."""
+tolerances torch uses for TF32 and bf16, on odd shapes, tile edges (M, N past a tile; K
+not a multiple of the K step), interior tiles stored directly and through the scratch,
+size-1 dimensions, transposed and batched operands, K splits and fused bias and alpha.
+Debian 12's lavapipe has none, and those skip, saying so; a newer lavapipe (Mesa >= 24)
+has fp16 ones (8x8x8, subgroups of 8) and runs the fp16 tests. What runs everywhere: the
+choice (never under "highest", never with DYNAMO_VULKAN_TENSOR_CORES=off), the cache
+key's precision, and the kernel's GLSL compiling with the second glslc in every variant.
+
+On the H100 (the device kit), the tests and a TFLOP/s table beside torch CUDA:
+  scripts/on_device.sh python3 -m pytest -q -p no:cacheprovider $PWD/tests/test_coopmat.py
+  scripts/on_device.sh python3 $PWD/benchmarks/coopmat_speed.py"""
 import types
 
 import pytest
@@ -17,8 +24,11 @@ from dynamo_vulkan.runtime.shaders import compile_source, kernel_source
 from vk import compiled
 
 torch.manual_seed(0)
-# (m, k, n): past one tile by one, exact tiles, size-1 K and N, a K split (few tiles)
-SHAPES = [(17, 1, 1), (33, 7, 9), (128, 128, 128), (129, 130, 131), (255, 33, 257), (64, 2048, 64)]
+# (m, k, n): past one tile by one, exact tiles, size-1 K and N, a K split (few tiles);
+# interior tiles stored directly beside an edge tile (N % 4 == 0), K an odd number of
+# half K steps; an edge row of tiles under exact columns, K not a multiple of 4
+SHAPES = [(17, 1, 1), (33, 7, 9), (128, 128, 128), (129, 130, 131), (255, 33, 257), (64, 2048, 64),
+          (256, 80, 260), (300, 101, 384)]
 BF16_CAPS = {"cooperative_matrix": True, "bfloat16_cooperative_matrix": True, "subgroup_size": 32,
              "max_compute_shared_memory_size": 49152, "max_compute_work_group_invocations": 1024,
              "device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
@@ -40,7 +50,9 @@ def precision():
     torch._dynamo.reset()
 
 
-def require_coopmat(dtype="bf16"):
+def require_coopmat(dtype="bf16", monkeypatch=None):
+    """Skip unless the device multiplies `dtype` on cooperative matrices; on a CPU device
+    (lavapipe) keep the products on Vulkan (monkeypatch given)."""
     import kp
     if not hasattr(kp, "enabled_features"):
         pytest.fail("kp was built without scripts/patch_kp.py's patch 10: run scripts/setup.sh")
@@ -52,6 +64,11 @@ def require_coopmat(dtype="bf16"):
     if shaders.coopmat_glslc() is None:
         pytest.fail("no glslc for cooperative-matrix kernels: scripts/glslc_coopmat.sh install "
                     ".venv/opt/glslc-coopmat, or set DYNAMO_VULKAN_GLSLC_COOPMAT")
+    if dtype == "f16" and not any(dict(s).get("a") == "f16" and dict(s).get("c") == "f32"
+                                  for s in info.get("cooperative_matrix_shapes", ())):
+        pytest.skip("the Vulkan device has no fp16 x fp16 + fp32 cooperative matrices")
+    if monkeypatch is not None:
+        monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
 
 
 def coopmat_notes(plans) -> list[str]:
@@ -73,8 +90,8 @@ def assert_near(got, want, k, prec):
 # ------------------------------------------------------------------ on tensor cores
 @pytest.mark.parametrize("prec", ["high", "medium"])
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=str)
-def test_mm(precision, plans, prec, m, k, n):
-    require_coopmat()
+def test_mm(precision, plans, monkeypatch, prec, m, k, n):
+    require_coopmat("bf16", monkeypatch)
     precision(prec)
     a, b = torch.randn(m, k), torch.randn(k, n)
     got = compiled(lambda x, y: x @ y)(a, b)
@@ -84,10 +101,10 @@ def test_mm(precision, plans, prec, m, k, n):
 
 
 @pytest.mark.parametrize("prec", ["high", "medium"])
-def test_transposed_batched_bias(precision, plans, prec):
+def test_transposed_batched_bias(precision, plans, monkeypatch, prec):
     """A^T and B^T read through their strides (the column-major shared layouts), a batch,
     baddbmm's alpha, beta and broadcast bias fused, nn.Linear's x @ W^T + b."""
-    require_coopmat()
+    require_coopmat("bf16", monkeypatch)
     precision(prec)
     a, b = torch.randn(3, 70, 65), torch.randn(3, 41, 70)
     bias = torch.randn(65, 1)
@@ -102,24 +119,64 @@ def test_transposed_batched_bias(precision, plans, prec):
     assert len(coopmat_notes(plans)) >= 2
 
 
-def test_fp32_values_keep_their_range(precision):
+def test_fp32_values_keep_their_range(precision, monkeypatch):
     """bf16 keeps fp32's exponents: 1e30-sized operands stay finite and accurate."""
-    require_coopmat()
+    require_coopmat("bf16", monkeypatch)
     precision("high")
     a, b = torch.randn(40, 64) * 1e30, torch.randn(64, 24) * 1e-32
     assert_near(compiled(lambda x, y: x @ y)(a, b), a @ b, 64, "high")
 
 
-@pytest.mark.parametrize("m,k,n", [(17, 9, 33), (129, 130, 131)], ids=str)
-def test_fp16_tensors(precision, plans, m, k, n):
+def assert_half_near(got, want):
+    """fp16 results of fp32 sums of exact products: within one fp16 rounding of eager's."""
+    assert got.dtype == torch.float16
+    torch.testing.assert_close(got.float(), want.float(), rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("m,k,n", [(17, 9, 33), (129, 130, 131), (256, 80, 260), (300, 101, 384)], ids=str)
+def test_fp16_tensors(precision, plans, monkeypatch, m, k, n):
     """fp16 tensors on fp16 tensor cores under any precision: exact products, fp32 sums."""
-    require_coopmat("f16")
+    require_coopmat("f16", monkeypatch)
     precision("highest")
     a, b = torch.randn(m, k).half(), torch.randn(k, n).half()
-    got = compiled(lambda x, y: x @ y)(a, b)
-    assert got.dtype == torch.float16
-    torch.testing.assert_close(got.float(), (a.float() @ b.float()).half().float(), rtol=1e-3, atol=1e-3)
+    assert_half_near(compiled(lambda x, y: x @ y)(a, b), (a.float() @ b.float()).half())
     assert any("f16" in s for s in coopmat_notes(plans))
+
+
+def test_fp16_transposed_batched_bias_alpha(precision, plans, monkeypatch):
+    """The column-major shared layouts (A^T, B^T through their strides), a batch, alpha,
+    beta and a broadcast bias in fp16; interior tiles with alpha but no bias stored
+    directly, scaled."""
+    require_coopmat("f16", monkeypatch)
+    precision("highest")
+    a, b, bias = torch.randn(2, 70, 140).half(), torch.randn(2, 129, 70).half(), torch.randn(140, 1).half()
+
+    def fn(x, y, c):
+        return torch.baddbmm(c, x.transpose(1, 2), y.transpose(1, 2), beta=0.5, alpha=2.0)
+    want = torch.baddbmm(bias.float(), a.float().transpose(1, 2), b.float().transpose(1, 2),
+                         beta=0.5, alpha=2.0).half()
+    assert_half_near(compiled(fn)(a, b, bias), want)
+    x, y = torch.randn(3, 256, 40).half(), torch.randn(3, 40, 128).half()
+    scaled = lambda x, y: torch.bmm(x, y) * 0.25
+    assert_half_near(compiled(scaled)(x, y), (torch.bmm(x.float(), y.float()) * 0.25).half())
+    assert len(coopmat_notes(plans)) >= 2
+
+
+@pytest.mark.parametrize("dtype", ["f16", "high"])
+def test_k_splits(precision, plans, monkeypatch, dtype):
+    """K in slices (each its own K range, partial products summed after), uneven last."""
+    monkeypatch.setattr(coopmat, "FORCE_SPLITS", 3)
+    a, b = torch.randn(130, 300), torch.randn(300, 96)
+    if dtype == "f16":
+        require_coopmat("f16", monkeypatch)
+        precision("highest")
+        a, b = a.half(), b.half()
+        assert_half_near(compiled(lambda x, y: x @ y)(a, b), (a.float() @ b.float()).half())
+    else:
+        require_coopmat("bf16", monkeypatch)
+        precision(dtype)
+        assert_near(compiled(lambda x, y: x @ y)(a, b), a @ b, 300, dtype)
+    assert any("K in 3 splits" in s for s in coopmat_notes(plans)), coopmat_notes(plans)
 
 
 # ------------------------------------------------------------------ everywhere
@@ -174,16 +231,43 @@ def test_precision_is_in_the_cache_key(precision):
         config.load({"matmul_precision": "tf32"})
 
 
-@pytest.mark.parametrize("defines", [
-    {"CM_BF16": 1, "SPLIT3": 1, "A_ALONG_K": 1, "A_VEC4": 1, "B_VEC4": 1, "HAS_BIAS": 1},
-    {"CM_BF16": 1, "B_ALONG_K": 1},
-    {"CM_F16": 1, "A_ALONG_K": 1, "B_ALONG_K": 1, "B_VEC4": 1},
-], ids=["bf16x3-vec4-bias", "bf16-colmajor", "f16-linear"])
-def test_kernel_compiles_with_the_second_glslc(defines):
+COMPILED_PLANS = [("bf16", True, (16, 16, 16), 32, 16), ("bf16", False, (16, 16, 16), 32, 32),
+                  ("f16", False, (16, 16, 16), 32, 32), ("f16", False, (8, 8, 8), 8, 16),
+                  ("bf16", True, (16, 8, 16), 32, 16)]
+
+
+@pytest.mark.parametrize("index", range(len(COMPILED_PLANS)),
+                         ids=["bf16x3", "bf16", "f16", "f16-8x8x8", "bf16x3-16x8x16"])
+def test_kernel_compiles_with_the_second_glslc(index):
+    """Each of the 32 load and layout variants (A and B along k or not, 16-byte loads or
+    not, bias) with one of the plans, every plan with several."""
     if shaders.coopmat_glslc() is None:
         pytest.skip("no glslc for cooperative-matrix kernels here (scripts/glslc_coopmat.sh installs one)")
-    plan = coopmat.Plan("bf16" if "CM_BF16" in defines else "f16", "SPLIT3" in defines,
-                        (16, 16, 16), 128, 128, 32, 32)
-    _, src = kernel_source("matmul_coopmat", defines | plan.defines())
-    spv = compile_source(src, "matmul_coopmat")
-    assert spv[:4] == b"\x03\x02\x23\x07"     # the SPIR-V magic number
+    dtype, split3, cm, subgroup, bk = COMPILED_PLANS[index]
+    plan = coopmat.Plan(dtype, split3, cm, *coopmat.TILE, bk, subgroup)
+    for bits in range(index, 32, len(COMPILED_PLANS)):
+        names = [n for i, n in enumerate(("A_ALONG_K", "A_VEC4", "B_ALONG_K", "B_VEC4", "HAS_BIAS")) if bits >> i & 1]
+        _, src = kernel_source("matmul_coopmat", dict.fromkeys(names, 1) | plan.defines())
+        spv = compile_source(src, "matmul_coopmat")
+        assert spv[:4] == b"\x03\x02\x23\x07", names     # the SPIR-V magic number
+
+
+def test_tensor_cores_off(monkeypatch, precision, plans):
+    """DYNAMO_VULKAN_TENSOR_CORES=off: fp32 kernels under "high", the note says why."""
+    monkeypatch.setattr(shaders, "coopmat_glslc", lambda: "/nonexistent/glslc-coopmat")
+    ctx = _ctx(prec="high")
+    ctx.cfg.tensor_cores = "off"
+    c = coopmat.choose(ctx, 1, 512, 512, 512)
+    assert c.plan is None and "DYNAMO_VULKAN_TENSOR_CORES=off" in c.note
+    half = _ctx(torch.float16)
+    half.cfg.tensor_cores = "off"
+    assert coopmat.choose(half, 1, 512, 512, 512).plan is None
+    info = dict(device.device_info(), **BF16_CAPS)
+    monkeypatch.setattr(device, "device_info", lambda index=None: info)
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    monkeypatch.setenv("DYNAMO_VULKAN_TENSOR_CORES", "off")
+    precision("high")
+    a, b = torch.randn(65, 40), torch.randn(40, 70)
+    torch.testing.assert_close(compiled(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert any(n.startswith("matmul:") for n in names) and not any("coopmat" in n for n in names), names
