@@ -290,7 +290,7 @@ class HelpWithDefaults(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .generate import (KNOWN_MODELS, MAX_CTX, MAX_NEW_TOKENS, MAX_TEMPERATURE, _backend_name, _ranged,
+    from .generate import (KNOWN_MODELS, MAX_CTX, MAX_NEW_TOKENS, _backend_name, _ranged,
                            add_sampling_arguments)
 
     p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.chat", description=__doc__.split("\n\n")[0],
@@ -304,8 +304,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", "-n", default=None,
                    type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"),
                    help="at most this many tokens a reply (default: until the context is full)")
-    p.add_argument("--temperature", "--temp", default=0.0, help="0: greedy",
-                   type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
     add_sampling_arguments(p)
     p.add_argument("-v", "--verbose", action="count", default=0, help="a stats line after each reply")
     return p

@@ -539,6 +539,7 @@ MAX_NEW_TOKENS = 1 << 20
 DEFAULT_MAX_NEW_TOKENS = 64
 MAX_CTX = 1 << 20        # --ctx: beyond any file's context here; the file's own is checked too
 MAX_TEMPERATURE = 100.0
+MAX_THREADS = 4096
 
 
 def check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
@@ -594,8 +595,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", "-n", default=None,
                    type=_ranged(int, 1, MAX_NEW_TOKENS, f"a whole number from 1 to {MAX_NEW_TOKENS}"),
                    help=f"default {DEFAULT_MAX_NEW_TOKENS}; with -i, until the context is full")
-    p.add_argument("--temperature", "--temp", "-t", default=0.0, help="0 = greedy (default)",
-                   type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
     p.add_argument("--chat", action="store_true", help="apply the file's chat template to the prompt")
     p.add_argument("--system", default=None, help="system message (with --chat)")
     p.add_argument("--backend", default="vulkan", type=_backend_name,
@@ -613,11 +612,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
-    """Top-k, top-p, the seed, stop strings, EOS, min-p and the penalties: the sampling
-    options of the generate and chat CLIs beyond the temperature."""
+    """The temperature, top-k, top-p, the seed, stop strings, EOS, min-p and the penalties:
+    the sampling options of the generate and chat CLIs (llama.cpp's names), and -t, the
+    host's threads, as llama.cpp's -t."""
     from .sampling import MAX_PRESENCE_FREQUENCY, MAX_REPEAT_LAST_N, MAX_REPEAT_PENALTY
     from .stop_strings import MAX_STOP_CHARS
 
+    p.add_argument("--temperature", "--temp", default=0.0, help="0: greedy (default)",
+                   type=_ranged(float, 0.0, MAX_TEMPERATURE, f"a number from 0 to {MAX_TEMPERATURE:g}"))
+    p.add_argument("--threads", "-t", default=None, metavar="N",
+                   type=_ranged(int, 1, MAX_THREADS, f"a whole number from 1 to {MAX_THREADS}"),
+                   help="CPU threads for the work on the host (tokenizing, sampling, host-placed "
+                        "graphs, --backend eager; default: torch's)")
     p.add_argument("--top-k", default=0, help="keep the k likeliest tokens (0: off)",
                    type=_ranged(int, 0, 1 << 31, "a whole number >= 0"))
     p.add_argument("--top-p", default=1.0, help="nucleus sampling mass (1: off)",
@@ -653,7 +659,10 @@ def _ranged_text(most: int):
 
 
 def sampling_options(args) -> dict:
-    """generate()'s keyword arguments for the options of add_sampling_arguments."""
+    """generate()'s keyword arguments for the options of add_sampling_arguments (beyond
+    the temperature, top-k, top-p and seed); sets the host's threads (-t)."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     return dict(stop=args.stop or (), stop_at_eos=not args.ignore_eos, min_p=args.min_p,
                 repeat_penalty=args.repeat_penalty, repeat_last_n=args.repeat_last_n,
                 presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty)

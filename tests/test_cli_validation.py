@@ -12,6 +12,7 @@ import textwrap
 import tracemalloc
 
 import pytest
+import torch
 
 from dynamo_vulkan import config, generate
 from dynamo_vulkan.gguf.chat_template import ChatTemplateError, render
@@ -42,16 +43,30 @@ def test_bad_arguments_are_one_line_usage_errors(args, allowed, capsys):
 
 
 def test_good_arguments_parse():
-    a = generate._parser().parse_args(["m.gguf", "-p", "hi", "-n", "5", "-t", "0.7", "--top-p", "1",
+    a = generate._parser().parse_args(["m.gguf", "-p", "hi", "-n", "5", "--temp", "0.7", "--top-p", "1",
                                        "--top-k", "0", "--backend", "EAGER", "--ctx", "64"])
     assert (a.max_new_tokens, a.temperature, a.top_p, a.top_k, a.backend, a.ctx) == \
         (5, 0.7, 1.0, 0, "eager", 64)
 
 
 def test_llama_cpp_flag_names_parse():
-    """llama-cli's --temp and -c mean what they mean there."""
-    a = generate._parser().parse_args(["m.gguf", "-p", "hi", "--temp", "0.5", "-c", "128"])
-    assert (a.temperature, a.ctx) == (0.5, 128)
+    """llama-cli's --temp, -c and -t mean what they mean there (-t: threads, not the
+    temperature), in the generate and chat CLIs alike."""
+    from dynamo_vulkan import chat
+    for parser, given in ((generate._parser(), ["-p", "hi"]), (chat._parser(), [])):
+        a = parser.parse_args(["m.gguf", *given, "--temp", "0.5", "-c", "128", "-t", "3"])
+        assert (a.temperature, a.ctx, a.threads) == (0.5, 128, 3)
+
+
+def test_threads_are_set_and_checked(capsys):
+    before = torch.get_num_threads()
+    try:
+        generate.sampling_options(generate._parser().parse_args(["m.gguf", "-p", "hi", "-t", "1"]))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    last = argparse_error(["m.gguf", "--prompt", "hi", "-t", "0.7"], capsys)
+    assert "'0.7'" in last and "whole number from 1" in last
 
 
 def test_the_cli_exits_2_with_one_line():
