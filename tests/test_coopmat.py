@@ -144,22 +144,23 @@ def test_fp16_tensors(precision, plans, monkeypatch, m, k, n):
 
 
 def test_fp16_transposed_batched_bias_alpha(precision, plans, monkeypatch):
-    """The column-major shared layouts (A^T, B^T through their strides), a batch, alpha,
-    beta and a broadcast bias in fp16; interior tiles with alpha but no bias stored
-    directly, scaled."""
+    """fp16: the column-major shared layouts (A^T, B^T through their strides) in a batch;
+    nn.Linear's bias and addmm's alpha, beta and bias fused (the scratch epilogue); alpha
+    alone on whole interior tiles (the direct stores, scaled)."""
     require_coopmat("f16", monkeypatch)
     precision("highest")
-    a, b, bias = torch.randn(2, 70, 140).half(), torch.randn(2, 129, 70).half(), torch.randn(140, 1).half()
-
-    def fn(x, y, c):
-        return torch.baddbmm(c, x.transpose(1, 2), y.transpose(1, 2), beta=0.5, alpha=2.0)
-    want = torch.baddbmm(bias.float(), a.float().transpose(1, 2), b.float().transpose(1, 2),
-                         beta=0.5, alpha=2.0).half()
-    assert_half_near(compiled(fn)(a, b, bias), want)
-    x, y = torch.randn(3, 256, 40).half(), torch.randn(3, 40, 128).half()
-    scaled = lambda x, y: torch.bmm(x, y) * 0.25
-    assert_half_near(compiled(scaled)(x, y), (torch.bmm(x.float(), y.float()) * 0.25).half())
-    assert len(coopmat_notes(plans)) >= 2
+    a, b = torch.randn(2, 70, 140).half(), torch.randn(2, 129, 70).half()
+    bt = lambda x, y: torch.bmm(x.transpose(1, 2), y.transpose(1, 2))
+    assert_half_near(compiled(bt)(a, b), torch.bmm(a.float().transpose(1, 2), b.float().transpose(1, 2)).half())
+    x, w, wb = torch.randn(2, 37, 96).half(), torch.randn(200, 96).half(), torch.randn(200).half()
+    lin = lambda x, w, wb: torch.nn.functional.linear(x, w, wb)
+    assert_half_near(compiled(lin)(x, w, wb), (x.float() @ w.float().t() + wb.float()).half())
+    am = lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0)
+    assert_half_near(compiled(am)(wb, x[0], w.t()), (0.5 * wb.float() + 2.0 * x[0].float() @ w.float().t()).half())
+    x, y, c = torch.randn(256, 40).half(), torch.randn(40, 256).half(), torch.randn(256).half()
+    scaled = lambda c, x, y: torch.addmm(c, x, y, beta=0.0, alpha=0.25)
+    assert_half_near(compiled(scaled)(c, x, y), (0.25 * x.float() @ y.float()).half())
+    assert len(coopmat_notes(plans)) >= 4, coopmat_notes(plans)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "high"])
