@@ -41,7 +41,9 @@
 #else
 #define ET float16_t
 #endif
-#if defined(SPLIT3) && !defined(CM_BF16)
+// BF16_IN_F16 (tests on devices without bf16 cooperative matrices): CM_BF16's rounding and
+// split, each bf16 value held in fp16 (exactly, within fp16's range) and multiplied there
+#if defined(SPLIT3) && !defined(CM_BF16) && !defined(BF16_IN_F16)
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
 #include "common.glsl"
@@ -236,7 +238,7 @@ void fetch(uint tid, uint abase, uint bbase, uint m0, uint n0, uint k0, uint ken
     }
 }
 
-#ifdef CM_BF16
+#if defined(CM_BF16) || defined(BF16_IN_F16)
 // bfloat16 of fp32 bits b, rounded to nearest even, in the upper 16 bits (lower 16 zero).
 // Done here in integer bits: the driver's conversion may truncate (NVIDIA's does:
 // medium's products lost 4x the accuracy, all biased one way). NaN stays NaN (quieted,
@@ -252,6 +254,13 @@ uint bf16_bits(uint b) {
     return r & 0xffff0000u;
 }
 
+// Two bf16 values (bits in the upper halves of r0, r1) as one word, r0 in the lower half.
+#ifdef BF16_IN_F16
+uint pack2(uint r0, uint r1) { return packHalf2x16(vec2(uintBitsToFloat(r0), uintBitsToFloat(r1))); }
+#else
+uint pack2(uint r0, uint r1) { return (r0 >> 16) | r1; }
+#endif
+
 // 8 fp32 values as packed bf16 pairs (element 2i in the lower half of word i): hi and,
 // for SPLIT3, lo = bf16(x - hi) (x - hi is exact in fp32; 0 for infinities and NaN).
 void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
@@ -261,7 +270,7 @@ void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
         h0[i] = bf16_bits(b0[i]);
         h1[i] = bf16_bits(b1[i]);
     }
-    hi = uvec4((h0.x >> 16) | h0.y, (h0.z >> 16) | h0.w, (h1.x >> 16) | h1.y, (h1.z >> 16) | h1.w);
+    hi = uvec4(pack2(h0.x, h0.y), pack2(h0.z, h0.w), pack2(h1.x, h1.y), pack2(h1.z, h1.w));
 #ifdef SPLIT3
     uvec4 l0, l1;
     [[unroll]] for (uint i = 0; i < 4u; ++i) {
@@ -270,7 +279,7 @@ void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
         l0[i] = bf16_bits(floatBitsToUint(d0));
         l1[i] = bf16_bits(floatBitsToUint(d1));
     }
-    lo = uvec4((l0.x >> 16) | l0.y, (l0.z >> 16) | l0.w, (l1.x >> 16) | l1.y, (l1.z >> 16) | l1.w);
+    lo = uvec4(pack2(l0.x, l0.y), pack2(l0.z, l0.w), pack2(l1.x, l1.y), pack2(l1.z, l1.w));
 #else
     lo = uvec4(0u);
 #endif
