@@ -99,7 +99,8 @@ class VulkanSubgraph(torch.nn.Module):
         self.name = name
         self.programs: OrderedDict[tuple, Program] = OrderedDict()   # least recently used first
         self.built = 0                # programs built so far (names their debug dumps)
-        self.handoff: set[int] = set()   # outputs only the backward reads (saved activations)
+        self.handoff: set[int] = set()   # outputs to hand off: saved activations, gradients
+        self.kind = "graph"              # the graph's: forward, backward, inference
         self.remember_args = False    # keep the last call's inputs in remembered_args
         self.remembered_args: list | None = None
         out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
@@ -135,7 +136,7 @@ class VulkanSubgraph(torch.nn.Module):
                 with config.using(self.cfg):
                     prog = Program(prog.plan, list(args), self.cfg.profile, self.bumped)
                 prog.key = full
-                prog.hand_off(self.handoff)
+                prog.hand_off(self.handoff, self.kind == "backward")
             else:                        # a resident input changed shape: build again
                 prog = self._build_or_fallback(full, list(args))
             self.programs[key] = prog
@@ -214,7 +215,7 @@ class VulkanSubgraph(torch.nn.Module):
             cache.memory_put("plan", pkey, plan)
         prog = Program(plan, args, self.cfg.profile, self.bumped)
         prog.key = key
-        prog.hand_off(self.handoff)
+        prog.hand_off(self.handoff, self.kind == "backward")
         if self.dump_dir is not None:
             from .debug import dump_program
             dump_program(self.dump_dir, self.name, self.built, plan)
@@ -269,7 +270,8 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
                                       f"{node.reason} (DYNAMO_VULKAN_FALLBACK=error)")
         if cfg.fallback == "warn":
             _warn_once(node.op, f"dynamo_vulkan: {node.op} runs on the CPU: {node.reason}")
-    handoffs = _saved_only_outputs(gm) if kind == "forward" else {}
+    handoffs = _saved_only_outputs(gm) if kind == "forward" else \
+        _returned_outputs(gm) if kind == "backward" else {}
     subs = []
     for node in list(gm.graph.nodes):
         if node.op == "call_module" and node.target.startswith(PARTITION_PREFIX):
@@ -280,6 +282,7 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
                                        [getattr(a, "name", None) in bumped_nodes for a in node.args]))
             subs[-1].remember_args = bool(_captures)
             subs[-1].handoff = handoffs.get(node.target, set())
+            subs[-1].kind = kind
             setattr(gm, node.target, subs[-1])
     gm.recompile()
     for got in _captures:
@@ -305,6 +308,17 @@ def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
             continue
         if a.op == "call_function" and a.target is operator.getitem and \
                 a.args[0].op == "call_module" and a.args[0].target.startswith(PARTITION_PREFIX):
+            found.setdefault(a.args[0].target, set()).add(a.args[1])
+    return found
+
+
+def _returned_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
+    """Partition -> indices of its outputs that the graph returns (a backward's gradients)."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    found: dict[str, set[int]] = {}
+    for a in out if isinstance(out, (tuple, list)) else (out,):
+        if isinstance(a, fx.Node) and a.op == "call_function" and a.target is operator.getitem \
+                and a.args[0].op == "call_module" and a.args[0].target.startswith(PARTITION_PREFIX):
             found.setdefault(a.args[0].target, set()).add(a.args[1])
     return found
 

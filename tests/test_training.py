@@ -279,29 +279,40 @@ def test_training_losses_equal_eager_every_step_with_no_cpu_node(which):
         torch.testing.assert_close(c, b, rtol=RTOL, atol=ATOL, msg=name)
 
 
-def test_saved_activations_are_handed_to_the_backward_on_the_gpu():
+def test_saved_activations_and_gradients_are_handed_on_on_the_gpu():
     """The forward's saved activations stay in its output buffers, where the backward's
-    program reads them: per step, the host sends only the batch (to the forward, and again
-    to the backward, which reads the input itself), the loss's gradient and the parameters'
-    gradients (to the optimizer step)."""
+    program reads them, and the backward's gradients in its, where a keep_on_device
+    optimizer's step reads them: per step the host sends only the batch (to the forward,
+    and again to the backward, which reads the input itself) and the loss's gradient.
+    A gradient changed on the host in place is uploaded again."""
     model, twin, opts, traffic, losses = _train_mlp(keep=True)
+    torch.manual_seed(0)
+    x = torch.randn(4, 6)
+    loss_fn, step = compiled(lambda: model(x).square().mean()), compiled(opts[0].step)
+    for _ in range(3):
+        before = dynamo_vulkan.runtime_stats()
+        opts[0].zero_grad()
+        loss_fn().backward()
+        step()
+        assert _traffic(before, ("input_bytes",))["input_bytes"] == 2 * x.nbytes + 4
+    opts[0].zero_grad()
+    loss_fn().backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)    # in place: versions move
+    before = dynamo_vulkan.runtime_stats()
+    step()
+    assert _traffic(before, ("input_bytes",))["input_bytes"] == sum(
+        4 * p.numel() for p in model.parameters())              # the clipped gradients
+    for _ in range(3):                                          # the twin catches up
+        opts[1].zero_grad()
+        twin(x).square().mean().backward()
+        opts[1].step()
+    opts[1].zero_grad()
+    twin(x).square().mean().backward()
+    torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.01)
+    opts[1].step()
     dynamo_vulkan.read_back(model)
     dynamo_vulkan.read_back(opts[0])
     _assert_same_training(model, twin, opts, losses)
-    torch.manual_seed(0)
-    x = torch.randn(4, 6)
-    loss_fn = compiled(lambda: model(x).square().mean())
-    for _ in range(3):
-        before = dynamo_vulkan.runtime_stats()
-        for p in model.parameters():
-            p.grad = None
-        loss_fn().backward()
-        sent = _traffic(before, ("input_bytes",))["input_bytes"]
-    params = 4 * sum(p.numel() for p in model.parameters())
-    assert sent == 2 * x.nbytes + 4, sent          # no activation: saved ones are handed off
-    before = dynamo_vulkan.runtime_stats()
-    compiled(opts[0].step)()
-    assert _traffic(before, ("input_bytes",))["input_bytes"] == params     # the gradients
 
 
 def test_a_forward_called_again_before_the_backward_still_gives_eager_gradients():

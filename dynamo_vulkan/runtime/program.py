@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from .. import device
+from .. import device, progress
 from ..gguf.gpu_layout import gpu_rows
 from . import shaders
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
@@ -172,6 +172,8 @@ def keep_on_device(obj):
     updates are not copied back to the host tensors after each call, which then go
     stale until read_back(obj); a graph's nodes that run on the host read them
     back first. Writing a host tensor (bumping its version) uploads it again.
+    A kept optimizer's compiled step also reads its parameters' gradients where a
+    compiled backward left them on the GPU (see HANDED_DTYPES' note).
     Mark before the first call. Returns obj."""
     if isinstance(obj, torch.Tensor):
         setattr(obj, KEEP_ON_DEVICE, True)
@@ -243,18 +245,22 @@ def _read_back_one(t: torch.Tensor, r: Resident) -> None:
 # while the output buffer each came from still holds its value, are read by the backward's
 # program from that buffer: no upload. Autograd hands the backward another tensor object
 # on the same storage, so a hand-off is found by its storage, which it keeps alive (no
-# other tensor can take its address) until the buffer is written again. Dtypes whose host
-# copy is the buffer's words exactly:
+# other tensor can take its address) until the buffer is written again. A backward's
+# gradients hand off to a compiled optimizer step the same way, where the optimizer is
+# keep_on_device (the user may read and change .grad: an in-place op bumps its version,
+# which makes the step upload it; a write through .data does not, and is not seen).
+# Dtypes whose host copy is the buffer's words exactly:
 HANDED_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
-_HELD: dict[int, tuple] = {}    # storage address -> (storage, version, shape, kp tensor, kind)
+_HELD: dict[int, tuple] = {}    # storage address -> (storage, version, shape, kp tensor, kind,
+#                                                     whether the user sees the tensor)
 _HOLDS: dict[int, int] = {}     # id(kp tensor) -> the storage address whose value it holds
 
 
-def _hold(buffer, t: torch.Tensor, kind: str) -> None:
+def _hold(buffer, t: torch.Tensor, kind: str, visible: bool = False) -> None:
     """Record that kp tensor `buffer` holds t's value (in t's words of `kind`)."""
     _release(buffer)
     storage = t.untyped_storage()
-    _HELD[storage.data_ptr()] = (storage, t._version, tuple(t.shape), buffer, kind)
+    _HELD[storage.data_ptr()] = (storage, t._version, tuple(t.shape), buffer, kind, visible)
     _HOLDS[id(buffer)] = storage.data_ptr()
 
 
@@ -265,8 +271,15 @@ def _release(buffer) -> None:
         _HELD.pop(held, None)
 
 
+def _kept_gradient(t: torch.Tensor) -> bool:
+    """Whether t is the .grad of a parameter of a keep_on_device optimizer."""
+    address = t.untyped_storage().data_ptr()
+    return any(p.grad is not None and p.grad.untyped_storage().data_ptr() == address
+               for opt in list(_KEPT_OPTIMIZERS) for g in opt.param_groups for p in g["params"])
+
+
 def _held_in(t) -> tuple | None:
-    """(kp tensor, kind) holding t's current value, or None."""
+    """(kp tensor, kind, whether the user sees t) holding t's current value, or None."""
     if not isinstance(t, torch.Tensor) or t.storage_offset() or not t.is_contiguous():
         return None
     address = t.untyped_storage().data_ptr()
@@ -274,7 +287,7 @@ def _held_in(t) -> tuple | None:
     if e is None or e[1] != t._version or e[2] != tuple(t.shape) or \
             _HOLDS.get(id(e[3])) != address:
         return None
-    return e[3], e[4]
+    return e[3], e[4], e[5]
 
 
 def _kp():
@@ -419,7 +432,8 @@ class Program:
                 continue
             held_in = _held_in(args[i])
             if held_in is not None and held_in[1] == plan.buffers[spec.buffer].kind and \
-                    held_in[0].size() == plan.buffers[spec.buffer].words:
+                    held_in[0].size() == plan.buffers[spec.buffer].words and \
+                    (not held_in[2] or _kept_gradient(args[i])):
                 self.tensors[spec.buffer] = held_in[0]    # read where the producer left it
                 self.handed.append((i, held_in[0], staging_view(held_in[0]), held_in[1]))
         for i, spec in enumerate(plan.inputs):
@@ -466,6 +480,7 @@ class Program:
         self.outputs = []
         self._out_buffers = []     # (output index, kp tensor): the outputs it hands off
         self._can_hand_off = []    # those it could
+        self._visible = False      # whether the user sees them (gradients)
         for o in plan.outputs:
             if o.const is not None:
                 self.outputs.append((None, None, "const", o.const))
@@ -518,10 +533,12 @@ class Program:
         self._algorithms: dict = share._algorithms if share is not None else {}
         self.sequence, self._labels = self.record(plan.dispatches)
 
-    def hand_off(self, outputs) -> None:
-        """Hand these outputs (indices) off to the programs that read them next (saved
-        activations: only the backward reads them, never the user)."""
+    def hand_off(self, outputs, visible: bool = False) -> None:
+        """Hand these outputs (indices) off to the programs that read them next: saved
+        activations, which only the backward reads; or (visible) gradients, which the user
+        sees, and which only a keep_on_device optimizer's step reads from the GPU."""
         self._out_buffers = [(n, b) for n, b in self._can_hand_off if n in outputs]
+        self._visible = visible
 
     def scratch_words(self) -> int:
         """Words of the shared temporaries this program is bound to."""
@@ -562,11 +579,23 @@ class Program:
                 return nogil(tensors, spv, list(d.groups), spec.tolist())
             return mgr.algorithm(tensors, spv, list(d.groups), spec, empty)
         workers = min(len(todo), os.cpu_count() or 1) if nogil is not None else 1
-        if workers > 1:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                built = list(pool.map(build, todo.values()))
-        else:
-            built = [build(d) for d in todo.values()]
+        shown = progress.bar(len(todo), "building pipelines", "pipeline")
+        if len(todo) >= progress.BAR_FROM:
+            progress.phase("building %d pipelines (%d distinct kernels) on %d threads", len(todo),
+                           len({(d.spirv_key, tuple(d.spec)) for d in todo.values()}), workers)
+
+        def build_shown(d):
+            algorithm = build(d)
+            shown.update()
+            return algorithm
+        try:
+            if workers > 1:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    built = list(pool.map(build_shown, todo.values()))
+            else:
+                built = [build_shown(d) for d in todo.values()]
+        finally:
+            shown.close()
         self._algorithms.update(zip(todo, built))
 
     @serialised
@@ -644,6 +673,9 @@ class Program:
             sent += words.nbytes
         for i, buffer, staging, kind in self.handed:
             held_in = _held_in(args[i])
+            if held_in is not None and held_in[0] is not buffer and held_in[1] == kind and \
+                    held_in[0].size() == buffer.size():
+                raise StaleBinding(i)     # another program produces it now: bind its buffer
             if held_in is None or held_in[0] is not buffer:
                 words = host_words(args[i], kind)     # not the value left there: upload it
                 staging[:words.size] = words
@@ -699,7 +731,7 @@ class Program:
             else:
                 out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
         for n, buffer in self._out_buffers:
-            _hold(buffer, out[n], self.outputs[n][2])
+            _hold(buffer, out[n], self.outputs[n][2], self._visible)
         return out
 
     def _sync_residents(self, args) -> None:
