@@ -608,6 +608,8 @@ def _parser() -> argparse.ArgumentParser:
                         "or when sampling)")
     add_sampling_arguments(p)
     p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress lines or bars while loading and compiling")
     return p
 
 
@@ -678,11 +680,13 @@ def _read_prompt(name: str) -> str:
         raise ValueError(f"cannot read the prompt from {name}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def run_cli(verbose: int, body) -> int:
-    """body()'s exit code, with logging set up for ``-v`` / ``-vv`` and the DYNAMO_VULKAN_*
+def run_cli(verbose: int, body, quiet: bool = False) -> int:
+    """body()'s exit code, with logging set up for ``-v`` / ``-vv`` (and the compile's
+    progress lines, dynamo_vulkan.progress, unless ``quiet``) and the DYNAMO_VULKAN_*
     settings read first; an error the user can fix (a bad file, setting or argument, also
     when the compiler raised it) is one line and exit code 2."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("dynamo_vulkan.progress").setLevel(logging.WARNING if quiet else logging.INFO)
     from . import config
     from .backend import VulkanFallbackError
     from .gguf.errors import GGUFError
@@ -705,7 +709,7 @@ def run_cli(verbose: int, body) -> int:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    return run_cli(args.verbose, lambda: _run(args))
+    return run_cli(args.verbose, lambda: _run(args), args.quiet)
 
 
 def _run(args) -> int:
@@ -713,7 +717,7 @@ def _run(args) -> int:
     backend = None if args.backend == "none" else args.backend
     prompt = _read_prompt(args.file) if args.file is not None else args.prompt
     t0 = time.perf_counter()
-    model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty())
+    model, tok = load(args.model, max_ctx=args.ctx, progress=sys.stderr.isatty() and not args.quiet)
     load_s = time.perf_counter() - t0
     settings = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
                     steps_per_call=args.steps_per_call, **sampling_options(args))

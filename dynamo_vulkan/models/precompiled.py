@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .. import backend, cache, config, device
+from .. import backend, cache, config, device, progress
 from ..runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes,
                                 placeholder_spec, propagate_meta)
 
@@ -179,8 +179,8 @@ class _Runner:
     def __call__(self, args):
         flat = self.flat(args)
         out = self.fn(flat)
-        if self.bumped:
-            torch.autograd.graph.increment_version([flat[i] for i in self.bumped])
+        for i in self.bumped:          # one call each: older torch's takes one tensor
+            torch.autograd.graph.increment_version(flat[i])
         return out[0] if self.single else tuple(out)
 
 
@@ -236,13 +236,13 @@ class Precompiled:
             return None
         cache.count("graph", "disk_hits")
         runner.fn = backend.compile_graph(gm, fakes, self.cfg, entry["kind"], inputs_meta)
-        log.info("%s: traced graph read from the cache (%d nodes) in %.1f s", type(self.module).__name__,
-                 len(gm.graph.nodes), time.perf_counter() - t0)
+        progress.phase("%s: traced graph read from the cache (%d nodes, %.1f s)", type(self.module).__name__,
+                       len(gm.graph.nodes), time.perf_counter() - t0)
         return runner
 
     def _trace(self, key: str, args):
-        log.info("%s: tracing (Dynamo, AOT autograd) and compiling for inputs %s",
-                 type(self.module).__name__, [tuple(a.shape) for a in args])
+        progress.phase("%s: tracing with Dynamo and AOT autograd for inputs %s (once: the graph "
+                       "is kept in the disk cache)", type(self.module).__name__, [tuple(a.shape) for a in args])
         cap = Capture()
         backend._graph_sinks.append(cap)
         try:

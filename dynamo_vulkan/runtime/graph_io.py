@@ -195,51 +195,54 @@ def graph_from_bytes(blob: bytes) -> tuple[fx.GraphModule, list[dict]]:
 
 
 def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
-    """Set every node's meta["val"] from fake tensors made for `args` (the real inputs the
-    graph is called with first): each dimension a spec names by a symbol becomes a size
-    symbol of a fresh shape environment, so the graph stays dynamic in it as it was
-    traced. Returns the fake inputs. GraphFormatError where `args` do not fit the specs."""
-    from torch._dynamo.source import ConstantSource
+    """Set every node's meta["val"] from fake tensors of `args` (the real inputs of the
+    graph's first call), which must fit the specs; returns the fake inputs.
+
+    The values are those of this call's shapes, static: the partitioner reads them for
+    its choices, as it reads a symbolic graph's size hints (the first call's), and the
+    planner specialises each Vulkan partition to every call's shapes itself, so a graph
+    traced with a dynamic size still runs for each value of it. Propagating symbolically
+    cost more than tracing (sympy on every size: ~5 s for SmolLM2's prompt graph).
+    GraphFormatError where `args` do not fit the specs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     if len(specs) != len(args):
         raise GraphFormatError(f"the graph takes {len(specs)} inputs, {len(args)} given")
-    mode = FakeTensorMode(shape_env=ShapeEnv())
-    symbols: dict[str, object] = {}
-    fakes: list = [None] * len(args)
-    for i, (spec, a) in enumerate(zip(specs, args)):     # tensors first: they make the symbols
+    mode = FakeTensorMode()
+    sizes: dict[str, int] = {}
+    fakes: list = []
+
+    def size_is(name: str, value: int, i: int) -> None:
+        if sizes.setdefault(name, value) != value:
+            raise GraphFormatError(f"input {i}: size {name} is {value} here, {sizes[name]} elsewhere")
+    for i, (spec, a) in enumerate(zip(specs, args)):     # tensors first: they give the sizes
         if "dtype" not in spec:
             continue
         if not isinstance(a, torch.Tensor) or str(a.dtype) != spec["dtype"] or a.dim() != len(spec["shape"]):
             raise GraphFormatError(f"input {i} is not a {spec['dtype']} tensor of {len(spec['shape'])} dims")
-        dyn = [isinstance(d, str) for d in spec["shape"]]
         for d, size in zip(spec["shape"], a.shape):
-            if not isinstance(d, str) and d != size:
+            if isinstance(d, str):
+                size_is(d, size, i)
+            elif d != size:
                 raise GraphFormatError(f"input {i} has shape {tuple(a.shape)}, not {spec['shape']}")
         if spec["stride"] is not None and list(a.stride()) != spec["stride"]:
             raise GraphFormatError(f"input {i} has strides {a.stride()}, not {spec['stride']}")
-        if any(dyn):
-            ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC if x else DimDynamic.STATIC
-                                                          for x in dyn])
-            fakes[i] = mode.from_tensor(a, source=ConstantSource(f"input{i}"), symbolic_context=ctx)
-            for d, size in zip(spec["shape"], fakes[i].shape):
-                if isinstance(d, str):
-                    if d in symbols and symbols[d] is not size and str(symbols[d]) != str(size):
-                        raise GraphFormatError(f"size {d} is given two values")
-                    symbols.setdefault(d, size)
-        else:
-            fakes[i] = mode.from_tensor(a, static_shapes=True)
+        if spec["stride"] is None and not a.is_contiguous():
+            raise GraphFormatError(f"input {i} is not contiguous")
     for i, (spec, a) in enumerate(zip(specs, args)):
+        if "dtype" in spec:
+            fakes.append(mode.from_tensor(a, static_shapes=True))
+            continue
+        if isinstance(a, bool) or not isinstance(a, int):
+            raise GraphFormatError(f"input {i} is {type(a).__name__}, not a size")
         if "symint" in spec:
-            if spec["symint"] not in symbols or int(a) != int(symbols[spec["symint"]].node.hint):
-                raise GraphFormatError(f"input {i} (size {spec['symint']}) does not match its tensor")
-            fakes[i] = symbols[spec["symint"]]
-        elif "int" in spec:
-            if isinstance(a, bool) or not isinstance(a, int) or a != spec["int"]:
-                raise GraphFormatError(f"input {i} is {a!r}, not {spec['int']}")
-            fakes[i] = a
+            if spec["symint"] not in sizes:
+                raise GraphFormatError(f"input {i}: size {spec['symint']} is no tensor's")
+            size_is(spec["symint"], a, i)
+        elif "int" not in spec or a != spec["int"]:
+            raise GraphFormatError(f"input {i} is {a!r}, not {spec.get('int')!r}")
+        fakes.append(a)
     with mode:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     for n, f in zip((n for n in gm.graph.nodes if n.op == "placeholder"), fakes):

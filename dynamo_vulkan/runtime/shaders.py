@@ -130,8 +130,18 @@ def compile_many(sources) -> None:
             todo[key] = (source, name)
     if len(todo) < 2:
         return
-    with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda sn: compile_source(*sn), todo.values()))
+    from .. import progress
+    progress.phase("compiling %d kernels (glslc)", len(todo))
+    shown = progress.bar(len(todo), "compiling kernels", "kernel")
+
+    def compile_shown(sn):
+        compile_source(*sn)
+        shown.update()
+    try:
+        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            list(pool.map(compile_shown, todo.values()))
+    finally:
+        shown.close()
 
 
 def clear_memory() -> None:
