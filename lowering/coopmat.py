@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 PRECISIONS = ("highest", "high", "medium")
 TILE = (128, 128)          # rows and columns of C per workgroup
 SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C each
-BK_CHOICES = (32, 16)      # K per shared-memory step: the largest whose stages fit
+BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
 # "high" and "medium" then round and split as in bf16 and hold each bf16 value in fp16
@@ -95,7 +95,7 @@ def _shape(caps: dict, dtype: str) -> tuple | None:
             continue
         cm = (int(s["m"]), int(s["n"]), int(s["k"]))
         if (TILE[0] // SUBGROUPS[0]) % cm[0] == 0 and (TILE[1] // SUBGROUPS[1]) % cm[1] == 0 \
-                and min(BK_CHOICES) % cm[2] == 0 and all(c % 8 == 0 for c in cm):
+                and any(bk % cm[2] == 0 for bk in BK_CHOICES) and all(c % 8 == 0 for c in cm):
             found.append(cm)
     if not found:
         return None

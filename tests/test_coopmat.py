@@ -208,6 +208,9 @@ def test_choice_follows_precision(monkeypatch):
     assert (high.dtype, high.split3, medium.dtype, medium.split3) == ("bf16", True, "bf16", False)
     half = coopmat.choose(_ctx(torch.float16, "highest"), 1, 512, 512, 512).plan
     assert (half.dtype, half.split3, half.cm) == ("f16", False, (16, 16, 16))
+    # the H100's tiles: 16x16x16, K steps of 32, of 16 for bf16x3's two planes in 48 KiB
+    assert [(p.cm, p.bm, p.bn, p.bk) for p in (high, medium, half)] == \
+        [((16, 16, 16), 128, 128, 16), ((16, 16, 16), 128, 128, 32), ((16, 16, 16), 128, 128, 32)]
     for p in (high, medium, half):
         assert coopmat.shared_bytes(p.bm, p.bn, p.bk, p.cm, p.split3) <= 49152
     no_bf16 = dict(BF16_CAPS, bfloat16_cooperative_matrix=False)
