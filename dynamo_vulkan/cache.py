@@ -39,6 +39,11 @@ def cache_stats() -> dict[str, dict[str, int]]:
     return {level: dict(events) for level, events in _stats.items()}
 
 
+def reset_stats() -> None:
+    """Zero the counters of cache_stats (tests count the events of one compile)."""
+    _stats.clear()
+
+
 def untrusted_reason(path: Path) -> str | None:
     """Why the directory `path` (resolved, no symlinks) cannot hold a cache that this user's
     processes load, or None: it must be a directory this user owns that no one else can

@@ -128,6 +128,7 @@ def compile_many(sources) -> None:
         key = cache.digest("spirv", source)
         if key not in todo and cache.memory_get("spirv", key) is None:
             todo[key] = (source, name)
+    todo = {key: sn for key, sn in todo.items() if not _read_cached(key)}
     if len(todo) < 2:
         return
     from .. import progress
@@ -142,6 +143,16 @@ def compile_many(sources) -> None:
             list(pool.map(compile_shown, todo.values()))
     finally:
         shown.close()
+
+
+def _read_cached(key: str) -> bool:
+    """Whether the disk cache holds the SPIR-V of `key` (then it is in memory too)."""
+    spv = cache.disk_get("spirv", key)
+    if spv is None:
+        return False
+    cache.count("spirv", "disk_hits")
+    cache.memory_put("spirv", key, spv)
+    return True
 
 
 def clear_memory() -> None:
