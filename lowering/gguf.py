@@ -88,6 +88,8 @@ XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
+DEQUANT_WG = 256
+DECODE_FIRST_M = 64   # prompt rows from which a GPU decodes W whole before the matmul
 TILE = 64
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): a resident weight is uploaded one buffer at a time, and the
@@ -363,6 +365,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     else:
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
+        if _decode_first(ctx, m, n, k, row0, out_rows):
+            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note)
+            return
         groups = (-(-n // TILE), -(-m // TILE), 1)
         lanes = cpu_lanes(ctx.caps, n)
         if lanes:
@@ -381,6 +386,29 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         ctx.dispatch("gguf_matmul", defines, [part, x2, w], [0], spec + [ks],
                      (groups[0], groups[1], splits), note=f"{note}, K in {splits} splits")
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
+
+
+def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int) -> bool:
+    """Whether a prompt's GGUF linear decodes W whole into a temporary fp32 matrix first
+    and then runs the plain matmul kernels (larger tiles, tensor cores where the matmul
+    precision allows) instead of the tiled GGUF kernel, whose every row-tile of the
+    prompt decodes W's tiles again: on a GPU, for prompts of DECODE_FIRST_M rows or
+    more, W in one buffer writing all of out, the decoded W within one buffer."""
+    limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
+    return not device.is_cpu(ctx.caps) and m >= DECODE_FIRST_M and row0 == 0 and \
+        out_rows == n and 4 * n * k <= limit
+
+
+def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
+                         k: int, rb: int, note: str) -> None:
+    """gguf_dequant (W decoded into a temporary [n, k]), then out = x2 @ W^T by the
+    matmul lowering (lowering/matmul.py), written into out."""
+    from .matmul import matmul
+
+    wf = ctx.empty((n, k), "f32")
+    ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],
+                 groups_for(n * (k // 8), DEQUANT_WG), note=f"{defines['VARIANT']}[{n}x{k}] decoded for {note}")
+    matmul(ctx, x2, wf.with_layout((k, n), (1, k), 0), out=out)
 
 
 def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,

@@ -83,15 +83,17 @@ COLS_MAX_SPLITS = 32
 COLS_RED_VEC4S = 1024    # ... shared memory of the partial-sum exchange (16 KiB)
 
 
-def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0) -> TRef:
+def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: TRef | None = None) -> TRef:
     """alpha * a @ b (+ beta * bias, broadcast) for 2-D or batched 3-D a and b, into a
-    new contiguous output; the kernel is chosen by the rows of a and b's layout."""
+    new contiguous output (or `out`, contiguous from offset 0: a GGUF linear's); the
+    kernel is chosen by the rows of a and b's layout."""
     if a.ndim == 2:
         a = a.with_layout((1,) + a.shape, (0,) + a.strides, a.offset)
         b = b.with_layout((1,) + b.shape, (0,) + b.strides, b.offset)
     nb, m, k = a.shape
     n = b.shape[2]
-    out = ctx.empty(ctx.out_shape(), "f32")
+    if out is None:
+        out = ctx.empty(ctx.out_shape(), "f32")
     if out.numel == 0:
         return out
     sb_a = a.strides[0] if a.shape[0] > 1 else 0

@@ -60,6 +60,7 @@ FAMILIES: dict[str, Family] = {
     "embedding_bag": _f("", "HAS_PSW MAX MEAN", "SUM"),
     "gather": _f(),
     "gguf_embed": _f("", "", extra=GGUF_QTYPES),
+    "gguf_dequant": _f("", "", extra=GGUF_QTYPES),
     "gguf_matmul": _f("", "CPU_LANES CL_MR CL_NC CL_WG", extra=GGUF_QTYPES),
     "gguf_matvec": _f("", "CPL FULL_STEPS MAXWG MROWS NR TPR UNROLL X_VEC4 " + _GGUF_MATVEC_PROLOGUE,
                       extra=GGUF_QTYPES),

@@ -77,7 +77,7 @@ def _check_every_shape(name):
     model = Layers(name)
     k = cols_of(name)
     xs = [torch.randn(1, k), torch.randn(3, k), torch.randn(8, k),            # mat-vec
-          torch.randn(9, k), torch.randn(70, k),                               # tiled
+          torch.randn(9, k), torch.randn(70, k), noncontig(torch.randn(66, k)),  # tiled (GPU: W decoded first)
           noncontig(torch.randn(3, k)), noncontig(torch.randn(40, k)),
           torch.randn(2, 5, k), torch.randn(1, 1, k),                          # 3-D
           torch.randn(k, 6).t(), torch.randn(k, 4, 3).permute(2, 1, 0),        # k-strided
@@ -115,6 +115,35 @@ def test_kernel_choice_and_packed_weight(request, plan_as):
             assert ("CPU_LANES" in head_defines(plan.sources[plan.dispatches[0].spirv_key])) == cpu_lanes
         w = plan.buffers[plan.inputs[1].buffer]
         assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
+
+
+def test_prompt_on_a_gpu_decodes_w_first(as_gpu):
+    """Planned as for a GPU, a prompt of DECODE_FIRST_M rows or more decodes W whole
+    (gguf_dequant) and runs the plain matmul on it; fewer rows keep the tiled GGUF kernel;
+    a decoded W over the buffer limit keeps it too."""
+    lin = GGUFLinear(blocks_of("Q4_K", 40, 256, 0), quant_info("Q4_K").ggml_type, 40, 256)
+    m = gguf_lowering.DECODE_FIRST_M
+    names = [d.name.split(":")[0] for d in _plan_of(lin, m).dispatches]
+    # then the matmul's kernels (here K split, and its partial sums added)
+    assert names[0] == "gguf_dequant" and names[1] in ("matmul", "matmul_coopmat") and \
+        "gguf_matmul" not in names, names
+    names = [d.name for d in _plan_of(lin, m - 1).dispatches]
+    assert names[0] == "gguf_matmul:Q4_K" and not any("dequant" in x for x in names), names
+
+
+def test_when_w_is_decoded_first():
+    """On a GPU, from DECODE_FIRST_M rows, with W in one buffer writing all of out and the
+    decoded W within the device's buffer limit; never on a CPU device."""
+    from types import SimpleNamespace
+    m, n, k = gguf_lowering.DECODE_FIRST_M, 40, 256
+    gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
+                                "max_storage_buffer_range": 4 * n * k})
+    cpu = SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU"))
+    assert gguf_lowering._decode_first(gpu, m, n, k, 0, n)
+    assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)
+    assert not gguf_lowering._decode_first(gpu, m, n, k + 8, 0, n)      # over the limit
+    assert not gguf_lowering._decode_first(gpu, m, n, k, 8, 2 * n)      # one chunk of a split W
+    assert not gguf_lowering._decode_first(cpu, m, n, k, 0, n)
 
 
 @pytest.mark.parametrize("n,sg,wg", [(576, 8, 48), (192, 8, 16), (3072, 8, 64), (960, 8, 40), (5, 8, 8),
@@ -656,7 +685,9 @@ def test_tiled_matmul_with_k_split(as_gpu, plans, name, m):
     with torch.no_grad():
         check(lin, x, **tolerances(k, [lin(x)]))
     notes = [d.note for p in plans for d in p.dispatches]
-    assert any("splits" in n for n in notes) and len(notes) == 2, notes
+    decoded = m >= gguf_lowering.DECODE_FIRST_M     # W decoded first, then the plain matmul
+    assert any("splits" in n for n in notes) and len(notes) == 2 + decoded, notes
+    assert any(" decoded for " in n for n in notes) == decoded, notes
 
 
 def test_k_split_of_a_weight_split_across_buffers(as_gpu, small_limit, plans):
