@@ -181,6 +181,8 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
         print(json.dumps({{"tokens": res.tokens, "traced": len(traced),
                           "stats": dynamo_vulkan.cache_stats()}}))
     """)
+    from dynamo_vulkan.models import precompiled
+    precompiled.code_hash.cache_clear()      # hashed now, as the new process will
     first, want = _run(files["a"])                       # this process traces and stores
     stats = dynamo_vulkan.cache_stats()
     assert stats["graph"].get("misses", 0) >= 2 and len(_entries(cache_dir)) == 2
