@@ -190,6 +190,28 @@ def test_k_splits(precision, plans, monkeypatch, dtype):
     assert any("K in 3 splits" in s for s in coopmat_notes(plans)), coopmat_notes(plans)
 
 
+@pytest.mark.parametrize("kind", ["f16", "high", "medium"])
+def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
+    """A 64x64 tile, whose K steps of 32 fit a small shared memory (lavapipe's 32 KiB):
+    each subgroup then holds as many fragments as the H100's 128x128 tile gives it, and a
+    step spans several of the matrices' K."""
+    monkeypatch.setattr(coopmat, "TILE", (64, 64))
+    a, b = torch.randn(150, 200), torch.randn(200, 136)
+    if kind == "f16":
+        require_coopmat("f16", monkeypatch)
+        precision("highest")
+        a, b = a.half(), b.half()
+        assert_half_near(compiled(lambda x, y: x @ y)(a, b), (a.float() @ b.float()).half())
+    else:
+        require_coopmat("bf16", monkeypatch)
+        precision(kind)
+        assert_near(compiled(lambda x, y: x @ y)(a, b), a @ b, 200, kind)
+    notes = coopmat_notes(plans)
+    assert notes and all("tile 64x64x" in s for s in notes), notes
+    if kind != "high":
+        assert all("tile 64x64x32" in s for s in notes), notes
+
+
 # ------------------------------------------------------------------ everywhere
 def _ctx(dtype=torch.float32, prec="highest", caps=BF16_CAPS):
     node = types.SimpleNamespace(meta={"val": torch.empty(0, dtype=dtype)})
