@@ -72,6 +72,7 @@ def require_coopmat(dtype="bf16", monkeypatch=None, emulate=True):
         if not (emulate and monkeypatch is not None and has_f16):
             pytest.skip("the Vulkan device has cooperative matrices but no bf16 ones (VK_KHR_shader_bfloat16)")
         monkeypatch.setattr(coopmat, "BF16_IN_F16", True)
+        plan_apart(monkeypatch, "bf16 in fp16")
     if shaders.coopmat_glslc() is None:
         pytest.fail("no glslc for cooperative-matrix kernels: scripts/glslc_coopmat.sh install "
                     ".venv/opt/glslc-coopmat, or set DYNAMO_VULKAN_GLSLC_COOPMAT")
@@ -79,6 +80,13 @@ def require_coopmat(dtype="bf16", monkeypatch=None, emulate=True):
         pytest.skip("the Vulkan device has no fp16 x fp16 + fp32 cooperative matrices")
     if monkeypatch is not None:
         monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+
+
+def plan_apart(monkeypatch, label: str) -> None:
+    """A knob of coopmat's that the plan cache does not know (BF16_IN_F16, FORCE_SPLITS,
+    TILE) is set: the device's name keeps these plans cached apart from the default's."""
+    info = device.device_info()
+    monkeypatch.setitem(info, "name", f"{info['name']} [{label}]")
 
 
 def coopmat_notes(plans) -> list[str]:
@@ -177,6 +185,7 @@ def test_fp16_transposed_batched_bias_alpha(precision, plans, monkeypatch):
 def test_k_splits(precision, plans, monkeypatch, dtype):
     """K in slices (each its own K range, partial products summed after), uneven last."""
     monkeypatch.setattr(coopmat, "FORCE_SPLITS", 3)
+    plan_apart(monkeypatch, "3 K splits")
     a, b = torch.randn(130, 300), torch.randn(300, 96)
     if dtype == "f16":
         require_coopmat("f16", monkeypatch)
@@ -196,6 +205,7 @@ def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
     each subgroup then holds as many fragments as the H100's 128x128 tile gives it, and a
     step spans several of the matrices' K."""
     monkeypatch.setattr(coopmat, "TILE", (64, 64))
+    plan_apart(monkeypatch, "tile 64x64")
     a, b = torch.randn(150, 200), torch.randn(200, 136)
     if kind == "f16":
         require_coopmat("f16", monkeypatch)
