@@ -11,11 +11,12 @@ value held in fp16 (coopmat.BF16_IN_F16). What runs everywhere: the choice (neve
 "highest", never with DYNAMO_VULKAN_TENSOR_CORES=off), the cache key's precision, and the
 kernel's GLSL compiling with the second glslc in every load variant.
 
-On the GPU machine (the device kit): these tests, then the matmul suite, whose rows
-include fp32 under "highest", "high", "medium" and fp16 tensors at 4096^3 and
-512x3584x18944 beside torch CUDA (fp32, TF32, bf16, fp16):
+On the GPU machine (the device kit): these tests, then the TFLOP/s table of fp32 under
+"highest", "high", "medium" and fp16 tensors at 4096^3 and 512x3584x18944 beside torch CUDA
+(fp32, TF32, bf16, fp16), per tile variant (the matmul suite has the same rows, default
+tile only):
   scripts/on_device.sh sh -c "python3 -m pytest -q -p no:cacheprovider $PWD/tests/test_coopmat.py;
-    python3 -m dynamo_vulkan.benchmarks --suites matmul --no-inductor --no-peers --reps 5 --out /tmp/tc"
+    python3 -m dynamo_vulkan.benchmarks.coopmat_sweep"
 """
 import types
 
