@@ -10,7 +10,10 @@ at compile time (the config's matmul_precision, in the cache key) decides for fp
 bf16 keeps fp32's exponent range, so no fp32 value overflows in the conversion. fp16
 and bf16 tensors use cooperative matrices of their own type always (their values convert
 exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
-no glslc compiles the kernel, the fp32 kernels run and the note says why.
+no glslc compiles the kernel, the fp32 kernels run and the note says why; so they do
+everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
+TILE, SUBGROUPS, FORCE_SPLITS and BF16_IN_F16 below are read at lowering time (tests and
+benchmarks/coopmat_sweep.py set them); a cached plan keeps the choice it was made with.
 """
 from __future__ import annotations
 
