@@ -89,7 +89,11 @@ NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded i
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
 EMB_WG = 64
 DEQUANT_WG = 256
-DECODE_FIRST_M = 64   # prompt rows from which a GPU decodes W whole before the matmul
+# A prompt's GGUF linear on a GPU decodes W whole before the plain matmul from this many
+# rows of x and elements of W: where it measured faster (7B shapes at 512 rows), not where
+# it measured slower (SmolLM2's and Gemma 3's 128-row prompts: docs/journal.md, session 29)
+DECODE_FIRST_M = 512
+DECODE_FIRST_WEIGHTS = 4 << 20
 TILE = 64
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): a resident weight is uploaded one buffer at a time, and the
@@ -393,10 +397,11 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     and then runs the plain matmul kernels (larger tiles, tensor cores where the matmul
     precision allows) instead of the tiled GGUF kernel, whose every row-tile of the
     prompt decodes W's tiles again: on a GPU, for prompts of DECODE_FIRST_M rows or
-    more, W in one buffer writing all of out, the decoded W within one buffer."""
+    more and weights of DECODE_FIRST_WEIGHTS elements or more, W in one buffer writing
+    all of out, the decoded W within one buffer."""
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
-    return not device.is_cpu(ctx.caps) and m >= DECODE_FIRST_M and row0 == 0 and \
-        out_rows == n and 4 * n * k <= limit
+    return not device.is_cpu(ctx.caps) and m >= DECODE_FIRST_M and n * k >= DECODE_FIRST_WEIGHTS and \
+        row0 == 0 and out_rows == n and 4 * n * k <= limit
 
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,

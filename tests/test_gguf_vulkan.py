@@ -117,10 +117,12 @@ def test_kernel_choice_and_packed_weight(request, plan_as):
         assert (w.kind, w.role, w.words) == ("u8/Q4_0/36", "param", -(-lin.blocks.numel() // 4))
 
 
-def test_prompt_on_a_gpu_decodes_w_first(as_gpu):
+def test_prompt_on_a_gpu_decodes_w_first(as_gpu, monkeypatch):
     """Planned as for a GPU, a prompt of DECODE_FIRST_M rows or more decodes W whole
     (gguf_dequant) and runs the plain matmul on it; fewer rows keep the tiled GGUF kernel;
     a decoded W over the buffer limit keeps it too."""
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 40 * 256)
     lin = GGUFLinear(blocks_of("Q4_K", 40, 256, 0), quant_info("Q4_K").ggml_type, 40, 256)
     m = gguf_lowering.DECODE_FIRST_M
     names = [d.name.split(":")[0] for d in _plan_of(lin, m).dispatches]
@@ -131,16 +133,33 @@ def test_prompt_on_a_gpu_decodes_w_first(as_gpu):
     assert names[0] == "gguf_matmul:Q4_K" and not any("dequant" in x for x in names), names
 
 
+@pytest.mark.parametrize("name", ALL_TYPES)
+def test_every_type_decoded_first_matches_cpu(as_gpu, plans, monkeypatch, name):
+    """The decoded-first path (gguf_dequant + the plain matmul) for every type, its
+    thresholds lowered to fit the test: contiguous and strided x, odd rows."""
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    torch.manual_seed(9)
+    k = cols_of(name)
+    lin = GGUFLinear(blocks_of(name, 65, k, 4), quant_info(name).ggml_type, 65, k)
+    xs = [torch.randn(70, k), noncontig(torch.randn(66, k))]
+    with torch.no_grad():
+        expected = [lin(x) for x in xs]
+        check(lambda *a: [lin(x) for x in a], *xs, **tolerances(k, expected))
+    assert any(d.name.startswith("gguf_dequant") for p in plans for d in p.dispatches)
+
+
 def test_when_w_is_decoded_first():
     """On a GPU, from DECODE_FIRST_M rows, with W in one buffer writing all of out and the
     decoded W within the device's buffer limit; never on a CPU device."""
     from types import SimpleNamespace
-    m, n, k = gguf_lowering.DECODE_FIRST_M, 40, 256
+    m, n, k = gguf_lowering.DECODE_FIRST_M, 4096, 1024
     gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
                                 "max_storage_buffer_range": 4 * n * k})
     cpu = SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU"))
     assert gguf_lowering._decode_first(gpu, m, n, k, 0, n)
     assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)
+    assert not gguf_lowering._decode_first(gpu, m, n // 2, k - 8, 0, n // 2)   # too small a weight
     assert not gguf_lowering._decode_first(gpu, m, n, k + 8, 0, n)      # over the limit
     assert not gguf_lowering._decode_first(gpu, m, n, k, 8, 2 * n)      # one chunk of a split W
     assert not gguf_lowering._decode_first(cpu, m, n, k, 0, n)
