@@ -32,7 +32,7 @@ FLAG_VALUES = {"1": True, "true": True, "yes": True, "on": True,
 CPU_MATMUL_MODES = ("host", "vulkan")
 INT_DOT_MODES = ("auto", "on", "off")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
-TENSOR_CORE_MODES = ("auto", "off")
+TENSOR_CORE_MODES = ("off", "auto")   # off first: the default until they beat the fp32 kernels
 DEFAULT_CACHE_DIR = Path("~/.cache/dynamo_vulkan")
 
 
@@ -155,9 +155,10 @@ class Config:
         "as bf16x3 (high) or bf16 (medium); default torch.get_float32_matmul_precision() at compile time",
         key=True)
     tensor_cores: str = _setting(
-        "DYNAMO_VULKAN_TENSOR_CORES", _mode(TENSOR_CORE_MODES), "auto\\|off",
-        "tensor-core (cooperative-matrix) matmuls where the device has them: for fp32 under "
-        "precision high or medium and for fp16/bf16 tensors (default), or never", key=True)
+        "DYNAMO_VULKAN_TENSOR_CORES", _mode(TENSOR_CORE_MODES), "off\\|auto",
+        "tensor-core (cooperative-matrix) matmuls: never (default; on the H100 they are correct but "
+        "not yet faster than the fp32 kernels), or where the device has them, for fp32 under "
+        "precision high or medium and for fp16/bf16 tensors", key=True)
     glslc_coopmat: Path | None = _setting(       # None: shaders.default_coopmat_glslc(), else PATH
         "DYNAMO_VULKAN_GLSLC_COOPMAT", _path(None), "FILE",
         "the glslc for tensor-core kernels (default: the one scripts/setup.sh puts in the venv, "

@@ -112,9 +112,9 @@ def precision(ctx) -> str:
 
 
 def tensor_cores(ctx) -> str:
-    """The compile's tensor-core setting (config): "auto" (where the rules above allow
-    them) or "off" (never)."""
-    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "auto"
+    """The compile's tensor-core setting (config): "off" (never: the default) or "auto"
+    (where the rules above allow them)."""
+    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "off"
 
 
 def _tensor_dtype(ctx):

@@ -42,6 +42,12 @@ BF16_CAPS = {"cooperative_matrix": True, "bfloat16_cooperative_matrix": True, "s
                                "scope": "subgroup", "saturating": False}.items())) for t in ("f16", "bf16"))}
 
 
+@pytest.fixture(autouse=True)
+def _tensor_cores_on(monkeypatch):
+    """The tensor-core kernels are opt-in (DYNAMO_VULKAN_TENSOR_CORES=auto): on here."""
+    monkeypatch.setenv("DYNAMO_VULKAN_TENSOR_CORES", "auto")
+
+
 @pytest.fixture
 def precision():
     """Set torch's float32 matmul precision for the test (Dynamo's caches reset around it)."""
@@ -227,7 +233,7 @@ def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
 def _ctx(dtype=torch.float32, prec="highest", caps=BF16_CAPS):
     node = types.SimpleNamespace(meta={"val": torch.empty(0, dtype=dtype)})
     return types.SimpleNamespace(caps=dict(caps), node=node,
-                                 cfg=types.SimpleNamespace(matmul_precision=prec))
+                                 cfg=types.SimpleNamespace(matmul_precision=prec, tensor_cores="auto"))
 
 
 def test_choice_follows_precision(monkeypatch):
@@ -318,3 +324,14 @@ def test_tensor_cores_off(monkeypatch, precision, plans):
     torch.testing.assert_close(compiled(lambda x, y: x @ y)(a, b), a @ b, rtol=1e-4, atol=1e-4)
     names = [d.name for p in plans for d in p.dispatches]
     assert any(n.startswith("matmul:") for n in names) and not any("coopmat" in n for n in names), names
+
+
+def test_tensor_cores_are_off_by_default(monkeypatch):
+    """Unless DYNAMO_VULKAN_TENSOR_CORES=auto asks for them, "high" and fp16 matmuls keep
+    the fp32 kernels (the tensor-core ones are correct but not yet faster)."""
+    monkeypatch.delenv("DYNAMO_VULKAN_TENSOR_CORES")
+    assert config.load().tensor_cores == "off"
+    ctx = _ctx(prec="high")
+    ctx.cfg = config.load({"matmul_precision": "high"})
+    c = coopmat.choose(ctx, 1, 256, 256, 256)
+    assert c.plan is None and "DYNAMO_VULKAN_TENSOR_CORES=off" in c.note
