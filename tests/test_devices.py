@@ -8,7 +8,8 @@ import dynamo_vulkan
 from dynamo_vulkan import device, vkinfo
 
 KEYS = {"index", "name", "type", "driver", "api_version", "subgroup_size", "memory",
-        "max_storage_buffer_range", "max_memory_allocation_size", "features", "selected"}
+        "max_storage_buffer_range", "max_memory_allocation_size", "features", "cooperative_matrix",
+        "selected"}
 
 
 def _fake(*types):
@@ -40,6 +41,9 @@ def test_list_devices_reports_this_machine():
         assert d["memory"] > 0 and d["max_storage_buffer_range"] >= 1 << 27   # Vulkan's minimum
         assert d["subgroup_size"] > 0 and d["subgroup_size"] & (d["subgroup_size"] - 1) == 0
         assert set(d["features"]) <= set(vkinfo.FEATURE_EXTENSIONS.values())
+        # the tensor cores' shapes: none without the feature (lavapipe 22.3 has none)
+        assert isinstance(d["cooperative_matrix"], list)
+        assert all({"m", "n", "k"} <= set(s) for s in d["cooperative_matrix"])
 
 
 def test_device_info_agrees_with_the_listing():
