@@ -18,7 +18,7 @@ from benchmarks.record import Row
 from benchmarks.timing import Plan, Stat
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "dynamo_vulkan", "lowering", "shaders",
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "dynamo_vulkan",
            "benchmarks")
 
 

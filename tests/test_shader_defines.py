@@ -42,12 +42,12 @@ def _defaults(src: str) -> set[str]:
 def _internal() -> set[str]:
     """Names the shaders define for themselves (outside default blocks): a kernel sets
     GB_INT_DOT before including gguf_blocks.glsl, a block type sets GB_AFFINE."""
-    return {n for p in (ROOT / "shaders").iterdir() if p.suffix in (".comp", ".glsl")
+    return {n for p in (ROOT / "dynamo_vulkan" / "shaders").iterdir() if p.suffix in (".comp", ".glsl")
             for n in DEFINE.findall(DEFAULT_BLOCK.sub("", p.read_text()))}
 
 
 def test_every_kernel_has_a_declaration():
-    comps = {p.stem for p in (ROOT / "shaders").glob("*.comp")}
+    comps = {p.stem for p in (ROOT / "dynamo_vulkan" / "shaders").glob("*.comp")}
     assert comps == set(FAMILIES)
 
 
@@ -88,7 +88,7 @@ def test_defines_the_rules_write_are_declared():
     update(NAME=...)) is declared by a family that module dispatches; names built at run
     time are checked by kernel_source in every kernel test."""
     problems = []
-    for path in sorted((ROOT / "lowering").glob("*.py")):
+    for path in sorted((ROOT / "dynamo_vulkan" / "lowering").glob("*.py")):
         text = path.read_text()
         dispatched = set(re.findall(r'dispatch\(\s*"([a-z_0-9]+)"', text))
         if not dispatched:
