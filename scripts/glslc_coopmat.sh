@@ -17,26 +17,18 @@ set -euo pipefail
 PKGS="glslc libshaderc1 libc6 libstdc++6 libgcc-s1"
 SUITE=${DYNAMO_VULKAN_GLSLC_SUITE:-sid}
 MIRROR=${DYNAMO_VULKAN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-
 fail() { echo "[glslc-coopmat] $*" >&2; exit 1; }
+source "$(dirname "$0")/sid_apt.sh"
 
 fetch() {   # fetch DIR: the packages' .debs from $SUITE into DIR
-  local dir=$1 apt
-  [ -r "$KEYRING" ] || fail "no $KEYRING (apt-get install debian-archive-keyring)"
-  apt=$(mktemp -d)
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/prefs" "$dir"
-  echo "deb [signed-by=$KEYRING] $MIRROR $SUITE main" > "$apt/sources.list"
-  local opts=(-o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=/var/lib/dpkg/status"
-              -o "Dir::Cache=$apt/cache" -o "Dir::Etc::SourceList=$apt/sources.list"
-              -o "Dir::Etc::SourceParts=/dev/null" -o "Dir::Etc::Preferences=/dev/null"
-              -o "Dir::Etc::PreferencesParts=$apt/prefs" -o "APT::Architecture=amd64"
-              -o "APT::Architectures=amd64" -o "APT::Sandbox::User=$(id -un)")
-  apt-get "${opts[@]}" -qq update >/dev/null 2>"$apt/err" || { cat "$apt/err" >&2; rm -rf "$apt"; fail "apt-get update of $SUITE failed"; }
+  local dir=$1
+  sid_apt_setup
+  mkdir -p "$dir"
+  apt-get "${APT_OPTS[@]}" -qq update >/dev/null 2>"$APT_DIR/err" || { cat "$APT_DIR/err" >&2; rm -rf "$APT_DIR"; fail "apt-get update of $SUITE failed"; }
   rm -f "$dir"/*.deb
-  (cd "$dir" && apt-get "${opts[@]}" -qq download $PKGS >/dev/null 2>"$apt/err") \
-    || { cat "$apt/err" >&2; rm -rf "$apt"; fail "apt-get download $PKGS from $SUITE failed"; }
-  rm -rf "$apt"
+  (cd "$dir" && apt-get "${APT_OPTS[@]}" -qq download $PKGS >/dev/null 2>"$APT_DIR/err") \
+    || { cat "$APT_DIR/err" >&2; rm -rf "$APT_DIR"; fail "apt-get download $PKGS from $SUITE failed"; }
+  rm -rf "$APT_DIR"
 }
 
 unpack() {  # unpack DIR DEST: the .debs of DIR into DEST, and the wrapper

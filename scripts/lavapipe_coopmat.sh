@@ -17,25 +17,19 @@
 set -euo pipefail
 SUITE=${DYNAMO_VULKAN_LAVAPIPE_SUITE:-sid}
 MIRROR=${DYNAMO_VULKAN_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-
 fail() { echo "[lavapipe-coopmat] $*" >&2; exit 1; }
+source "$(dirname "$0")/sid_apt.sh"
 
 # the names in a Depends line: first alternative of each, without versions or arch
 dep_names() { tr ',' '\n' | sed -e 's/|.*//' -e 's/(.*)//' -e 's/:any//' -e 's/[[:space:]]//g' | grep -v '^$'; }
 
 install() {
   local dest=$1 apt
-  [ -r "$KEYRING" ] || fail "no $KEYRING (apt-get install debian-archive-keyring)"
-  apt=$(mktemp -d)
+  sid_apt_setup
+  apt=$APT_DIR
   trap 'rm -rf "$apt"' RETURN
-  mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/prefs" "$apt/debs"
-  echo "deb [signed-by=$KEYRING] $MIRROR $SUITE main" > "$apt/sources.list"
-  local opts=(-o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=/var/lib/dpkg/status"
-              -o "Dir::Cache=$apt/cache" -o "Dir::Etc::SourceList=$apt/sources.list"
-              -o "Dir::Etc::SourceParts=/dev/null" -o "Dir::Etc::Preferences=/dev/null"
-              -o "Dir::Etc::PreferencesParts=$apt/prefs" -o "APT::Architecture=amd64"
-              -o "APT::Architectures=amd64" -o "APT::Sandbox::User=$(id -un)")
+  mkdir -p "$apt/debs"
+  local opts=("${APT_OPTS[@]}")
   apt-get "${opts[@]}" -qq update >/dev/null || fail "apt-get update of $SUITE failed"
   depends() { apt-cache "${opts[@]}" show "$1" | sed -n 's/^Depends: //p' | head -1 | dep_names; }
   # mesa's own dependencies and its LLVM's; the Vulkan loader stays the system's
