@@ -253,10 +253,9 @@ def compile_decoder(model, backend: str = "vulkan"):
 # Greedy decode steps per GPU submit by default. A replayed step (StepReplay) runs up to
 # DEFAULT_STEPS_PER_CALL, as many powers of two as fit BURST_S at the last call's time per
 # step, so tokens still stream every ~0.1 s and a stop token wastes at most that much on a
-# slow GPU. H100, SmolLM2, one run (2026-11-24): 16 / 32 / 64 steps 1,035 / 1,095 / 1,157
-# tok/s, against 965 for the 8-step graph; compiling and warm-up 34 / 23 / 19 s against 80.
-# The k-step graph, where the step cannot be replayed, compiles k steps (its tracing and
-# lowering grow with k: 16 steps took 155 s, 32 did not compile in 190 s): 8 there.
+# slow GPU. The k-step graph, where the step cannot be replayed, compiles k steps (its
+# tracing and lowering grow with k): 8 there. Measurements: docs/journal.md, session 29,
+# "Moved from generate.py and models/decoder.py".
 DEFAULT_STEPS_PER_CALL = 32
 BURST_S = 0.1
 GRAPH_STEPS_PER_CALL = 8
@@ -264,9 +263,8 @@ GRAPH_STEPS_PER_CALL = 8
 
 # Compiled prompts are padded at their end to the next of a few lengths: multiples of
 # PROMPT_STEP_MIN up to 8 of them, then 4 lengths an octave (under 25% padding), so a
-# chat's prompts of new lengths mostly reuse a program. Each new length built one: on
-# the H100 (2026-11-25, SmolLM2) 4.5-4.7 s before its first token, for a prefill of 5-8
-# ms; on lavapipe 15-24 s.
+# chat's prompts of new lengths mostly reuse a program: each new length builds one, which
+# takes seconds where the prefill takes milliseconds (docs/journal.md, session 29).
 PROMPT_STEP_MIN = 8
 
 
@@ -288,9 +286,7 @@ def prompt_args(model, ids: list[int], backend: str | None, start: int = 0):
     builds a program per length): Dynamo otherwise compiled the decoder again for each
     new length (past its recompile limit of 8, it ran every further one uncompiled, on the
     CPU). Marked from the first prompt on, not the second: the second length traced the
-    decoder again (SmolLM2 on the H100 machine, 2026-11-25: 14.6-22 s for the second
-    length, 1.2-1.35 s for later ones; on lavapipe 32.4 s against 20.7 marked at once,
-    the first call 57-61 s and the prefill's speed the same either way)."""
+    decoder again otherwise (docs/journal.md, session 29)."""
     padded = len(ids) if backend is None else prompt_bucket(len(ids), model.max_ctx - start)
     prompt_t = torch.tensor([ids + ids[-1:] * (padded - len(ids))], dtype=torch.int64)
     if backend is not None:

@@ -237,11 +237,9 @@ class FeedForward(nn.Module):
 
 # A block is one nested compile region from torch 2.13 on: under torch.compile, Dynamo
 # and AOT trace its forward once for all the layers, and the graph calls it per layer (the
-# Vulkan backend inlines those calls again: dynamo_vulkan/regions.py). SmolLM2, torch
-# 2.13 on the 2-core CI machine: Dynamo + AOT 3.5 s for the prefill graph and 2.2 s for
-# a decode step, against 10.5 and 5.0; the first generate() 13.7 s against 24.4 (cache
-# off). With torch 2.11 (the H100 machine's, 2026-11-25) they were no faster: 27.8 s
-# for the first call against 24.8, so older torch traces every layer as before.
+# Vulkan backend inlines those calls again: dynamo_vulkan/regions.py). That traces
+# SmolLM2 about 3x faster with torch 2.13; with torch 2.11 regions were no faster, so older
+# torch traces every layer as before (docs/journal.md, session 29).
 BLOCKS_ARE_REGIONS = (hasattr(torch.compiler, "nested_compile_region")
                       and TorchVersion(torch.__version__) >= "2.13")
 
