@@ -151,8 +151,8 @@ class Config:
         "(default), for every eligible mat-vec (an error without the feature), or never", key=True)
     matmul_precision: str = _setting(
         "DYNAMO_VULKAN_MATMUL_PRECISION", _matmul_precision, "highest\\|high\\|medium",
-        "fp32 matmuls: exact fp32 (highest), or on tensor cores where the device has bf16 ones, "
-        "as bf16x3 (high) or bf16 (medium); default torch.get_float32_matmul_precision() at compile time",
+        "fp32 matmuls: exact fp32 (highest), or, with tensor cores on and a device with bf16 ones, "
+        "bf16x3 (high) or bf16 (medium); default torch.get_float32_matmul_precision() at compile time",
         key=True)
     tensor_cores: str = _setting(
         "DYNAMO_VULKAN_TENSOR_CORES", _mode(TENSOR_CORE_MODES), "off\\|auto",
