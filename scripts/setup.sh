@@ -49,6 +49,12 @@ fi
 if ! bash scripts/glslc_coopmat.sh install "$VENV/opt/glslc-coopmat"; then
   echo "[setup] no glslc for cooperative-matrix kernels (above): baseline kernels only"
 fi
+# For the tests: Debian sid's lavapipe, a software device with (fp16) cooperative
+# matrices, on which scripts/test.sh runs tests/test_coopmat.py's tensor-core kernels
+if [[ ",$EXTRAS," == *,test,* ]] && [ ! -x "$VENV/opt/lavapipe-coopmat/run" ]; then
+  bash scripts/lavapipe_coopmat.sh install "$VENV/opt/lavapipe-coopmat" \
+    || echo "[setup] no cooperative-matrix lavapipe (above): the tensor-core tests skip"
+fi
 
 stamp="$VENV/.dynamo_vulkan_installed"
 want="$(sha256sum pyproject.toml | cut -c1-16)-$EXTRAS"

@@ -15,3 +15,9 @@ if [ $# -eq 0 ] && .venv/bin/python -c 'import sys, dynamo_vulkan as d; sys.exit
     tests/test_matmul.py tests/test_reduce.py tests/test_rowwise.py tests/test_norm.py \
     tests/test_gguf_vulkan.py tests/test_gguf_int_dot.py tests/test_fused.py
 fi
+# The tensor-core kernels on Debian sid's lavapipe, which has fp16 cooperative matrices
+# (bf16 held in fp16: tests/test_coopmat.py), where setup could install it
+if [ $# -eq 0 ] && [ -x .venv/opt/lavapipe-coopmat/run ]; then
+  echo "[test] tensor-core kernels on a cooperative-matrix lavapipe (scripts/lavapipe_coopmat.sh)"
+  .venv/opt/lavapipe-coopmat/run .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_coopmat.py
+fi
