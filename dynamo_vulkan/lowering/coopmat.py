@@ -25,7 +25,6 @@ import torch
 from dynamo_vulkan import shaders
 
 from . import core
-from .elementwise import add_slices
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +165,7 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
     to fill the GPU)."""
-    from .matmul import load_groups
+    from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
     defines = defines | {"VARIANT": "coopmat"} | plan.defines()
     load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
@@ -178,10 +177,4 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         splits = FORCE_SPLITS
     ks = -(-k // (splits * plan.bk)) * plan.bk if k else plan.bk
     splits = -(-k // ks) if k else 1
-    if splits == 1:
-        ctx.dispatch("matmul_coopmat", defines, bindings, [0], spec, (*tiles, nb), note=note)
-        return
-    part = ctx.empty((splits, nb, m, n), "f32")
-    ctx.dispatch("matmul_coopmat", defines, [part] + bindings[1:], [0], spec + [ks, splits, nb],
-                 (*tiles, nb * splits), note=f"{note}, K in {splits} splits")
-    add_slices(ctx, part, out.with_layout((nb, m, n), (m * n, n, 1), out.offset))
+    dispatch_tiles(ctx, "matmul_coopmat", defines, bindings, spec, out, tiles, nb, m, n, splits, ks, note)

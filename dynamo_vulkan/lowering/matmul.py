@@ -267,12 +267,19 @@ def _tiled(ctx, defines, bindings, spec, out, nb, m, n, k, note) -> None:
     if n % 4 == 0:
         defines["OUT_VEC4"] = 1
     tiles = (-(-n // tile.bn), -(-m // tile.bm))
+    dispatch_tiles(ctx, "matmul", defines, bindings, spec, out, tiles, nb, m, n, splits, ks, note)
+
+
+def dispatch_tiles(ctx, family: str, defines, bindings, spec, out, tiles, nb, m, n, splits, ks,
+                   note) -> None:
+    """A tiled matmul kernel (matmul, matmul_coopmat) over its grid of tiles; with K in
+    `splits` slices of `ks` (too few tiles to fill the GPU), each slice a partial product
+    into a scratch buffer, then their sum into out."""
     if splits == 1:
-        ctx.dispatch("matmul", defines, bindings, [0], spec, (*tiles, nb), note=note)
+        ctx.dispatch(family, defines, bindings, [0], spec, (*tiles, nb), note=note)
         return
-    # too few tiles to fill the GPU: K in slices, each a partial product, then their sum
     part = ctx.empty((splits, nb, m, n), "f32")
-    ctx.dispatch("matmul", defines, [part] + bindings[1:], [0], spec + [ks, splits, nb],
+    ctx.dispatch(family, defines, [part] + bindings[1:], [0], spec + [ks, splits, nb],
                  (*tiles, nb * splits), note=f"{note}, K in {splits} splits")
     add_slices(ctx, part, out.with_layout((nb, m, n), (m * n, n, 1), out.offset))
 
