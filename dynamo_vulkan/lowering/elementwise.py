@@ -61,6 +61,13 @@ def row_walk(x, out_strides, dim: int, spec: list, q: str = "q") -> tuple[list, 
     return decls, code
 
 
+def _folds_badly(bits: int) -> bool:
+    """Whether a float constant's exponent is subnormal or above 2^126: a driver that
+    folds it into a reciprocal or a flushed operation changes the result."""
+    e = (bits >> 23) & 0xFF
+    return e == 0 or 253 <= e < 255
+
+
 def _scalar_spec(value, kind: str) -> int:
     if kind == "f32":
         return f32_bits(float(value))
@@ -192,10 +199,12 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             cid += 1
             conv = "uintBitsToFloat" if base == "float" else "int"
             raw = f"C{j}"
-            if val in (0, 0x80000000):
-                # a zero the compiler cannot see: drivers fold x * 0.0 to 0 (lavapipe
+            if val in (0, 0x80000000) or (base == "float" and _folds_badly(val)):
+                # a constant the compiler cannot see: drivers fold x * 0.0 to 0 (lavapipe
                 # does), which loses torch's NaN/inf * 0 = NaN; an int 0 too, as a
-                # folded expression converts it to float; the z group count is 1
+                # folded expression converts it to float; a divisor above 2^126 or a
+                # subnormal is folded into a flushed reciprocal (NVIDIA); the z group
+                # count is 1
                 raw = f"(C{j} ^ (gl_NumWorkGroups.z - 1u))"
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}({raw}));")
         names.append(f"v{j}")
@@ -233,7 +242,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     rk = result or compute or out_kind
     value = f"({body})"
     if rk != out_kind:
-        value = {"b": f"({value} != {GLSL_TYPE[rk]}(0))"}.get(out_kind,
+        value = {"b": f"nonzero_f({value})" if rk == "f32" else f"({value} != {GLSL_TYPE[rk]}(0))"}.get(out_kind,
                                                               f"{GLSL_TYPE[out_kind]}({value})")
     # vec4: one component of the 4-word result per pass of the loop INDEX_CODE opened
     store = f"{'r4_[e_]' if vec else 'b0[oo]'} = st_{out_kind}({value});"
@@ -570,7 +579,7 @@ NARROW = {
 def _cast_expr(x, k: str, dtype: torch.dtype | None = None) -> str:
     src = x.kind if isinstance(x, TRef) else "f32"
     if k == "b":
-        return "$0 != " + {"f32": "0.0", "i32": "0", "b": "false"}[src]
+        return "nonzero_f($0)" if src == "f32" else "$0 != " + {"i32": "0", "b": "false"}[src]
     expr = "ftoi32_($0)" if src == "f32" and k == "i32" else f"{GLSL_TYPE[k]}($0)"
     return NARROW[dtype].format(expr) if dtype in NARROW else expr
 

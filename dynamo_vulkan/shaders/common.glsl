@@ -24,6 +24,8 @@ bool isnan_bits(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f80000
 bvec4 isnan_bits(vec4 x) { return greaterThan(floatBitsToUint(x) & 0x7fffffffu, uvec4(0x7f800000u)); }
 bool isinf_bits(float x) { return (floatBitsToUint(x) & 0x7fffffffu) == 0x7f800000u; }
 bvec4 isinf_bits(vec4 x) { return equal(floatBitsToUint(x) & 0x7fffffffu, uvec4(0x7f800000u)); }
+// float to bool from the bits: a driver that flushes subnormals would call 1e-40 zero
+bool nonzero_f(float x) { return (floatBitsToUint(x) & 0x7fffffffu) != 0u; }
 #define isnan isnan_bits
 #define isinf isinf_bits
 
