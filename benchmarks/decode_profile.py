@@ -52,7 +52,7 @@ def summarise(rows: list[tuple[str, str, float]], steps: int) -> list[tuple[str,
 
 
 def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int | None = None,
-                  dump: bool = False) -> None:
+                  dump: bool = False, context: int | None = None) -> None:
     from .llm_models import resolve
     from .llm_work import model_work
     from dynamo_vulkan.generate import generate, load
@@ -65,7 +65,10 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
     plog.setLevel(logging.INFO)
     plog.addHandler(handler)
     plog.propagate = False
-    text = "The quick brown fox jumps over the lazy dog. " * 4
+    # a prompt of `context` token ids (the decode steps then attend over that many keys),
+    # or a short sentence
+    text = ([100 + i % 1000 for i in range(context)] if context
+            else "The quick brown fox jumps over the lazy dog. " * 4)
     try:
         generate(model, text, tok, max_new_tokens=steps + 1, steps_per_call=steps, warmup=True,
                  stop_at_eos=False)
@@ -100,10 +103,12 @@ def main(argv=None) -> int:
     p.add_argument("--skeleton-dir", default=None)
     p.add_argument("--layers", type=int, default=None, help="keep only the first N layers")
     p.add_argument("--dump", action="store_true", help="list every dispatch of the first step in order")
+    p.add_argument("--context", type=int, default=None, metavar="N",
+                   help="a prompt of N token ids before the decode steps (default: a short sentence)")
     args = p.parse_args(argv)
     os.environ["DYNAMO_VULKAN_PROFILE"] = "1"
     for m in args.models:
-        profile_model(m, args.steps, args.skeleton_dir, args.layers, args.dump)
+        profile_model(m, args.steps, args.skeleton_dir, args.layers, args.dump, args.context)
     return 0
 
 
