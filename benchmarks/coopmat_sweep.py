@@ -24,10 +24,16 @@ KINDS = ("highest", "high", "medium", "fp16")
 CUDA_BASE = {"highest": "fp32", "high": "TF32", "medium": "bf16", "fp16": "fp16"}
 
 
-def _variant(text: str) -> tuple[tuple[int, int], tuple[int, int]]:
-    """"128x256/2x4" -> ((128, 256), (2, 4))."""
-    tile, sub = text.split("/")
-    return tuple(map(int, tile.split("x"))), tuple(map(int, sub.split("x")))
+def _variant(text: str) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict]:
+    """"128x256/2x4" -> ((128, 256), (2, 4), coopmat's BK_CHOICES, {}); an optional third
+    part names the K step ("128x128/2x4/64"), "+NAME" suffixes add kernel defines
+    ("128x128/2x2+A_PACKED")."""
+    head, *extra = text.split("+")
+    tile, sub, *bk = head.split("/")
+    from dynamo_vulkan.lowering import coopmat
+    bks = (int(bk[0]),) if bk else coopmat.BK_CHOICES
+    return (tuple(map(int, tile.split("x"))), tuple(map(int, sub.split("x"))), bks,
+            {name: 1 for name in extra})
 
 
 _REFERENCE: dict = {}     # (m, k, n, kind) -> the fp64 product, computed once
@@ -107,7 +113,8 @@ def main(argv=None) -> None:
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'absent'}")
     print("| shape | kind | variant | ours TFLOP/s | torch CUDA TFLOP/s | ratio | rel. error | kernel |")
     print("|---|---|---|---|---|---|---|---|")
-    saved = (coopmat.TILE, coopmat.SUBGROUPS, torch.get_float32_matmul_precision())
+    saved = (coopmat.TILE, coopmat.SUBGROUPS, torch.get_float32_matmul_precision(),
+             coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES)
     try:
         for m, k, n in shapes:
             flop = 2 * m * k * n
@@ -116,7 +123,7 @@ def main(argv=None) -> None:
                 base_tf = flop / base / 1e9 if base else None
                 variants = args.variants.split(",") if kind != "highest" else args.variants.split(",")[:1]
                 for v in variants:
-                    coopmat.TILE, coopmat.SUBGROUPS = _variant(v)
+                    coopmat.TILE, coopmat.SUBGROUPS, coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES = _variant(v)
                     info["name"] = f"{name} [coopmat {v}]"
                     try:
                         ms, err, notes = _ours(m, k, n, kind, args.reps)
@@ -130,6 +137,7 @@ def main(argv=None) -> None:
                               f"{type(e).__name__}: {str(e)[:200]} |", flush=True)
     finally:
         coopmat.TILE, coopmat.SUBGROUPS = saved[0], saved[1]
+        coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES = saved[3], saved[4]
         torch.set_float32_matmul_precision(saved[2])
         info["name"] = name
 

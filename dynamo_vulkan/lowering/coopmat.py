@@ -12,7 +12,7 @@ and bf16 tensors use cooperative matrices of their own type always (their values
 exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
 no glslc compiles the kernel, the fp32 kernels run and the note says why; so they do
 everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
-TILE, SUBGROUPS, FORCE_SPLITS and BF16_IN_F16 below are read at lowering time (tests and
+TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, EXTRA_DEFINES and BF16_IN_F16 below are read at lowering time (tests and
 benchmarks/coopmat_sweep.py set them); a cached plan keeps the choice it was made with.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ TILE = (128, 128)          # rows and columns of C per workgroup
 SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C each
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
+EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
 # "high" and "medium" then round and split as in bf16 and hold each bf16 value in fp16
 # (exact within fp16's range, which real inputs may leave: never for use), so that the
@@ -167,7 +168,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     to fill the GPU)."""
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
-    defines = defines | {"VARIANT": "coopmat"} | plan.defines()
+    defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
     load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
     load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
     tiles = (-(-n // plan.bn), -(-m // plan.bm))
