@@ -13,6 +13,7 @@ module knobs and keeps each variant's plans apart by the device's name.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 
 import torch
@@ -105,6 +106,7 @@ def main(argv=None) -> None:
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--reps", type=int, default=10)
     args = p.parse_args(argv)
+    os.environ.setdefault("DYNAMO_VULKAN_TENSOR_CORES", "auto")    # off by default
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")]
     kinds = args.kinds.split(",")
     info = device.device_info()
