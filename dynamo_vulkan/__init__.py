@@ -7,7 +7,7 @@ controls and partition reports.
 from importlib import metadata as _metadata
 
 from .cache import cache_stats, clear_cache
-from .device import device_info, is_available, list_devices
+from .device import device_info, is_available, is_cpu, list_devices
 from .runtime.program import keep_on_device, read_back, runtime_stats
 
 try:
@@ -15,10 +15,17 @@ try:
 except _metadata.PackageNotFoundError:     # a source tree on sys.path, not installed
     __version__ = "0+unknown"
 
-__all__ = ["__version__", "cache_stats", "clear_cache", "device_info", "is_available",
-           "keep_on_device", "list_devices", "read_back", "reports", "runtime_stats"]
+__all__ = ["VulkanFallbackError", "__version__", "cache_stats", "clear_cache", "device_info", "is_available",
+           "is_cpu", "keep_on_device", "list_devices", "read_back", "reports", "runtime_stats"]
 
 
 def reports():
     from .backend import reports as _r
     return _r()
+
+
+def __getattr__(name):   # the backend (torch._dynamo, the lowering rules) loads only when asked
+    if name == "VulkanFallbackError":
+        from .backend import VulkanFallbackError
+        return VulkanFallbackError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

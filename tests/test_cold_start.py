@@ -1,4 +1,4 @@
-"""A compiled decoder's traced graphs persist across processes (models/precompiled.py,
+"""A compiled decoder's traced graphs persist across processes (precompiled.py,
 runtime/graph_io.py): a new decoder (or a new process) with the same structure loads them
 from the disk cache instead of tracing with Dynamo and AOT autograd, and generates the
 same tokens as eager; a changed model structure or setting makes a new entry; a damaged
@@ -24,7 +24,7 @@ from dynamo_vulkan import backend, cache  # noqa: E402
 from dynamo_vulkan.generate import compile_decoder, generate  # noqa: E402
 from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
 from dynamo_vulkan.models import load_model  # noqa: E402
-from dynamo_vulkan.models.precompiled import Precompiled, fingerprint  # noqa: E402
+from dynamo_vulkan.precompiled import Precompiled, fingerprint  # noqa: E402
 from dynamo_vulkan.runtime.graph_io import (GraphFormatError, graph_from_bytes,  # noqa: E402
                                             graph_to_bytes, propagate_meta)
 
@@ -181,7 +181,7 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
         print(json.dumps({{"tokens": res.tokens, "traced": len(traced),
                           "stats": dynamo_vulkan.cache_stats()}}))
     """)
-    from dynamo_vulkan.models import precompiled
+    from dynamo_vulkan import precompiled
     precompiled.code_hash.cache_clear()      # hashed now, as the new process will
     first, want = _run(files["a"])                       # this process traces and stores
     stats = dynamo_vulkan.cache_stats()

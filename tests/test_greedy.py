@@ -51,14 +51,14 @@ def test_same_tokens_as_one_step_per_call(tiny, k):
                                              stop_at_eos=False, steps_per_call=k, warmup=False))
     assert got.tokens == want.tokens
     assert got.stop_reason == "context" and got.decode_steps == 18
-    assert replay.why_not is None and k in replay.programs
+    assert replay.why_not is None and k in replay.replayer.programs
     # prefill, the step that binds the replay's inputs (the first call on this decoder
     # only), k-step replays, the last fewer steps (a prefix of the k-step replay)
     bound = replay.binds - binds
     assert submits == 1 + bound + -(-(18 - bound) // k)
-    assert (k, (18 - bound) % k) in replay.prefixes or (18 - bound) % k == 0
-    (prog,) = [p for p in replay.programs.values() if p.plan.outputs[0].shape == (k,)]
-    assert len(prog.plan.dispatches) == k * len(replay.plan.dispatches) + k + 1
+    assert (k, (18 - bound) % k) in replay.replayer.prefixes or (18 - bound) % k == 0
+    (prog,) = [p for p in replay.replayer.programs.values() if p.plan.outputs[0].shape == (k,)]
+    assert len(prog.plan.dispatches) == k * len(replay.replayer.plan.dispatches) + k + 1
 
 
 def test_a_replay_binds_replaced_weights_again(tmp_path):
@@ -101,7 +101,7 @@ def test_default_steps_fit_the_burst_time(as_gpu, tmp_path):
     got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False)
     assert got.tokens == want.tokens and got.extra["steps_per_call"] == DEFAULT_STEPS_PER_CALL
     replay = step_replay(model, "vulkan")
-    assert replay.step_s is not None and list(replay.programs) == [DEFAULT_STEPS_PER_CALL]
+    assert replay.step_s is not None and list(replay.replayer.programs) == [DEFAULT_STEPS_PER_CALL]
     replay.step_s = BURST_S / 5.5
     assert replay.steps_within(BURST_S, 64) == 4
     replay.step_s = BURST_S / 1000
@@ -198,7 +198,7 @@ def test_repeated_dispatches_share_one_algorithm(tiny):
                    steps_per_call=6, warmup=False)
     assert got.tokens == want.tokens[:8]
     replay = step_replay(model, "vulkan")
-    multi, step = replay.programs[6], replay.step_program
+    multi, step = replay.replayer.programs[6], replay.replayer.step_program
     keys = {(d.spirv_key, tuple(d.spec), tuple(d.bindings), tuple(d.groups)) for d in multi.plan.dispatches}
     assert keys <= set(multi._algorithms) and len(keys) < len(multi.plan.dispatches)
     assert multi._algorithms is step._algorithms
@@ -216,11 +216,11 @@ def test_a_released_step_program_runs_again_when_binding(tmp_path):
     want = generate(load_model(path, max_ctx=24), PROMPT, tok, backend=None, **kw)
     assert generate(model, PROMPT, tok, backend="vulkan", **kw).tokens == want.tokens
     replay = step_replay(model, "vulkan")
-    assert replay.step_program.sequence is None
+    assert replay.replayer.step_program.sequence is None
     model.register_buffer("unused_extra", torch.zeros(1))
     binds = replay.binds
     assert generate(model, PROMPT, tok, backend="vulkan", **kw).tokens == want.tokens
-    assert replay.binds == binds + 1 and replay.step_program.sequence is None
+    assert replay.binds == binds + 1 and replay.replayer.step_program.sequence is None
 
 
 def test_default_steps_per_call(monkeypatch):

@@ -26,6 +26,12 @@ class LoweringError(RuntimeError):
     """A node that the Vulkan lowering cannot handle with these inputs."""
 
 
+class HostPlacement(str):
+    """A rule check's reason for running a node on the host that is a choice (it is faster
+    there), not a missing kernel: no fallback warning, and DYNAMO_VULKAN_FALLBACK=error
+    allows it."""
+
+
 @dataclass(frozen=True)
 class TRef:
     buf: int
@@ -197,7 +203,6 @@ def host_matmul(rows: int):
     mat-vecs, which our fused GGUF kernels run faster than torch does there) stay on
     Vulkan. Rule checks call it while the backend partitions a graph, with that compile's
     config current (config.using)."""
-    from dynamo_vulkan.partition import HostPlacement
     if rows >= HOST_MATMUL_MIN_ROWS and device.is_cpu() and config.current().cpu_matmul == "host":
         return HostPlacement(f"a product of {rows} rows on a CPU Vulkan device runs faster in "
                              "torch on the host (DYNAMO_VULKAN_CPU_MATMUL=vulkan keeps it on Vulkan)")

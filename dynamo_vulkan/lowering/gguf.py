@@ -167,7 +167,7 @@ def _split(ctx: Context, total: int, row_bytes: int, limit: int, role: str, data
         raise LoweringError(f"a GGUF row of {row_bytes} bytes exceeds a weight buffer's "
                             f"{limit} bytes (the device's maxStorageBufferRange, at most "
                             f"{WEIGHT_BUFFER_MAX})")
-    from dynamo_vulkan.runtime.program import host_words
+    from dynamo_vulkan.runtime.words import host_words
     rows, parts, chunks = total // row_bytes, [], []
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
@@ -232,7 +232,7 @@ def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
         consts = ctx.__dict__.setdefault("_gguf_consts", {})
         ref = consts.get(id(blocks))
         if ref is None:
-            from dynamo_vulkan.runtime.program import host_words
+            from dynamo_vulkan.runtime.words import host_words
             limit = weight_limit(ctx.caps)
             kind = _kind(qtype, cols) if blocks.numel() == nbytes else U8
             if blocks.numel() > limit and blocks.numel() == nbytes:

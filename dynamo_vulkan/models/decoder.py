@@ -30,7 +30,6 @@ from torch import nn
 
 from ..fused import attention, rms_norm
 from ..gguf.op import GGUFEmbedding, GGUFLinear
-from ..runtime.program import keep_on_device, read_back
 from .config import DecoderConfig, YarnScaling
 
 __all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "yarn_ramp",
@@ -173,10 +172,6 @@ class Attention(nn.Module):
         # Llama 4's attention temperature of each position (mistral3), or None
         self.register_buffer("q_temp", attention_temperature(cfg, max_ctx) if cfg.attn_temp_scale else None,
                              persistent=False)
-        # Compiled for Vulkan, the caches live on the GPU between steps (no copy back per
-        # token); read_cache() brings them to the host.
-        keep_on_device(self.k_cache)
-        keep_on_device(self.v_cache)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
@@ -341,12 +336,10 @@ class Decoder(nn.Module):
                 f"the file's trained context is {self.config.context_length})"
             )
 
-    @torch.no_grad()
-    def read_cache(self) -> None:
-        """Refresh the host copies of the KV caches from the GPU (after compiled steps)."""
-        for layer in self.layers:
-            read_back(layer.attn.k_cache)
-            read_back(layer.attn.v_cache)
+    def kv_caches(self) -> list[torch.Tensor]:
+        """Every layer's K and V cache: the tensors that decode steps write in place (the
+        loader marks them keep_on_device, chat reads them back before a host prefill)."""
+        return [t for layer in self.layers for t in (layer.attn.k_cache, layer.attn.v_cache)]
 
     @torch.no_grad()
     def reset_cache(self) -> None:

@@ -13,17 +13,14 @@ wrote are overwritten by the next prompt's prefill or never attended to.
 from __future__ import annotations
 
 import itertools
-import logging
-import operator
 import time
 
 import torch
 from torch import nn
 
-__all__ = ["GreedySteps", "StepReplay"]
+from dynamo_vulkan.replay import StaleBinding, StepReplayer
 
-log = logging.getLogger(__name__)
-MAX_PREFIXES = 2     # recorded shorter replays kept (the last calls' of a few lengths)
+__all__ = ["GreedySteps", "StepReplay"]
 
 
 class GreedySteps(nn.Module):
@@ -57,7 +54,7 @@ class GreedySteps(nn.Module):
 
 class StepReplay:
     """Greedy decoding k steps per submit by replaying one compiled step
-    (runtime/replay.py) instead of compiling a k-step graph: compile time does not grow
+    (dynamo_vulkan.replay) instead of compiling a k-step graph: compile time does not grow
     with k, and the host work of a torch.compile call is paid once per k tokens.
 
     ``compiled`` is ``GreedySteps`` over ``decoder`` compiled for the vulkan backend.
@@ -71,14 +68,8 @@ class StepReplay:
     def __init__(self, compiled, decoder=None, why_not: str | None = None):
         self.compiled = compiled
         self.decoder = decoder
-        self.sub = None              # the step graph's VulkanSubgraph
-        self.args: list | None = None     # its inputs at the last step through torch.compile
-        self.seen: list | None = None     # the decoder's tensors then (their identities)
-        self.step_program = None     # its Program (whose tensors and kernels replays share)
-        self.plan = None             # its Plan, and where it takes the token and position
-        self.ports = None
-        self.programs: dict = {}     # k -> Program of the k-step replay
-        self.prefixes: dict = {}     # (k, n) -> its sequence running only the first n steps
+        self.replayer = StepReplayer(compiled)
+        self.seen: list | None = None     # the decoder's tensors at the last binding step
         self.why_not = why_not       # set: not replayed (the k-step graph instead)
         self.fresh = False
         self.binds = 0               # steps run through torch.compile
@@ -87,7 +78,7 @@ class StepReplay:
     def begin(self) -> None:
         """A new generation: the next call binds the decoder's tensors again if they are
         not those bound (a step through torch.compile)."""
-        self.fresh = self.args is not None and self.decoder is not None and self._tensors() == self.seen
+        self.fresh = self.replayer.bound and self.decoder is not None and self._tensors() == self.seen
 
     def _tensors(self) -> list:
         d = self.decoder
@@ -113,34 +104,7 @@ class StepReplay:
         if self.why_not is None:
             self.step(token, start)
         if self.why_not is None:
-            self._program(k)     # a call of fewer steps records its sequence when first run
-
-    def _prefix(self, k: int, n: int):
-        """The k-step replay's Program and its sequence for the first n steps (None: all k).
-        Recorded when first asked for: ~20 us of host time per dispatch, once; its
-        commands hold GPU memory (Program.release)."""
-        from ..runtime.replay import steps_prefix
-
-        prog = self._program(k)
-        if not n or n == k:
-            return prog, None
-        seq = self.prefixes.get((k, n))
-        if seq is None:
-            if len(self.prefixes) >= MAX_PREFIXES:     # each holds GPU memory
-                del self.prefixes[next(iter(self.prefixes))]
-            seq = self.prefixes[k, n] = prog.record(steps_prefix(prog.plan, n))[0]
-        return prog, seq
-
-    def _program(self, k: int):
-        from ..runtime.program import Program
-        from ..runtime.replay import replay_plan
-
-        prog = self.programs.get(k)
-        if prog is None:
-            prog = self.programs[k] = Program(replay_plan(self.plan, k), self.args, self.sub.cfg.profile,
-                                                 self.sub.bumped, share=self.step_program)
-            self.step_program.release()      # recorded again for the next binding step
-        return prog
+            self.replayer.build(k)     # a call of fewer steps records its sequence when first run
 
     def __call__(self, token: int, start: int, k: int, n: int | None = None) -> list[int]:
         """The greedy tokens after ``token`` at position ``start``: n (default k) of them,
@@ -155,88 +119,21 @@ class StepReplay:
             return self.compiled(torch.tensor([[token]]), GreedySteps.positions(start, k)).tolist()
         if not self.fresh:
             return self.step(token, start)
-        from ..runtime.program import StaleBinding
-
-        prog, seq = self._prefix(k, n)
-        args = list(self.args)
-        args[self.ports.token] = torch.tensor([[token]])
-        args[self.ports.position] = GreedySteps.positions(start, n)
         t0 = time.perf_counter()
         try:
-            # the KV caches' versions bumped as the step graph's aot_autograd wrapper does
-            (out,) = prog.call_unwrapped(args, seq)
+            out = self.replayer.replay(token, GreedySteps.positions(start, n), k)
         except StaleBinding:         # a resident input is no longer what it was bound to
-            self._forget()
             return self.step(token, start)
         self.step_s = (time.perf_counter() - t0) / n
-        return out[:n].tolist()
-
-    def _forget(self) -> None:
-        """Drop the replays built on the inputs bound so far."""
-        self.programs.clear()
-        self.prefixes.clear()
+        return out.tolist()
 
     def step(self, token: int, start: int) -> list[int]:
         """One step through torch.compile, keeping the step graph's inputs (and, on the
         first call, finding its one Vulkan program)."""
-        from .. import backend
-
-        tok, pos = torch.tensor([[token]]), GreedySteps.positions(start, 1)
         self.binds += 1
-        if self.sub is not None:
-            self.sub.remember_args = True
-        try:
-            with backend.capture_partitions() as got:
-                out = self.compiled(tok, pos)
-        finally:
-            if self.sub is not None:
-                self.sub.remember_args = False
-        if got:                  # compiled (again, after torch._dynamo.reset()): a new program
-            self._adopt(got)
-        if self.sub is not None:
-            if self.programs:
-                self.step_program.release()
-            args, self.sub.remembered_args = self.sub.remembered_args, None
-            if args is None:
-                raise RuntimeError("the replayed step's Vulkan program was not called by its graph")
-            if self.args is None or self._bound(args) != self._bound(self.args):
-                self._forget()             # other weights or caches: bind them again
-                self.step_program = next(iter(self.sub.programs.values()))
-            self.args, self.seen, self.fresh = args, self._tensors(), True
+        out = self.replayer.step(torch.tensor([[token]]), GreedySteps.positions(start, 1))
+        if self.replayer.why_not is not None:
+            self.why_not = self.replayer.why_not
+        elif self.replayer.bound:
+            self.seen, self.fresh = self._tensors(), True
         return out.tolist()
-
-    def _bound(self, args: list) -> list:
-        """The identities of the inputs a replay binds (all but the token and position)."""
-        skip = (self.ports.token, self.ports.position)
-        return [id(a) for i, a in enumerate(args) if i not in skip]
-
-    def _adopt(self, got: list) -> None:
-        """Take the step graph's one VulkanSubgraph, or say in why_not why there is none."""
-        from ..runtime.program import Program
-        from ..runtime.replay import NotReplayable, StepPorts
-
-        for _, subs in got:
-            for sub in subs:
-                sub.remember_args = False
-        self.sub = self.step_program = self.plan = self.ports = self.args = None
-        self._forget()
-        try:
-            if len(got) != 1 or len(got[0][1]) != 1:
-                raise NotReplayable(f"the step compiled to {len(got)} graph(s) with "
-                                    f"{sum(len(s) for _, s in got)} Vulkan partition(s), not one of each")
-            gm, (sub,) = got[0]
-            host = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output") and
-                    not (n.op == "call_module" and getattr(gm, n.target) is sub) and
-                    not (n.op == "call_function" and n.target is operator.getitem)]
-            if host:
-                raise NotReplayable(f"the step runs {[str(n.target) for n in host]} outside its "
-                                    "Vulkan program")
-            progs = list(sub.programs.values())
-            if len(progs) != 1 or not isinstance(progs[0], Program):
-                raise NotReplayable("the step's partition did not lower to one Vulkan program")
-            ports = StepPorts.of(progs[0].plan)
-        except NotReplayable as e:
-            self.why_not = str(e)
-            log.info("greedy steps compile a k-step graph: %s", e)
-            return
-        self.sub, self.step_program, self.plan, self.ports = sub, progs[0], progs[0].plan, ports

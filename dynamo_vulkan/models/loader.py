@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from dynamo_vulkan import keep_on_device
 from ..gguf.errors import GGUFError
 from ..gguf.op import GGUFEmbedding, GGUFLinear
 from ..gguf.reader import GGUFFile, open_gguf
@@ -200,6 +201,10 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
     model.eval()
     model.requires_grad_(False)
     model.source_path = str(f.path)
+    # Compiled for Vulkan, the caches live on the GPU between steps (no copy back per
+    # token); read_back(cache) brings them to the host.
+    for cache in model.kv_caches():
+        keep_on_device(cache)
     return model
 
 

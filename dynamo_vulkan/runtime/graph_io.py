@@ -1,5 +1,5 @@
 """A flat ATen FX graph as data (JSON), for the disk cache: what a new process needs to
-compile a traced graph again without Dynamo and AOT tracing it (models/precompiled.py).
+compile a traced graph again without Dynamo and AOT tracing it (precompiled.py).
 
 Nodes are stored in order with their targets by name: ATen and custom operators
 (OpOverloads, looked up in torch.ops on load) and a fixed set of Python operators on

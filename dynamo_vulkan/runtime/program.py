@@ -19,20 +19,16 @@ import numpy as np
 import torch
 
 from .. import device, progress
-from ..gguf.gpu_layout import gpu_rows
 from . import shaders
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
+from .words import NUMPY_OF_DTYPE, host_words, packed_bytes_into
 
 # Vulkan flag values (vulkan_core.h) for kp.OpMemoryBarrier.
 SHADER_READ, SHADER_WRITE = 0x20, 0x40
 TRANSFER_READ, TRANSFER_WRITE = 0x800, 0x1000
 STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
-TORCH_OF_KIND = {"f32": torch.float32, "i32": torch.int32, "b": torch.int32}
-SMALL_INPUT = 4096     # elements up to which host_words converts through numpy
 PROGRESS_BYTES = 256 << 20   # weight uploads of a call from which a progress bar shows
-_NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32,
-                   torch.bool: np.bool_}
 _VERSION = operator.attrgetter("_version")
 # Programs share the device's temporaries (Scratch), the staging memory of a Program's
 # inputs and outputs, and kp's queue: one call at a time in a process, whichever thread
@@ -293,46 +289,6 @@ def _held_in(t) -> tuple | None:
 def _kp():
     import kp
     return kp
-
-
-def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
-    """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32;
-    kind "u8": the raw bytes, 4 to a word, zero-padded, in the GPU order of GGUF rows
-    when the kind names one; span (byte start, byte length, whole rows): only those
-    bytes, without copying the rest)."""
-    t = t.detach()
-    if base_kind(kind) != "u8" and t.numel() <= SMALL_INPUT and t.dtype in _NUMPY_OF_DTYPE:
-        # a token, positions: numpy's few calls cost less than torch's ops per call
-        a = t.reshape(-1).numpy()
-        if a.dtype == np.int64 and a.size and (a.min() < -2**31 or a.max() >= 2**31):
-            raise OverflowError(f"an int64 input holds {int(a.min())}..{int(a.max())}, which does "
-                                "not fit the int32 that Vulkan kernels use")
-        return np.ascontiguousarray(a, NUMPY_OF_KIND[kind]).view(np.uint32)
-    if base_kind(kind) == "u8":
-        b = t.contiguous().reshape(-1).view(torch.uint8)
-        if span is not None:
-            b = b[span[0]:span[0] + span[1]]
-        b = gpu_rows(b.numpy(), kind)
-        if b.size % 4:
-            b = np.concatenate([b, np.zeros(4 - b.size % 4, np.uint8)])
-        return b.view(np.uint32)
-    if t.dtype == torch.int64 and t.numel():
-        lo, hi = torch.aminmax(t)
-        if lo < -2**31 or hi >= 2**31:
-            raise OverflowError(f"an int64 input holds {int(lo)}..{int(hi)}, which does not fit "
-                                "the int32 that Vulkan kernels use")
-    t = t.to(TORCH_OF_KIND[kind]).contiguous().reshape(-1)
-    return t.numpy().view(np.uint32)
-
-
-def packed_bytes_into(t: torch.Tensor, kind: str, span, out: np.ndarray) -> None:
-    """host_words of a "u8" kind, written into `out` (uint8, the words' bytes) instead of
-    a new array: the bytes in the GPU order of their kind, then zeros."""
-    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
-    if span is not None:
-        b = b[span[0]:span[0] + span[1]]
-    gpu_rows(b.numpy(), kind, out[:b.numel()])
-    out[b.numel():] = 0
 
 
 def staging_view(t) -> np.ndarray:
@@ -725,7 +681,7 @@ class Program:
             a = staging.view(NUMPY_OF_KIND[kind])
             if kind == "b":
                 a = a != 0
-            want = _NUMPY_OF_DTYPE.get(dtype)
+            want = NUMPY_OF_DTYPE.get(dtype)
             if want is not None:     # one numpy copy into the caller's dtype
                 out.append(torch.from_numpy(a.astype(want)).view(shape))
             else:
