@@ -23,7 +23,8 @@ from . import cache, config, device
 from .regions import inline_regions
 from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
-from .runtime import planner, shaders
+from .lowering import planner
+from .runtime import shaders
 from .runtime.plan import PlanFormatError, plan_from_bytes, plan_to_bytes
 from .runtime.program import is_kept_on_device, Program, StaleBinding, refresh_host, serialised
 

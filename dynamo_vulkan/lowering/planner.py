@@ -13,18 +13,15 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from dynamo_vulkan.lowering import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
-from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.fusion import (FOLDS, FUSIBLE, LAZY_VIEWS, LOADS_LAZY, PROLOGUES,
-                                           TAKES_DEFERRED, Deferred, Lazy, materialize,
-                                           residual_adds)
-from dynamo_vulkan.lowering.elementwise import copy_to, ew
-
-from dynamo_vulkan.lowering.gguf import packed_input, place_packed
-
+from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, words_of
 from dynamo_vulkan.shaders.families import ShaderDefineError
 
-from .plan import InputSpec, OutputSpec, Plan, words_of
+from . import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
+from .core import Context
+from .elementwise import copy_to, ew
+from .fusion import (FOLDS, FUSIBLE, LAZY_VIEWS, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy,
+                     materialize, residual_adds)
+from .gguf import packed_input, place_packed
 
 
 def specialise(gm: fx.GraphModule, args: list) -> None:
