@@ -12,8 +12,10 @@ and bf16 tensors use cooperative matrices of their own type always (their values
 exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
 no glslc compiles the kernel, the fp32 kernels run and the note says why; so they do
 everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
-TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES and BF16_IN_F16 below are read at lowering time (tests and
-benchmarks/coopmat_sweep.py set them); a cached plan keeps the choice it was made with.
+TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES and BF16_IN_F16 below
+are read at lowering time (tests and benchmarks/coopmat_sweep.py set them); a cached plan
+keeps the choice it was made with. Operands that many tiles read are converted to 16 bits
+first (packed_operands, lowering/coopmat_pack.py).
 """
 from __future__ import annotations
 
@@ -36,7 +38,6 @@ FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_sp
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
 PACK_MIN_READS = 4         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
-PACK_WG = 256              # coopmat_pack.comp's workgroup
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
 # "high" and "medium" then round and split as in bf16 and hold each bf16 value in fp16
 # (exact within fp16's range, which real inputs may leave: never for use), so that the
@@ -177,27 +178,10 @@ def packed_operands(tiles_m: int, tiles_n: int) -> str:
     return ("A" if tiles_n >= PACK_MIN_READS else "") + ("B" if tiles_m >= PACK_MIN_READS else "")
 
 
-def _pack(ctx, plan: Plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
-          nb: int):
-    """The 16-bit copy of one operand (rows x k per batch, strides sb, sr, sk) that
-    matmul_coopmat.comp reads as A_PACKED / B_PACKED: rows_p x kp per batch, zero padded."""
-    batches = nb if sb else 1
-    planes = 2 if plan.split3 else 1
-    octets = batches * rows_p * kp // 8
-    dst = ctx.empty((planes * octets * 4,), "f32")    # 16 bytes an octet
-    defines = {"VARIANT": plan.dtype, **{n: v for n, v in plan.defines().items()
-                                         if n in ("CM_BF16", "CM_F16", "BF16_IN_F16", "SPLIT3")}}
-    if sr == 1 and sk != 1:
-        defines["ALONG_ROWS"] = 1
-    ctx.dispatch("coopmat_pack", defines, [dst, ref], [0],
-                 [PACK_WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
-                 core.groups_for(octets, PACK_WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
-    return dst
-
-
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
     to fill the GPU), after the 16-bit copies of the operands that many tiles read."""
+    from .coopmat_pack import pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
     defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
@@ -206,12 +190,12 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     kp = -(-max(k, 1) // plan.bk) * plan.bk
     bindings = list(bindings)
     if "A" in packed:
-        bindings[1] = _pack(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1], a.strides[2], nb)
+        bindings[1] = pack_operand(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1], a.strides[2], nb)
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
     if "B" in packed:
-        bindings[2] = _pack(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
+        bindings[2] = pack_operand(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
         defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     else:
         load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
