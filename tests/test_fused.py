@@ -8,7 +8,7 @@ import torch
 from dynamo_vulkan import device
 from dynamo_vulkan.fused import attention, rms_norm
 from dynamo_vulkan.lowering import attention as att_lowering
-from dynamo_vulkan.models.decoder import apply_rope, pair_tables
+from dynamo_vulkan.llm.models.decoder import apply_rope, pair_tables
 from vk import check, noncontig
 
 torch.manual_seed(0)
