@@ -17,6 +17,7 @@ import torch
 from dynamo_vulkan import config, device
 from dynamo_vulkan.runtime import shaders
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
+from dynamo_vulkan.runtime.words import plain
 
 GLSL_TYPE = {"f32": "float", "i32": "int", "b": "bool"}
 MAX_GROUPS = 65535
@@ -129,7 +130,7 @@ class Context:
             ref = self._consts.get(id(x))
             if ref is None:
                 kind = kind_of(x.dtype)
-                data = x.detach().contiguous().reshape(-1)
+                data = plain(x).contiguous().reshape(-1)
                 data = data.to(torch.float32 if kind == "f32" else torch.int32).numpy()
                 if kind == "i32" and x.dtype == torch.int64 and x.numel() and \
                         (x.max() >= 2**31 or x.min() < -2**31):
