@@ -37,9 +37,6 @@
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #ifdef CM_BF16
 #extension GL_EXT_bfloat16 : require
-#ifdef SM_HALF
-#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
-#endif
 #define ET bfloat16_t
 #else
 #define ET float16_t
@@ -144,53 +141,7 @@ layout(set = 0, binding = 2) readonly buffer Buf2p { uvec4 bpk[]; };
 #define STAGE (PLANES * (A_ELEMS + B_ELEMS) / 8)
 #define SCRATCH (NSG * CM_M * CM_N / 4)        // the epilogue's fp32 fragments, in uvec4
 #define SMEM (2 * STAGE > SCRATCH ? 2 * STAGE : SCRATCH)
-// The shared array's element: uvec4 (16-byte units; offsets below are in them), or where
-// SM_UINT 32-bit words, or where SM_HALF the matrices' own 16-bit type; SM_U of its elements
-// make one 16-byte unit. Every access goes through sm_put, sm_word and SM_AT.
-#if defined(SM_HALF)
-shared ET sm[SMEM * 8];
-#define SM_U 8u
-#elif defined(SM_UINT)
-shared uint sm[SMEM * 4];
-#define SM_U 4u
-#else
 shared uvec4 sm[SMEM];
-#define SM_U 1u
-#endif
-#define SM_AT(unit) ((unit) * SM_U)
-
-// 16 bytes (8 packed 16-bit values) into unit i
-void sm_put(uint i, uvec4 v) {
-#if defined(SM_HALF)
-    [[unroll]] for (uint q = 0u; q < 4u; ++q) {
-#ifdef CM_BF16
-        sm[i * 8u + 2u * q] = uintBitsToBFloat16EXT(uint16_t(v[q] & 0xffffu));
-        sm[i * 8u + 2u * q + 1u] = uintBitsToBFloat16EXT(uint16_t(v[q] >> 16));
-#else
-        f16vec2 h = unpackFloat2x16(v[q]);
-        sm[i * 8u + 2u * q] = h.x;
-        sm[i * 8u + 2u * q + 1u] = h.y;
-#endif
-    }
-#elif defined(SM_UINT)
-    [[unroll]] for (uint q = 0u; q < 4u; ++q) sm[i * 4u + q] = v[q];
-#else
-    sm[i] = v;
-#endif
-}
-
-// 32-bit word w
-uint sm_word(uint w) {
-#if defined(SM_HALF) && defined(CM_BF16)
-    return uint(bfloat16BitsToUintEXT(sm[2u * w])) | (uint(bfloat16BitsToUintEXT(sm[2u * w + 1u])) << 16);
-#elif defined(SM_HALF)
-    return packFloat2x16(f16vec2(sm[2u * w], sm[2u * w + 1u]));
-#elif defined(SM_UINT)
-    return sm[w];
-#else
-    return sm[w / 4u][w % 4u];
-#endif
-}
 
 #define A_OCTETS (BM * BK / 8)
 #define B_OCTETS (BN * BK / 8)
@@ -348,9 +299,9 @@ void stash(uint tid, uint base) {
             convert(pa[2 * c], pa[2 * c + 1], hi, lo);
 #endif
             uint at = base + A_AT(p.x, p.y) / 8u;
-            sm_put(A_HI + at, hi);
+            sm[A_HI + at] = hi;
 #ifdef SPLIT3
-            sm_put(A_LO + at, lo);
+            sm[A_LO + at] = lo;
 #endif
         }
     }
@@ -368,9 +319,9 @@ void stash(uint tid, uint base) {
             convert(pb[2 * c], pb[2 * c + 1], hi, lo);
 #endif
             uint at = base + B_AT(p.y, p.x) / 8u;
-            sm_put(B_HI + at, hi);
+            sm[B_HI + at] = hi;
 #ifdef SPLIT3
-            sm_put(B_LO + at, lo);
+            sm[B_LO + at] = lo;
 #endif
         }
     }
@@ -410,18 +361,18 @@ void main() {
             FRAG_A a[RM];
             FRAG_B b[RN];
             [[unroll]] for (uint i = 0; i < RM; ++i)
-                coopMatLoad(a[i], sm, SM_AT(cur + A_HI + A_AT(wm + i * CM_M, kk) / 8u), SM_AT(A_LD / 8u), A_LAYOUT);
+                coopMatLoad(a[i], sm, cur + A_HI + A_AT(wm + i * CM_M, kk) / 8u, A_LD / 8u, A_LAYOUT);
             [[unroll]] for (uint j = 0; j < RN; ++j)
-                coopMatLoad(b[j], sm, SM_AT(cur + B_HI + B_AT(kk, wn + j * CM_N) / 8u), SM_AT(B_LD / 8u), B_LAYOUT);
+                coopMatLoad(b[j], sm, cur + B_HI + B_AT(kk, wn + j * CM_N) / 8u, B_LD / 8u, B_LAYOUT);
 #ifdef SPLIT3
             // the small terms first: lo*hi and hi*lo, then hi*hi
             {
                 FRAG_A al[RM];
                 FRAG_B bl[RN];
                 [[unroll]] for (uint i = 0; i < RM; ++i)
-                    coopMatLoad(al[i], sm, SM_AT(cur + A_LO + A_AT(wm + i * CM_M, kk) / 8u), SM_AT(A_LD / 8u), A_LAYOUT);
+                    coopMatLoad(al[i], sm, cur + A_LO + A_AT(wm + i * CM_M, kk) / 8u, A_LD / 8u, A_LAYOUT);
                 [[unroll]] for (uint j = 0; j < RN; ++j)
-                    coopMatLoad(bl[j], sm, SM_AT(cur + B_LO + B_AT(kk, wn + j * CM_N) / 8u), SM_AT(B_LD / 8u), B_LAYOUT);
+                    coopMatLoad(bl[j], sm, cur + B_LO + B_AT(kk, wn + j * CM_N) / 8u, B_LD / 8u, B_LAYOUT);
                 [[unroll]] for (uint i = 0; i < RM; ++i)
                     [[unroll]] for (uint j = 0; j < RN; ++j) {
                         acc[i][j] = coopMatMulAdd(al[i], b[j], acc[i][j]);
@@ -453,13 +404,13 @@ void main() {
     uint scratch = sg * (CM_M * CM_N / 4u);
     [[unroll]] for (uint i = 0; i < RM; ++i) {
         [[unroll]] for (uint j = 0; j < RN; ++j) {
-            coopMatStore(acc[i][j], sm, SM_AT(scratch), SM_AT(CM_N / 4u), gl_CooperativeMatrixLayoutRowMajor);
+            coopMatStore(acc[i][j], sm, scratch, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
             for (uint e = lane; e < CM_M * CM_N; e += SUBGROUP) {
                 uint gm = m0 + wm + i * CM_M + e / CM_N, gn = n0 + wn + j * CM_N + e % CM_N;
                 if (gm >= M || gn >= N) continue;
-                float v = alpha * uintBitsToFloat(sm_word(scratch * 4u + e));
+                float v = alpha * uintBitsToFloat(sm[scratch + e / 4u][e % 4u]);
 #ifdef HAS_BIAS
                 if (split_index == 0u)
                     v += uintBitsToFloat(BETA_BITS) * ld_f32(cb[C_OFF + batch * C_SB + gm * C_SM + gn * C_SN]);
