@@ -171,9 +171,9 @@ def test_kept_parameters_and_state_are_read_back_only_when_asked():
                            for t in traffic), traffic
     assert not torch.equal(model[0].weight, twin[0].weight)      # the host copy is stale
     before = dynamo_vulkan.runtime_stats()
-    dynamo_vulkan.read_back(model)
-    dynamo_vulkan.read_back(opts[0])
-    assert _traffic(before)["readback_bytes"] == _state_bytes(model)
+    dynamo_vulkan.read_back(model)           # the parameters and their last gradients
+    dynamo_vulkan.read_back(opts[0])         # the momentum buffers
+    assert _traffic(before)["readback_bytes"] == _state_bytes(model) * 3 // 2
     _assert_same_training(model, twin, opts, losses)
     before = dynamo_vulkan.runtime_stats()
     dynamo_vulkan.read_back(model)                                # nothing newer on the GPU
@@ -297,6 +297,9 @@ def test_saved_activations_and_gradients_are_handed_on_on_the_gpu():
         assert _traffic(before, ("input_bytes",))["input_bytes"] == 2 * x.nbytes + 4
     opts[0].zero_grad()
     loss_fn().backward()
+    assert all(p.grad.isnan().all() for p in model.parameters())   # on the GPU only
+    dynamo_vulkan.read_back(model)          # the gradients (and parameters) to the host
+    assert not any(p.grad.isnan().any() for p in model.parameters())
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)    # in place: versions move
     before = dynamo_vulkan.runtime_stats()
     step()
