@@ -378,10 +378,10 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     argmax stays on the GPU and feeds the next step), so the submit round trip and the
     host work of a compiled call are paid once per that many tokens; tokens past a stop
     token are computed and dropped. On the vulkan backend one compiled step is replayed
-    (:class:`~dynamo_vulkan.models.greedy.StepReplay`; when the decoder's tensors are
+    (:class:`~dynamo_vulkan.llm.models.greedy.StepReplay`; when the decoder's tensors are
     not those it bound, the first step of a call of generate() runs on its own to bind
     them), and the last steps run fewer; elsewhere a graph of that many steps is compiled
-    (:class:`~dynamo_vulkan.models.greedy.GreedySteps`) and the last steps run one per
+    (:class:`~dynamo_vulkan.llm.models.greedy.GreedySteps`) and the last steps run one per
     call. Default, greedy on a Vulkan GPU: up to %d, as many (a power of two) as the last
     call's time per step fits in %.1f s, so text still streams and a stop token wastes
     little on a slow GPU (%d for the k-step graph); else 1 (see default_steps_per_call).
