@@ -151,24 +151,24 @@ class VulkanSubgraph(torch.nn.Module):
             out = prog(args, lazy=self._lazy_outputs(prog))
         return tuple(out) if self.tuple_out else out[0]
 
-    def _lazy_outputs(self, prog: Program) -> frozenset:
+    def _lazy_outputs(self, prog: Program) -> dict:
         """The hand-offs whose host copies wait until a host reader needs them: a forward's
         saved activations (unless saved-tensor hooks, which may read them, are on), and a
         backward's gradients that a kept optimizer's parameters accumulate
-        (runtime/program.gradient_may_stay_on_gpu)."""
+        (runtime/program.gradient_may_stay_on_gpu), each with that parameter."""
         if not self.handoff:
-            return frozenset()
+            return {}
         if self.kind == "forward":
             hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
-            return frozenset(self.handoff) if hooks is None else frozenset()
+            return dict.fromkeys(self.handoff) if hooks is None else {}
         node = torch._C._current_autograd_node() if self.kind == "backward" else None
         if node is None:
-            return frozenset()
+            return {}
         consumers = node.next_functions
         shapes = {n: o.shape for n, o in enumerate(prog.plan.outputs)}
-        return frozenset(n for n, j in self.grad_of.items() if j < len(consumers) and
-                         consumers[j][0] is not None and
-                         gradient_may_stay_on_gpu(consumers[j][0], shapes[n]))
+        return {n: consumers[j][0].variable for n, j in self.grad_of.items()
+                if j < len(consumers) and consumers[j][0] is not None and
+                gradient_may_stay_on_gpu(consumers[j][0], shapes[n])}
 
     def _drop_superseded(self, key, new: Program) -> None:
         """Drop the least recently used programs that hold shared temporaries a newer,

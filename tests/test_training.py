@@ -339,3 +339,77 @@ def test_a_forward_called_again_before_the_backward_still_gives_eager_gradients(
         torch.testing.assert_close(q.grad, p.grad, rtol=RTOL, atol=ATOL, msg=name)
     for a, b in zip(model.first_grads, twin.first_grads):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("micro", [2, 4])
+@pytest.mark.parametrize("summed", [False, True], ids=["backward-each", "one-backward"])
+def test_gradients_of_micro_batches_accumulate_on_the_gpu(micro, summed):
+    """Gradients of a kept optimizer's parameters accumulate over micro-batches on the GPU:
+    each step sends the host only the losses, and the step, the gradients read back and the
+    parameters equal eager's. one-backward: one backward through the compiled forward called
+    for every micro-batch; autograd sums the calls' gradients on the host, so they are read
+    back (and each forward call reads the previous call's saved activations back), and
+    still equal eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 3))
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, foreach=True)
+            for m in (model, twin)]
+    dynamo_vulkan.keep_on_device(model)
+    dynamo_vulkan.keep_on_device(opts[0])
+    loss_of = compiled(lambda x: model(x).square().mean())
+    step = compiled(opts[0].step)
+    for i in range(4):
+        xs = [torch.randn(4, 6) for _ in range(micro)]
+        before = dynamo_vulkan.runtime_stats()
+        for o in opts:
+            o.zero_grad()
+        losses = [loss_of(x) for x in xs] if summed else []
+        if summed:
+            sum(losses).backward()
+        for x in xs:
+            if not summed:
+                losses.append(loss_of(x))
+                losses[-1].backward()
+            twin(x).square().mean().backward()
+        if i == 3:
+            grads = [p.grad for p in model.parameters()]
+            assert summed or all(g.isnan().all() for g in grads)     # on the GPU only
+            dynamo_vulkan.read_back(model)
+            for (name, p), g in zip(twin.named_parameters(), grads):
+                torch.testing.assert_close(g, p.grad, rtol=RTOL, atol=ATOL, msg=name)
+        step()
+        opts[1].step()
+        if 0 < i < 3 and not summed:
+            assert _traffic(before, ("output_bytes", "readback_bytes")) == \
+                {"output_bytes": 4 * micro, "readback_bytes": 0}
+    dynamo_vulkan.read_back(model)
+    dynamo_vulkan.read_back(opts[0])
+    for (name, p), q in zip(twin.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q, p, rtol=RTOL, atol=ATOL, msg=name)
+
+
+def test_a_kept_gradient_summed_with_an_eager_one_raises_then_goes_to_the_host():
+    """A parameter of a kept optimizer that eager code also uses gets two gradients, which
+    autograd sums on the host before the parameter's hooks see them: the compiled one, left
+    on the GPU, is lost, which raises; from then on its gradients go to the host, and a
+    step run again equals eager's."""
+    torch.manual_seed(0)
+    model = nn.Linear(5, 3)
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+    dynamo_vulkan.keep_on_device(model)
+    dynamo_vulkan.keep_on_device(opt)
+    f = compiled(lambda x: model(x).square().mean())
+    x = torch.randn(4, 5)
+
+    def loss(m, fn):
+        return fn(x) + m.weight.sum()          # the eager use of the weight
+    with pytest.raises(RuntimeError, match="summed by autograd"):
+        loss(model, f).backward()
+    model.zero_grad()
+    loss(model, f).backward()
+    loss(twin, lambda x: twin(x).square().mean()).backward()
+    dynamo_vulkan.read_back(model)
+    for (name, p), q in zip(twin.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=RTOL, atol=ATOL, msg=name)

@@ -20,7 +20,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import device, progress
-from . import shaders
+from . import accumulate, shaders
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
 from .words import NUMPY_OF_DTYPE, host_words, packed_bytes_into
 
@@ -207,38 +207,110 @@ def _watch_gradients(p: torch.Tensor) -> None:
     p.register_post_accumulate_grad_hook(_gradient_accumulated)
 
 
+MIXED_ON_HOST = "_dynamo_vulkan_gradient_mixed"
+_UNCLAIMED: dict[int, tuple] = {}   # id(parameter) -> (backward pass, address): on its way
+
+
 def gradient_may_stay_on_gpu(consumer, shape) -> bool:
     """Whether a backward's gradient for autograd node `consumer` may stay pending on the
     GPU: it accumulates into the .grad of a kept optimizer's parameter (whose hooks see
-    it), outside a double backward."""
+    it), outside a double backward, and it is the first gradient of that parameter in this
+    backward pass (autograd sums a parameter's gradients from several graphs on the host
+    before its hooks run: an earlier one pending is read back, and this one is not left
+    pending)."""
     p = getattr(consumer, "variable", None)
-    return p is not None and getattr(p, GRADIENT_HOOKS, False) and \
-        tuple(p.shape) == tuple(shape) and not torch.is_grad_enabled()
+    if p is None or not getattr(p, GRADIENT_HOOKS, False) or getattr(p, MIXED_ON_HOST, False) \
+            or tuple(p.shape) != tuple(shape) or torch.is_grad_enabled():
+        return False
+    task, address = _UNCLAIMED.get(id(p), (None, None))
+    if task is None or task != torch._C._current_graph_task_id():
+        return True
+    e = _HELD.get(address)
+    if e is not None and e.pending and not e.claimed:
+        storage = e.alive()
+        if storage is not None:
+            _download_into(storage, e)
+            e.pending = False
+    return False
+
+
+def _on_its_way(e: "_Held", p: torch.Tensor) -> None:
+    """Record a pending gradient that autograd is to deliver to p in this backward pass."""
+    e.param = weakref.ref(p)
+    _UNCLAIMED[id(p)] = (torch._C._current_graph_task_id(), e.address)
+
+
+_ADDED: dict[int, int] = {}      # id(parameter) -> address of its .grad, added to on the GPU
 
 
 def _gradient_arrives(ref, grad: torch.Tensor) -> None:
     """Before autograd accumulates `grad` into the parameter's .grad: a pending gradient
-    that the parameter steals (no .grad yet, the layout autograd keeps) stays pending;
-    an addition on the host reads both back first."""
+    that the parameter steals (no .grad yet, the layout autograd keeps) stays pending; one
+    added to a pending .grad is added on the GPU, in the parameter's accumulator (autograd's
+    addition on the host then adds what the host copies hold, which nothing reads); any
+    other addition on the host reads both back first."""
     p = ref()
     if p is None:
         return
-    if pending(grad) and p.grad is None and p.is_contiguous() and not torch.is_grad_enabled():
+    task, address = _UNCLAIMED.pop(id(p), (None, None))
+    if task == torch._C._current_graph_task_id() and \
+            grad.untyped_storage().data_ptr() != address and \
+            (e := _HELD.get(address)) is not None and e.pending and not e.claimed:
+        setattr(p, MIXED_ON_HOST, True)     # its gradients are not left on the GPU again
+        raise RuntimeError(
+            f"dynamo_vulkan: a gradient of a parameter of shape {tuple(p.shape)} that a compiled "
+            "backward left on the GPU (its optimizer is keep_on_device) was summed by autograd "
+            "with another gradient of it on the host (the parameter is used by eager code "
+            "too); this step's gradient is lost. Its gradients are copied to the host from "
+            "now on: run the step again")
+    if pending(grad) and not torch.is_grad_enabled():
         e = _HELD[grad.untyped_storage().data_ptr()]
-        e.param = ref
-        _ARRIVING[id(p)] = e.address
-        return
+        if p.grad is None and p.is_contiguous():
+            e.param, e.claimed = ref, True
+            _ARRIVING[id(p)] = e.address
+            return
+        n = max(1, grad.numel())
+        if p.grad is not None and pending(p.grad) and \
+                accumulate.float_words(e.kind, n) is not None:
+            into = _HELD[p.grad.untyped_storage().data_ptr()]
+            if into.kind == e.kind and into.shape == e.shape:
+                into.param, into.claimed = ref, True
+                acc = _to_accumulator(into, p)
+                accumulate.queue(into.mgr, acc, e.buffer, n, copy=False)
+                _ADDED[id(p)] = into.address
+                return
     materialise([grad] + ([p.grad] if p.grad is not None else []))
+
+
+def _to_accumulator(e: "_Held", p: torch.Tensor):
+    """The parameter's accumulator, holding e's value (a copy queued if it is elsewhere)."""
+    n = max(1, int(np.prod(e.shape)) if e.shape else 1)
+    acc = accumulate.accumulator(e.mgr, p, e.buffer.size(), _count)
+    if e.buffer is not acc:
+        _release(acc)
+        accumulate.queue(e.mgr, acc, e.buffer, n, copy=True)
+        if _HOLDS.get(id(e.buffer)) == e.address:
+            del _HOLDS[id(e.buffer)]
+        e.buffer = acc
+        _HELD[e.address] = e
+        _HOLDS[id(acc)] = e.address
+    return acc
 
 
 def _gradient_accumulated(p: torch.Tensor) -> None:
     """After accumulation: where autograd copied a pending gradient instead of stealing it,
-    the copy gets the GPU's value."""
-    address = _ARRIVING.pop(id(p), None)
+    or replaced a .grad added to on the GPU, the host's new .grad gets the GPU's value; an
+    addition on the GPU moved .grad's version, which its record follows."""
+    added = _ADDED.pop(id(p), None)
+    address = _ARRIVING.pop(id(p), None) if added is None else added
     g = p.grad
-    if address is None or g is None or g.untyped_storage().data_ptr() == address:
+    if address is None or g is None:
         return
     e = _HELD.get(address)
+    if g.untyped_storage().data_ptr() == address:
+        if added is not None and e is not None:
+            e.version = g._version
+        return
     if e is None or not e.pending:
         raise RuntimeError(f"dynamo_vulkan: a gradient of shape {tuple(g.shape)} left on the GPU "
                            "was copied by autograd after its buffer was overwritten")
@@ -319,7 +391,7 @@ class _Held:
     """What a kp output buffer holds: the value of a host tensor's storage at a version."""
 
     __slots__ = ("storage", "address", "version", "shape", "dtype", "buffer", "mgr", "kind",
-                 "visible", "pending", "param")
+                 "visible", "pending", "param", "claimed")
 
     def __init__(self, buffer, mgr, t: torch.Tensor, kind: str, visible: bool, pending: bool):
         storage = t.untyped_storage()
@@ -329,7 +401,8 @@ class _Held:
         self.buffer, self.mgr, self.kind = buffer, mgr, kind
         self.visible = visible      # whether the user sees the tensor (a gradient)
         self.pending = pending      # the host tensor does not hold the value yet
-        self.param = None           # weakref to the parameter whose .grad it became
+        self.param = None           # weakref to the parameter whose gradient it is
+        self.claimed = False        # whether it became that parameter's .grad
 
     def alive(self):
         """The storage, or None where it was freed."""
@@ -342,11 +415,13 @@ _HOLDS: dict[int, int] = {}     # id(kp tensor) -> the storage address whose val
 
 
 def _hold(buffer, mgr, t: torch.Tensor, kind: str, visible: bool = False,
-          pending: bool = False) -> None:
+          pending: bool = False, param=None) -> None:
     """Record that kp tensor `buffer` holds t's value (in t's words of `kind`); pending:
-    t's host memory does not (yet)."""
+    t's host memory does not (yet); param: the parameter whose gradient t is."""
     _release(buffer)
     e = _Held(buffer, mgr, t, kind, visible, pending)
+    if param is not None:
+        _on_its_way(e, param)
     old = _HELD.get(e.address)      # another buffer's, of a storage freed since
     if old is not None and _HOLDS.get(id(old.buffer)) == e.address:
         del _HOLDS[id(old.buffer)]
@@ -373,10 +448,16 @@ def _evict(e: _Held) -> None:
     storage = e.alive()
     if storage is None:
         return
-    if e.visible:
-        p = e.param() if e.param is not None else None
+    if e.visible and e.param is not None:     # a parameter's gradient: moved to its accumulator
+        p = e.param()
         g = p.grad if p is not None else None
-        if g is None or g.untyped_storage().data_ptr() != e.address or g._version != e.version:
+        if g is not None and g.untyped_storage().data_ptr() != e.address:
+            if e.claimed:
+                return              # no longer its .grad
+        elif g is not None and g._version != e.version:
+            return                  # written on the host since
+        elif accumulate.float_words(e.kind, 1) is not None:
+            _to_accumulator(e, p)   # its .grad, or (none yet) about to become it
             return
     _download_into(storage, e)
     e.pending = False
@@ -386,6 +467,7 @@ def _download_into(storage, e: _Held) -> None:
     """Write the buffer's value into the storage (no version moves: autograd checks the
     versions of saved tensors)."""
     n = max(1, int(np.prod(e.shape)) if e.shape else 1)
+    accumulate.flush()
     words = _download_output(e.mgr, e.buffer, words_of(e.kind, n))
     _stats["readback_bytes"] += 4 * words.size
     a = words.view(NUMPY_OF_KIND[e.kind])[:n]
@@ -791,10 +873,12 @@ class Program:
         """The outputs for `args`; `sequence`: one of this program's record()ings to run
         instead of the whole plan (its outputs then hold what it wrote). lazy: indices of
         hand-off outputs whose host tensors are left pending (see _Held): only the GPU
-        holds their value until a host reader materialises them."""
-        lazy = frozenset(n for n, _ in self._out_buffers if n in lazy)
-        if lazy != self._lazy:
-            self._lazy, self.sequence = lazy, None     # recorded again, without their copies
+        holds their value until a host reader materialises them; a dict names the
+        parameter whose gradient each is."""
+        accumulate.flush()      # additions that read buffers this call may write
+        now = frozenset(n for n, _ in self._out_buffers if n in lazy)
+        if now != self._lazy:
+            self._lazy, self.sequence = now, None      # recorded again, without their copies
         ts = [args[i] for i in self._res_args]
         if not self._residents_current(ts):
             self._res_seen = None
@@ -815,6 +899,7 @@ class Program:
             if held_in is None or held_in[0] is not buffer:
                 materialise([args[i]])
                 _release(buffer)    # a pending value there is read back before the upload
+                accumulate.flush()
                 words = host_words(args[i], kind)     # not the value left there: upload it
                 staging[:words.size] = words
                 sent += words.nbytes
@@ -822,6 +907,7 @@ class Program:
                 _hold(buffer, self.mgr, args[i], kind)
         for _, buffer in self._out_buffers:
             _release(buffer)
+        accumulate.flush()          # gradients moved to their accumulators first
         _stats["input_bytes"] += sent
         _stats["output_bytes"] += self._out_bytes - sum(
             self.outputs[n][0].nbytes for n in self._lazy)
@@ -874,7 +960,8 @@ class Program:
             else:
                 out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
         for n, buffer in self._out_buffers:
-            _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, n in self._lazy)
+            _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, n in self._lazy,
+                  lazy.get(n) if isinstance(lazy, dict) else None)
         return out
 
     def _sync_residents(self, args) -> None:
