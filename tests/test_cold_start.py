@@ -311,3 +311,17 @@ def test_quiet_turns_the_progress_lines_off():
         assert run_cli(0, lambda: 0) == 0 and progress.isEnabledFor(logging.INFO)
     finally:
         progress.setLevel(level)
+
+
+def test_cold_start_benchmark_times_new_processes(tmp_path, capsys):
+    """benchmarks/cold_start.py runs generate in new processes, the first filling the cache,
+    and prints each run's times; a run that fails is an error with its output."""
+    from dynamo_vulkan.benchmarks import cold_start
+
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", n_layers=1, seed=0)
+    assert cold_start.main([str(path), "--runs", "1", "-n", "2", "--cache-dir", str(tmp_path / "c")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["fills the cache", "run 1"], lines
+    assert all("first token" in ln and "CPU" in ln for ln in lines[1:])
+    with pytest.raises(RuntimeError, match=r"exit 2\).*no-such"):
+        cold_start.one_run(str(tmp_path / "no-such.gguf"), 1, dict(os.environ), [])
