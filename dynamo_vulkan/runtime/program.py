@@ -767,10 +767,11 @@ class Program:
         self.sequence = None
 
     def _build_algorithms(self, dispatches: list) -> None:
-        """The kp algorithms (a pipeline and a descriptor set each) that `dispatches` need
-        and this program lacks: their kernels compiled at once (shaders.compile_many),
-        then the algorithms built on a thread each where kp builds them without the GIL
-        (patch 8): creating one compiles its pipeline in the driver."""
+        """The kp algorithms (a descriptor set each, and a pipeline that kp shares among
+        those of the same kernel and constants: patch 11) that `dispatches` need and this
+        program lacks: their kernels compiled at once (shaders.compile_many), then the
+        algorithms built on a thread each where kp builds them without the GIL (patch 8):
+        the first of a pipeline compiles it in the driver."""
         plan, mgr = self.plan, self.mgr
         todo = {}
         for d in dispatches:
@@ -791,7 +792,7 @@ class Program:
         workers = min(len(todo), os.cpu_count() or 1) if nogil is not None else 1
         shown = progress.bar(len(todo), "building pipelines", "pipeline")
         if len(todo) >= progress.BAR_FROM:
-            progress.phase("building %d pipelines (%d distinct kernels) on %d threads", len(todo),
+            progress.phase("building %d algorithms (%d distinct pipelines) on %d threads", len(todo),
                            len({(d.spirv_key, tuple(d.spec)) for d in todo.values()}), workers)
 
         def build_shown(d):
