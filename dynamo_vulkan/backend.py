@@ -280,7 +280,9 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
     for sink in _graph_sinks:
         sink.aot_graph(gm, kind, static, bumped)
     original = gm.code
+    role = _role(gm)
     gm, report = partition(gm, gid, kind)
+    report.role = role
     _reports.append(report)
     dump_dir = None
     if cfg.debug_dump is not None:
@@ -338,6 +340,14 @@ def _read_on_gpu_only(a: fx.Node) -> bool:
     which would read its host copy before a pending one is materialised)."""
     return all(u.op == "output" or (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX))
                for u in a.users)
+
+
+def _role(gm: fx.GraphModule) -> str | None:
+    """What the graph computes, where its nodes' source says: a torch.optim step."""
+    for n in gm.graph.nodes:
+        if "torch/optim/" in (n.meta.get("stack_trace") or "").replace("\\", "/"):
+            return "optimizer step"
+    return None
 
 
 def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:

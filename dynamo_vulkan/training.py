@@ -225,13 +225,16 @@ def main(argv=None) -> int:
     import dynamo_vulkan
     before = len(dynamo_vulkan.reports())
     ours = train(w, "vulkan")
-    cpu = sum(len(r.cpu_nodes) for r in dynamo_vulkan.reports()[before:])
+    reports = dynamo_vulkan.reports()[before:]
+    cpu = sum(len(r.cpu_nodes) for r in reports)
     ref = None if a.no_eager else train(w, "eager")
     for i, loss in enumerate(ours.losses):
         line = f"step {i:3d}  loss {loss:.6f}  {ours.step_s[i] * 1e3:9.1f} ms"
         if ref is not None:
             line += f"  eager {ref.losses[i]:.6f}  {ref.step_s[i] * 1e3:9.1f} ms"
         log.info("%s", line)
+    for r in reports:          # each graph (forward, backward, optimizer step): where it ran
+        log.info("%s", r.summary())
     log.info("%s: %d nodes on the CPU", w.name, cpu)
     if len(ours.losses) > 1:        # the first step uploads the weights and makes the state
         steady = {k: sum(v[1:]) / (len(v) - 1) for k, v in ours.extra.items()}
