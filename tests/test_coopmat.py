@@ -225,8 +225,8 @@ def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
         assert all("tile 64x64x32" in s for s in notes), notes
 
 
-@pytest.mark.parametrize("kind,pack,splits", [("f16", "AB", None), ("high", "AB", 2), ("medium", "A", None),
-                                               ("high", "B", None)], ids=str)
+@pytest.mark.parametrize("kind,pack,splits", [("f16", "AB", None), ("high", "AB", 2), ("medium", "B", None)],
+                         ids=str)
 def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     """Operands converted to 16 bits first (coopmat_pack.comp; FORCE_PACK): A and B read
     along k and along their rows (the pack's two thread orders), a batch, a batch-broadcast
