@@ -319,7 +319,7 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
     log.debug("%s", report)              # and every node (-vv, TORCH_LOGS="+dynamo_vulkan")
     if kind == "backward":
         return _boxed_taking_args(_reading_host_copies(gm))
-    return make_boxed_func(_reading_host_copies(gm))
+    return make_boxed_func(_reading_host_copies(gm, _first_saved() if kind == "forward" else None))
 
 
 def _boxed_taking_args(fn):
@@ -386,13 +386,31 @@ def _returned_outputs(gm: fx.GraphModule) -> dict[str, dict[int, int]]:
     return found
 
 
-def _reading_host_copies(gm: fx.GraphModule):
+def _first_saved() -> int | None:
+    """Where a forward graph's outputs saved for the backward begin (aot_autograd's
+    fw_metadata.num_forward), or None."""
+    ctx = torch._guards.TracingContext.try_get()
+    return getattr(getattr(ctx, "fw_metadata", None), "num_forward", None)
+
+
+def _reading_host_copies(gm: fx.GraphModule, first_saved: int | None = None):
     """gm.forward, which first reads back the keep_on_device inputs that a program updated
     on the GPU where nodes on the host (or the graph's output) read them: a training step's
-    forward placed on the host after an optimizer step on the GPU."""
+    forward placed on the host after an optimizer step on the GPU. An input a forward graph
+    returns only as a tensor saved for the backward (outputs from first_saved on) is not read
+    back for that: the backward gets the same tensor, and reads it back itself where it
+    reads it on the host."""
     inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    on_host = [i for i, n in enumerate(inputs) if any(
-        not (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX)) for u in n.users)]
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    out = list(out) if isinstance(out, (tuple, list)) else [out]
+    to_user = {a for a in (out if first_saved is None else out[:first_saved])
+               if isinstance(a, fx.Node)}
+
+    def host_reader(u: fx.Node, n: fx.Node) -> bool:
+        if u.op == "output":
+            return n in to_user
+        return not (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX))
+    on_host = [i for i, n in enumerate(inputs) if any(host_reader(u, n) for u in n.users)]
     if not on_host:
         return gm.forward
 

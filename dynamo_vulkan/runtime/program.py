@@ -243,6 +243,7 @@ def _on_its_way(e: "_Held", p: torch.Tensor) -> None:
 _ADDED: dict[int, int] = {}      # id(parameter) -> address of its .grad, added to on the GPU
 
 
+@serialised     # buffers and records that programs use
 def _gradient_arrives(ref, grad: torch.Tensor) -> None:
     """Before autograd accumulates `grad` into the parameter's .grad: a pending gradient
     that the parameter steals (no .grad yet, the layout autograd keeps) stays pending; one
@@ -297,6 +298,7 @@ def _to_accumulator(e: "_Held", p: torch.Tensor):
     return acc
 
 
+@serialised     # buffers and records that programs use
 def _gradient_accumulated(p: torch.Tensor) -> None:
     """After accumulation: where autograd copied a pending gradient instead of stealing it,
     or replaced a .grad added to on the GPU, the host's new .grad gets the GPU's value; an
@@ -332,6 +334,7 @@ def is_kept_on_device(t: torch.Tensor) -> bool:
     return False
 
 
+@serialised
 def read_back(obj):
     """Copy the GPU's copies of keep_on_device tensors into them where a program updated
     them on the GPU since: a tensor, a module's parameters, their gradients and buffers, or
@@ -886,8 +889,8 @@ class Program:
             self._sync_residents(args)
             self._res_seen = [r.version for _, r in self.residents]
         sent = 0
-        if _HELD:
-            materialise([args[i] for i, *_ in self.streamed])
+        if _HELD or Resident._newer:    # pending hand-offs; kept tensors newer on the GPU
+            refresh_host([args[i] for i, *_ in self.streamed])
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
