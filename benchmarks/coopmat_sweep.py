@@ -25,16 +25,17 @@ KINDS = ("highest", "high", "medium", "fp16")
 CUDA_BASE = {"highest": "fp32", "high": "TF32", "medium": "bf16", "fp16": "fp16"}
 
 
-def _variant(text: str) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict]:
-    """"128x256/2x4" -> ((128, 256), (2, 4), coopmat's BK_CHOICES, {}); an optional third
-    part names the K step ("128x128/2x4/64"), "+NAME" suffixes add kernel defines
-    ("128x128/2x2+A_PACKED")."""
+def _variant(text: str, bk_choices: tuple, pack: str | None
+             ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict, str | None]:
+    """"128x256/2x4" -> ((128, 256), (2, 4), bk_choices, {}, pack); an optional
+    third part names the K step ("128x128/2x4/64"); "+NAME" suffixes add kernel defines,
+    "+packAB" ("+packA", "+packB", "+pack") sets which operands are converted first."""
     head, *extra = text.split("+")
     tile, sub, *bk = head.split("/")
-    from dynamo_vulkan.lowering import coopmat
-    bks = (int(bk[0]),) if bk else coopmat.BK_CHOICES
+    bks = (int(bk[0]),) if bk else bk_choices
+    pack = next((e[4:] for e in extra if e.startswith("pack")), pack)
     return (tuple(map(int, tile.split("x"))), tuple(map(int, sub.split("x"))), bks,
-            {name: 1 for name in extra})
+            {name: 1 for name in extra if not name.startswith("pack")}, pack)
 
 
 _REFERENCE: dict = {}     # (m, k, n, kind) -> the fp64 product, computed once
@@ -116,7 +117,7 @@ def main(argv=None) -> None:
     print("| shape | kind | variant | ours TFLOP/s | torch CUDA TFLOP/s | ratio | rel. error | kernel |")
     print("|---|---|---|---|---|---|---|---|")
     saved = (coopmat.TILE, coopmat.SUBGROUPS, torch.get_float32_matmul_precision(),
-             coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES)
+             coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES, coopmat.FORCE_PACK)
     try:
         for m, k, n in shapes:
             flop = 2 * m * k * n
@@ -125,7 +126,8 @@ def main(argv=None) -> None:
                 base_tf = flop / base / 1e9 if base else None
                 variants = args.variants.split(",") if kind != "highest" else args.variants.split(",")[:1]
                 for v in variants:
-                    coopmat.TILE, coopmat.SUBGROUPS, coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES = _variant(v)
+                    (coopmat.TILE, coopmat.SUBGROUPS, coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES,
+                     coopmat.FORCE_PACK) = _variant(v, saved[3], saved[5])
                     info["name"] = f"{name} [coopmat {v}]"
                     try:
                         ms, err, notes = _ours(m, k, n, kind, args.reps)
@@ -139,7 +141,7 @@ def main(argv=None) -> None:
                               f"{type(e).__name__}: {str(e)[:200]} |", flush=True)
     finally:
         coopmat.TILE, coopmat.SUBGROUPS = saved[0], saved[1]
-        coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES = saved[3], saved[4]
+        coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES, coopmat.FORCE_PACK = saved[3], saved[4], saved[5]
         torch.set_float32_matmul_precision(saved[2])
         info["name"] = name
 

@@ -16,14 +16,16 @@ from collections import OrderedDict
 
 import torch
 import torch.fx as fx
-from torch._dynamo.backends.common import aot_autograd
-from torch._functorch.aot_autograd import make_boxed_func
+# aot_autograd's own module (and torch._dynamo) load in vulkan_backend: a graph read from
+# the disk cache (precompiled.py) compiles without them
+from torch._functorch._aot_autograd.utils import make_boxed_func
 
 from . import cache, config, device
 from .regions import inline_regions
 from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
-from .runtime import planner, shaders
+from .lowering import planner
+from .runtime import shaders
 from .runtime.plan import PlanFormatError, plan_from_bytes, plan_to_bytes
 from .runtime.program import is_kept_on_device, Program, StaleBinding, refresh_host, serialised
 
@@ -353,6 +355,8 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, options: dict | None = No
     device.set_fence_spin(cfg.fence_spin_us, cfg.device_index)
     for sink in _graph_sinks:
         sink.dynamo_graph(gm)
+    from torch._dynamo.backends.common import aot_autograd
+
     return aot_autograd(
         fw_compiler=lambda g, ex: compile_graph(g, ex, cfg, "forward"),
         bw_compiler=lambda g, ex: compile_graph(g, ex, cfg, "backward"),

@@ -185,7 +185,7 @@ def classify(exc: BaseException) -> Outcome:
     """Map an exception from compiling or running a sample to fallback/error."""
     from torch._dynamo.exc import Unsupported
     from .backend import VulkanFallbackError
-    from .runtime.planner import RuleBugError
+    from .lowering import RuleBugError
     chain, e = [], exc
     while e is not None and e not in chain:
         chain.append(e)

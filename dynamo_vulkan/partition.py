@@ -19,7 +19,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 from dynamo_vulkan.lowering import spec_of
 from dynamo_vulkan.lowering.core import HostPlacement
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
-from dynamo_vulkan.runtime.planner import is_foldable_target, is_size_value
+from dynamo_vulkan.lowering.planner import is_foldable_target, is_size_value
 
 PARTITION_PREFIX = "fused_"
 

@@ -38,6 +38,7 @@ _ARG = re.compile(r"L\['args'\]\[(\d+)\]$")
 _SIZE = re.compile(r"L\['args'\]\[(\d+)\]\.size\(\)\[(\d+)\]$")
 _ATTR = re.compile(r"\._(modules|buffers|parameters)\['([^']+)'\]")
 _UNKNOWN = object()
+_MISSED = object()      # prepare() found no stored graph: the call traces it
 
 
 class Capture:
@@ -184,13 +185,22 @@ class _Runner:
 class Precompiled:
     """``compiled`` (torch.compile of ``module``'s call) with its graphs kept on disk; see
     the module docstring. Calls with keyword arguments or under grad mode go to
-    ``compiled`` as they are."""
+    ``compiled`` as they are. ``compiled`` may be given as ``make_compiled``, a function
+    that returns it, called when a call first needs it: a process whose graphs all come
+    from the disk cache then never imports Dynamo (~2 s on the CI machine)."""
 
-    def __init__(self, module: torch.nn.Module, compiled, cfg: config.Config | None = None):
-        self.module, self.compiled = module, compiled
+    def __init__(self, module: torch.nn.Module, compiled=None, cfg: config.Config | None = None,
+                 make_compiled=None):
+        self.module, self._compiled, self._make_compiled = module, compiled, make_compiled
         self.cfg = cfg or config.load()
         self.runners: dict = {}     # signature -> _Runner, or None: through compiled
         self._fingerprint = None
+
+    @property
+    def compiled(self):
+        if self._compiled is None and self._make_compiled is not None:
+            self._compiled = self._make_compiled()
+        return self._compiled
 
     def key(self, sig) -> str:
         if self._fingerprint is None:
@@ -207,12 +217,28 @@ class Precompiled:
         except GraphFormatError:
             return self.compiled(*args)
         runner = self.runners.get(sig, _UNKNOWN)
-        if runner is _UNKNOWN:
+        if runner is _UNKNOWN or runner is _MISSED:
             key = self.key(sig)
-            runner = self.runners[sig] = self._load(key, args)
+            runner = self.runners[sig] = self._load(key, args) if runner is _UNKNOWN else None
             if runner is None:
                 return self._trace(key, args)
         return self.compiled(*args) if runner is None else runner(args)
+
+    def prepare(self, *args) -> bool:
+        """Compile the graph of a call with these arguments from the disk cache without
+        running it; False where that call must run to compile (nothing stored yet, the
+        disk cache off, grad mode): a warm-up then runs it once (generate's prefill, whose
+        compile is timed apart from its run without running the prompt twice)."""
+        if torch.is_grad_enabled() or cache.cache_root(self.cfg) is None:
+            return False
+        try:
+            sig = signature(args)
+        except GraphFormatError:
+            return False
+        if self.runners.get(sig, _UNKNOWN) is _UNKNOWN:
+            # none stored: the call traces it (and stores it)
+            self.runners[sig] = self._load(self.key(sig), args) or _MISSED
+        return self.runners[sig] not in (None, _MISSED)
 
     def _load(self, key: str, args) -> _Runner | None:
         blob = cache.disk_get("graph", key)

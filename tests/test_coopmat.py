@@ -225,6 +225,44 @@ def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
         assert all("tile 64x64x32" in s for s in notes), notes
 
 
+@pytest.mark.parametrize("kind,pack,splits", [("f16", "AB", None), ("high", "AB", 2), ("medium", "A", None),
+                                               ("high", "B", None)], ids=str)
+def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
+    """Operands converted to 16 bits first (coopmat_pack.comp; FORCE_PACK): A and B read
+    along k and along their rows (the pack's two thread orders), a batch, a batch-broadcast
+    operand (one packed copy), edges in M, N and K (the zero padding), K splits."""
+    monkeypatch.setattr(coopmat, "FORCE_PACK", pack)
+    monkeypatch.setattr(coopmat, "FORCE_SPLITS", splits)
+    plan_apart(monkeypatch, f"pack {pack}, splits {splits}")
+    half = kind == "f16"
+    require_coopmat("f16" if half else "bf16", monkeypatch)
+    precision("highest" if half else kind)
+    cast = (lambda t: t.half()) if half else (lambda t: t)
+    bt = lambda x, y: torch.bmm(x.transpose(1, 2), y.transpose(1, 2))
+    cases = [(lambda x, y: x @ y, torch.randn(130, 300), torch.randn(300, 96)),
+             (bt, torch.randn(2, 70, 140), torch.randn(2, 129, 70)),
+             (lambda x, y: torch.bmm(x.expand(3, -1, -1), y), torch.randn(1, 37, 70), torch.randn(3, 70, 50))]
+    for fn, a, b in cases:
+        a, b = cast(a), cast(b)
+        got = compiled(fn)(a, b)
+        want = fn(a.float(), b.float())
+        if half:
+            assert_half_near(got, want.half())
+        else:
+            assert_near(got, want, a.shape[-1] if fn is not bt else a.shape[-2], kind)
+    notes = coopmat_notes(plans)
+    assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
+
+
+def test_packing_follows_reads(monkeypatch):
+    """Auto: an operand is converted first where PACK_MIN_READS or more tiles read it."""
+    many = coopmat.PACK_MIN_READS
+    assert coopmat.packed_operands(many, many) == "AB"
+    assert coopmat.packed_operands(1, many) == "A"      # one row of tiles: B read once
+    assert coopmat.packed_operands(many, 1) == "B"
+    assert coopmat.packed_operands(many - 1, many - 1) == ""
+
+
 # ------------------------------------------------------------------ everywhere
 def _ctx(dtype=torch.float32, prec="highest", caps=BF16_CAPS):
     node = types.SimpleNamespace(meta={"val": torch.empty(0, dtype=dtype)})

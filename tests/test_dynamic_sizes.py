@@ -1,7 +1,7 @@
 """Sizes under dynamic shapes (torch.compile(dynamic=True), or a recompile after a size
 changed): aten.sym_size of an intermediate and arithmetic on SymInts (operator.mul,
 torch.sym_sum, ...) are fixed by the input shapes a program is built for, so the planner
-reads them off the specialised shapes (runtime/planner.is_size_value) and the graph stays
+reads them off the specialised shapes (lowering/planner.is_size_value) and the graph stays
 one Vulkan partition. Before, each was a CPU node that split the graph (transformers'
 DynamicCache decode step: 3 partitions and a warning per size)."""
 import pytest

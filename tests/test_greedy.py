@@ -19,7 +19,7 @@ from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
 from dynamo_vulkan.models import load_model  # noqa: E402
 from dynamo_vulkan.models.greedy import GreedySteps  # noqa: E402
 from dynamo_vulkan.lowering import decompositions  # noqa: E402
-from dynamo_vulkan.runtime import planner  # noqa: E402
+from dynamo_vulkan.lowering import planner  # noqa: E402
 
 from gguf_fixtures import write_tiny_model  # noqa: E402
 from vk import require_int_dot  # noqa: E402

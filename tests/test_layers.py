@@ -20,7 +20,7 @@ LAYERS = {
     "core": (["cache", "device", "runtime", "runtime.plan", "runtime.shaders", "runtime.graph_io",
               "runtime.words"], ["ops", "base"]),
     # ATen op -> kernel rules, and the driver that turns a partition into a Plan
-    "lowering": (["lowering", "runtime.planner"], ["core", "ops", "base"]),
+    "lowering": (["lowering"], ["core", "ops", "base"]),
     # a Plan made real and run
     "execution": (["runtime.program", "runtime.replay"], ["core", "ops", "base"]),
     "compiler": (["backend", "partition", "regions", "debug"], ["lowering", "execution", "core", "ops", "base"]),

@@ -127,7 +127,7 @@ def _index_put_then_copy(second_write: bool):
 
 @pytest.mark.parametrize("second_write", [False, True])
 def test_cache_update_in_place_when_its_copy_back_comes_early(second_write):
-    from dynamo_vulkan.runtime import planner
+    from dynamo_vulkan.lowering import planner
     gm = _index_put_then_copy(second_write)
     puts = [n for n in gm.graph.nodes if n.target is torch.ops.aten.index_put.default]
     assert planner.in_place_updates(gm) == (set() if second_write else set(puts))

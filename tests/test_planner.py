@@ -1,4 +1,4 @@
-"""Temporaries sharing memory. Within a plan (runtime/planner.assign_buffers): no two
+"""Temporaries sharing memory. Within a plan (lowering/planner.assign_buffers): no two
 that live at once share a buffer, each buffer holds its largest occupant, and a graph
 whose intermediates shrink and grow stays correct. Across programs (runtime/program.Scratch):
 interleaved calls of programs sharing their temporaries stay correct; and a partition
@@ -8,7 +8,7 @@ import random
 import torch
 
 from dynamo_vulkan.runtime.plan import Buffer, Dispatch, Plan
-from dynamo_vulkan.runtime.planner import assign_buffers
+from dynamo_vulkan.lowering.planner import assign_buffers
 from vk import check
 
 

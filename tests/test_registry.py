@@ -100,7 +100,7 @@ def test_a_rules_bug_surfaces_in_strict_mode(monkeypatch):
 def test_a_rules_bug_outside_strict_mode_falls_back_logged_as_a_bug(monkeypatch, caplog):
     _replace_rule(monkeypatch, aten.sin.default, _buggy)
     x = torch.randn(7, 5)
-    with caplog.at_level(logging.ERROR, logger="dynamo_vulkan.runtime.planner"):
+    with caplog.at_level(logging.ERROR, logger="dynamo_vulkan.lowering.planner"):
         out = torch.compile(_fn, backend="vulkan", options={"strict": False, "fallback": "silent"})(x)
     torch.testing.assert_close(out, _fn(x))
     bugs = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]

@@ -42,7 +42,7 @@ def lowered_plan(fn, args, resident):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from dynamo_vulkan import device
-    from dynamo_vulkan.runtime import planner
+    from dynamo_vulkan.lowering import planner
 
     gm = make_fx(fn)(*args)
     planner.specialise(gm, args)

@@ -32,15 +32,15 @@ rule; `spec_of(target)` reads it. This file is the index of families:
 """
 import functools
 
-from .core import LoweringError, TRef, contiguous_strides, kind_of
+from .core import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
 from .registry import (DuplicateLoweringError, Lowered, OpSpec, Request, lowering, spec_of,
                        specs)
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
 from . import conv, pool, norm, scan, indexing, sort  # noqa: F401  (register: coverage families)
 from . import mathops, layout, search, histogram, misc, attention  # noqa: F401  (register)
 
-__all__ = ["DuplicateLoweringError", "LoweringError", "Lowered", "OpSpec", "Request", "TRef",
-           "contiguous_strides", "kind_of", "lowering", "spec_of", "specs", "decompositions"]
+__all__ = ["DuplicateLoweringError", "LoweringError", "Lowered", "OpSpec", "Request", "RuleBugError",
+           "TRef", "contiguous_strides", "kind_of", "lowering", "spec_of", "specs", "decompositions"]
 
 
 @functools.cache

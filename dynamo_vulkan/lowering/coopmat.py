@@ -12,8 +12,10 @@ and bf16 tensors use cooperative matrices of their own type always (their values
 exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
 no glslc compiles the kernel, the fp32 kernels run and the note says why; so they do
 everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
-TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, EXTRA_DEFINES and BF16_IN_F16 below are read at lowering time (tests and
-benchmarks/coopmat_sweep.py set them); a cached plan keeps the choice it was made with.
+TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES and BF16_IN_F16 below
+are read at lowering time (tests and benchmarks/coopmat_sweep.py set them); a cached plan
+keeps the choice it was made with. Operands that many tiles read are converted to 16 bits
+first (packed_operands, lowering/coopmat_pack.py).
 """
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
+PACK_MIN_READS = 4         # tiles reading an operand from which it is converted first
+FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
 # "high" and "medium" then round and split as in bf16 and hold each bf16 value in fp16
 # (exact within fp16's range, which real inputs may leave: never for use), so that the
@@ -163,15 +167,40 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
     return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
 
 
+def packed_operands(tiles_m: int, tiles_n: int) -> str:
+    """Which operands ("A", "B", both or none) are converted to 16 bits ahead of the matmul
+    (coopmat_pack.comp): those that PACK_MIN_READS or more tiles read, each reading its
+    16-bit copy at half the bytes of fp32 and converting nothing in its inner loop; an
+    operand read by fewer is converted where it is read (its copy would cost more than it
+    saves)."""
+    if FORCE_PACK is not None:
+        return FORCE_PACK
+    return ("A" if tiles_n >= PACK_MIN_READS else "") + ("B" if tiles_m >= PACK_MIN_READS else "")
+
+
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
-    to fill the GPU)."""
+    to fill the GPU), after the 16-bit copies of the operands that many tiles read."""
+    from .coopmat_pack import pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
     defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
-    load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
-    load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
     tiles = (-(-n // plan.bn), -(-m // plan.bm))
+    packed = packed_operands(tiles[1], tiles[0]) if k else ""
+    kp = -(-max(k, 1) // plan.bk) * plan.bk
+    bindings = list(bindings)
+    if "A" in packed:
+        bindings[1] = pack_operand(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1], a.strides[2], nb)
+        defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
+    else:
+        load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
+    if "B" in packed:
+        bindings[2] = pack_operand(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
+        defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
+    else:
+        load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
+    if packed:
+        note = f"{note}, {packed} in 16 bits first"
     count = tiles[0] * tiles[1] * nb
     splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n)
     if FORCE_SPLITS is not None:

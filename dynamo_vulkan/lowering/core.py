@@ -28,7 +28,13 @@ MAX_GROUPS = 65535
 class LoweringError(RuntimeError):
     """A node that the Vulkan lowering cannot handle with these inputs: a rule's declared
     refusal, with its reason; the node runs on the CPU. Any other exception from a rule
-    is a bug in it (runtime/planner.py)."""
+    is a bug in it (lowering/planner.py)."""
+
+
+class RuleBugError(LoweringError):
+    """A lowering rule raised something other than a declared refusal (LoweringError): a
+    bug in the rule, not a limit of Vulkan. Outside strict mode (Config.strict) the planner
+    logs it as a bug and the node runs on the CPU."""
 
 
 class HostPlacement(str):

@@ -34,14 +34,15 @@ def read(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def sources_hash() -> str:
-    """Hash of the shaders, of the lowering rules that write plans with them, of the
-    planner and plan format and of the GPU order of GGUF rows (constants in a plan are
-    stored in it), so a cached plan is never reused after any changes."""
+    """Hash of the shaders, of the lowering rules and the planner that write plans with
+    them, of the plan format, and of the GPU words of constants (words.py) and of GGUF
+    rows (constants in a plan are stored so), so a cached plan is never reused after any
+    changes."""
     lowering_dir = Path(str(importlib.resources.files("dynamo_vulkan.lowering")))
     here = Path(__file__).parent
     files = [p for p in shader_dir().iterdir() if p.suffix in (".comp", ".glsl")] + \
         [p for p in lowering_dir.iterdir() if p.suffix == ".py"] + \
-        [here / "plan.py", here / "planner.py", here.parent / "gguf" / "gpu_layout.py"]
+        [here / "plan.py", here / "words.py", here.parent / "gguf" / "gpu_layout.py"]
     return cache.digest(*sorted((p.name, p.read_bytes()) for p in files))
 
 

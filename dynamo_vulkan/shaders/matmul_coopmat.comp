@@ -47,6 +47,7 @@
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
 #include "common.glsl"
+#include "coopmat_convert.glsl"
 #ifndef BM
 #define BM 128
 #define BN 128
@@ -96,6 +97,12 @@ layout(set = 0, binding = 1) readonly buffer Buf1v { vec4 av[]; };
 #endif
 #ifdef B_VEC4
 layout(set = 0, binding = 2) readonly buffer Buf2v { vec4 bv[]; };
+#endif
+#ifdef A_PACKED
+layout(set = 0, binding = 1) readonly buffer Buf1p { uvec4 apk[]; };
+#endif
+#ifdef B_PACKED
+layout(set = 0, binding = 2) readonly buffer Buf2p { uvec4 bpk[]; };
 #endif
 
 // ---- shared memory: element offsets of one stage's tiles; uvec4 index = element / 8
@@ -219,88 +226,78 @@ void load_b(uint bbase, uint n, uint k, uint kend, out vec4 v0, out vec4 v1) {
 #endif
 }
 
-vec4 pa[2 * A_PER], pb[2 * B_PER];     // the next K step's octets, in flight in registers
+// The next K step's octets, in flight in registers: fp32 values (two vec4 an octet), or a
+// packed operand's 16-bit words (one uvec4 an octet and plane: hi, then lo for SPLIT3).
+#ifdef A_PACKED
+uvec4 qa[PLANES * A_PER];
+#else
+vec4 pa[2 * A_PER];
+#endif
+#ifdef B_PACKED
+uvec4 qb[PLANES * B_PER];
+#else
+vec4 pb[2 * B_PER];
+#endif
 
-void fetch(uint tid, uint abase, uint bbase, uint m0, uint n0, uint k0, uint kend) {
+// A packed operand (coopmat_pack.comp): per batch (one where the batch stride is 0) and
+// plane (hi, then lo for SPLIT3), rows of KP elements along k (K rounded up to whole K
+// steps) for M (N) rounded up to whole tiles, zero padded, so that its loads need no
+// bounds. Offsets in uvec4 units.
+#define KP (((K + BK - 1u) / BK) * BK)
+#define A_ROWS_P (((M + BM - 1u) / BM) * BM)
+#define B_ROWS_P (((N + BN - 1u) / BN) * BN)
+#define A_PLANE (A_ROWS_P * (KP / 8u))
+#define B_PLANE (B_ROWS_P * (KP / 8u))
+
+void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint k0, uint kend) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
         if (A_OCTETS % WG == 0u || g < A_OCTETS) {
             uvec2 p = octet_pos(g, BM, A_IS_K);
+#ifdef A_PACKED
+            uint at = (A_SB == 0u ? 0u : batch) * PLANES * A_PLANE + (m0 + p.x) * (KP / 8u) + (k0 + p.y) / 8u;
+            qa[c] = apk[at];
+#ifdef SPLIT3
+            qa[A_PER + c] = apk[A_PLANE + at];
+#endif
+#else
             load_a(abase, m0 + p.x, k0 + p.y, kend, pa[2 * c], pa[2 * c + 1]);
+#endif
         }
     }
     [[unroll]] for (uint c = 0; c < B_PER; ++c) {
         uint g = tid + c * WG;
         if (B_OCTETS % WG == 0u || g < B_OCTETS) {
             uvec2 p = octet_pos(g, BN, B_IS_K);
+#ifdef B_PACKED
+            uint at = (B_SB == 0u ? 0u : batch) * PLANES * B_PLANE + (n0 + p.x) * (KP / 8u) + (k0 + p.y) / 8u;
+            qb[c] = bpk[at];
+#ifdef SPLIT3
+            qb[B_PER + c] = bpk[B_PLANE + at];
+#endif
+#else
             load_b(bbase, n0 + p.x, k0 + p.y, kend, pb[2 * c], pb[2 * c + 1]);
+#endif
         }
     }
 }
 
-#if defined(CM_BF16) || defined(BF16_IN_F16)
-// bfloat16 of fp32 bits b, rounded to nearest even, in the upper 16 bits (lower 16 zero).
-// Done here in integer bits: the driver's conversion may truncate (NVIDIA's does:
-// medium's products lost 4x the accuracy, all biased one way). NaN stays NaN (quieted,
-// so that no payload bit is lost in the lower half), infinity stays infinity, and a
-// finite x that would round beyond bfloat16's largest finite value takes that value
-// (its sign kept), so that hi stays within one bf16 step of x and SPLIT3's lo holds the
-// rest.
-uint bf16_bits(uint b) {
-    uint a = b & 0x7fffffffu;
-    uint r = b + 0x7fffu + ((b >> 16) & 1u);
-    if (a >= 0x7f7f8000u)
-        r = a > 0x7f800000u ? (b | 0x00400000u) : a == 0x7f800000u ? b : ((b & 0x80000000u) | 0x7f7f0000u);
-    return r & 0xffff0000u;
-}
-
-// Two bf16 values (bits in the upper halves of r0, r1) as one word, r0 in the lower half.
-#ifdef BF16_IN_F16
-uint pack2(uint r0, uint r1) { return packHalf2x16(vec2(uintBitsToFloat(r0), uintBitsToFloat(r1))); }
-#else
-uint pack2(uint r0, uint r1) { return (r0 >> 16) | r1; }
-#endif
-
-// 8 fp32 values as packed bf16 pairs (element 2i in the lower half of word i): hi and,
-// for SPLIT3, lo = bf16(x - hi) (x - hi is exact in fp32; 0 for infinities and NaN).
-void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
-    uvec4 b0 = floatBitsToUint(x0), b1 = floatBitsToUint(x1);
-    uvec4 h0, h1;
-    [[unroll]] for (uint i = 0; i < 4u; ++i) {
-        h0[i] = bf16_bits(b0[i]);
-        h1[i] = bf16_bits(b1[i]);
-    }
-    hi = uvec4(pack2(h0.x, h0.y), pack2(h0.z, h0.w), pack2(h1.x, h1.y), pack2(h1.z, h1.w));
-#ifdef SPLIT3
-    uvec4 l0, l1;
-    [[unroll]] for (uint i = 0; i < 4u; ++i) {
-        float d0 = (b0[i] & 0x7fffffffu) >= 0x7f800000u ? 0.0 : x0[i] - uintBitsToFloat(h0[i]);
-        float d1 = (b1[i] & 0x7fffffffu) >= 0x7f800000u ? 0.0 : x1[i] - uintBitsToFloat(h1[i]);
-        l0[i] = bf16_bits(floatBitsToUint(d0));
-        l1[i] = bf16_bits(floatBitsToUint(d1));
-    }
-    lo = uvec4(pack2(l0.x, l0.y), pack2(l0.z, l0.w), pack2(l1.x, l1.y), pack2(l1.z, l1.w));
-#else
-    lo = uvec4(0u);
-#endif
-}
-#else
-// fp16 tensors' values (exact in fp16) as packed pairs
-void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
-    hi = uvec4(packHalf2x16(x0.xy), packHalf2x16(x0.zw), packHalf2x16(x1.xy), packHalf2x16(x1.zw));
-    lo = uvec4(0u);
-}
-#endif
-
 // The fetched octets into stage `base` (uvec4 offset), along the dimension they were read
-// along: one uvec4 store per octet and plane.
+// along (converted to 16 bits unless packed): one uvec4 store per octet and plane.
 void stash(uint tid, uint base) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
         if (A_OCTETS % WG == 0u || g < A_OCTETS) {
             uvec2 p = octet_pos(g, BM, A_IS_K);
             uvec4 hi, lo;
+#ifdef A_PACKED
+            hi = qa[c];
+#ifdef SPLIT3
+            lo = qa[A_PER + c];
+#endif
+#else
             convert(pa[2 * c], pa[2 * c + 1], hi, lo);
+#endif
             uint at = base + A_AT(p.x, p.y) / 8u;
             sm[A_HI + at] = hi;
 #ifdef SPLIT3
@@ -313,7 +310,14 @@ void stash(uint tid, uint base) {
         if (B_OCTETS % WG == 0u || g < B_OCTETS) {
             uvec2 p = octet_pos(g, BN, B_IS_K);
             uvec4 hi, lo;
+#ifdef B_PACKED
+            hi = qb[c];
+#ifdef SPLIT3
+            lo = qb[B_PER + c];
+#endif
+#else
             convert(pb[2 * c], pb[2 * c + 1], hi, lo);
+#endif
             uint at = base + B_AT(p.y, p.x) / 8u;
             sm[B_HI + at] = hi;
 #ifdef SPLIT3
@@ -345,14 +349,14 @@ void main() {
         [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = FRAG_C(0.0);
     uint steps = kend > kbeg ? (kend - kbeg + BK - 1u) / BK : 0u;
     if (steps > 0u) {
-        fetch(tid, abase, bbase, m0, n0, kbeg, kend);
+        fetch(tid, batch, abase, bbase, m0, n0, kbeg, kend);
         stash(tid, 0u);
     }
     barrier();
     for (uint s = 0; s < steps; ++s) {
         uint cur = (s & 1u) * STAGE;
         bool more = s + 1u < steps;
-        if (more) fetch(tid, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
+        if (more) fetch(tid, batch, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
         [[unroll]] for (uint kk = 0; kk < BK; kk += CM_K) {
             FRAG_A a[RM];
             FRAG_B b[RN];

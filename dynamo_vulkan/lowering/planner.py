@@ -20,24 +20,17 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from dynamo_vulkan.lowering import LoweringError, TRef, contiguous_strides, kind_of
-from dynamo_vulkan.lowering.core import Context
-from dynamo_vulkan.lowering.fusion import Deferred, Lazy, materialize, residual_adds
-from dynamo_vulkan.lowering.registry import Lowered, OpSpec, Request, spec_of
-from dynamo_vulkan.lowering.elementwise import copy_to, ew
-
-from dynamo_vulkan.lowering.gguf import packed_input, place_packed
-
+from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, words_of
 from dynamo_vulkan.shaders.families import ShaderDefineError
 
-from .plan import InputSpec, OutputSpec, Plan, words_of
+from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
+from .core import Context
+from .elementwise import copy_to, ew
+from .fusion import Deferred, Lazy, materialize, residual_adds
+from .gguf import packed_input, place_packed
+from .registry import Lowered, OpSpec, Request, spec_of
 
 log = logging.getLogger(__name__)
-
-
-class RuleBugError(LoweringError):
-    """A lowering rule raised something other than a declared refusal (LoweringError): a
-    bug in the rule, not a limit of Vulkan. Outside strict mode the node runs on the CPU."""
 
 
 def specialise(gm: fx.GraphModule, args: list) -> None:

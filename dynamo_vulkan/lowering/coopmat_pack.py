@@ -1,0 +1,26 @@
+"""The 16-bit copy of a tensor-core matmul's operand (shaders/coopmat_pack.comp), made
+once ahead of the matmul where many of its tiles read that operand (coopmat.packed_operands):
+they then read half the bytes and convert nothing in their inner loop."""
+from __future__ import annotations
+
+from . import core
+
+WG = 256    # coopmat_pack.comp's workgroup
+
+
+def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
+                 nb: int):
+    """The 16-bit copy of one operand (rows x k per batch, strides sb, sr, sk) that
+    matmul_coopmat.comp reads as A_PACKED / B_PACKED: rows_p x kp per batch, zero padded."""
+    batches = nb if sb else 1
+    planes = 2 if plan.split3 else 1
+    octets = batches * rows_p * kp // 8
+    dst = ctx.empty((planes * octets * 4,), "f32")    # 16 bytes an octet
+    defines = {"VARIANT": plan.dtype, **{n: v for n, v in plan.defines().items()
+                                         if n in ("CM_BF16", "CM_F16", "BF16_IN_F16", "SPLIT3")}}
+    if sr == 1 and sk != 1:
+        defines["ALONG_ROWS"] = 1
+    ctx.dispatch("coopmat_pack", defines, [dst, ref], [0],
+                 [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
+                 core.groups_for(octets, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
+    return dst
