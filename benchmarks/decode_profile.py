@@ -55,7 +55,7 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
                   dump: bool = False, context: int | None = None) -> None:
     from .llm_models import resolve
     from .llm_work import model_work
-    from dynamo_vulkan.generate import generate, load
+    from dynamo_vulkan.llm.generate import generate, load
 
     bench = resolve(entry, skeleton_dir, layers)
     model, tok = load(bench.path)

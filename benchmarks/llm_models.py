@@ -1,5 +1,5 @@
 """What ``--models`` names, made a GGUF file that loads: a GGUF file as it is; a known
-model name (``smollm2``, ``gemma3``: dynamo_vulkan.generate.find_model), else its
+model name (``smollm2``, ``gemma3``: dynamo_vulkan.llm.generate.find_model), else its
 skeleton in ``--gguf-skeletons``; a skeleton (``NAME.json.gz``, synth_model.py); or a
 GGUF file whose data is cut short (the first chunk of a split model: its header
 becomes a skeleton). Skeletons, and ``layers`` (keep the first N layers), give
@@ -29,7 +29,7 @@ class NoTokenizer(ValueError):
 
 
 def resolve(entry: str, skeleton_dir: str | None = None, layers: int | None = None) -> BenchModel:
-    from dynamo_vulkan.generate import ModelNotInstalledError, find_model
+    from dynamo_vulkan.llm.generate import ModelNotInstalledError, find_model
 
     p = Path(entry).expanduser()
     if entry.endswith(SKELETON_SUFFIX):
@@ -54,7 +54,7 @@ def resolve(entry: str, skeleton_dir: str | None = None, layers: int | None = No
 
 def cut_short(path: Path) -> bool:
     """True when the file's tensor table points past its end (a header-only chunk)."""
-    from dynamo_vulkan.gguf.reader import open_gguf
+    from dynamo_vulkan.llm.reader import open_gguf
 
     with open_gguf(path, check_architecture=False, header_only=True) as f:
         return max((t.offset + t.nbytes for t in f.tensors.values()), default=0) > f.file_size

@@ -26,7 +26,7 @@ class ModelWork:
 
 
 def model_work(path: Path) -> ModelWork:
-    from dynamo_vulkan.gguf.reader import open_gguf
+    from dynamo_vulkan.llm.reader import open_gguf
 
     with open_gguf(path, check_architecture=False, header_only=True) as f:
         tensors = f.tensors

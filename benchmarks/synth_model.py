@@ -36,7 +36,7 @@ def describe(path: Path) -> dict:
     inferred (value_type)."""
     import gguf
 
-    from dynamo_vulkan.gguf.reader import open_gguf
+    from dynamo_vulkan.llm.reader import open_gguf
 
     with open_gguf(path, check_architecture=False, header_only=True) as h:
         full = max((t.offset + t.nbytes for t in h.tensors.values()), default=0)

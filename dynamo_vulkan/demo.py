@@ -54,7 +54,7 @@ def _block(model, x, reps: int, label: str, out) -> bool:
 
 def _gguf(tokens: int, out) -> bool:
     """SmolLM2's greedy decoding through Vulkan and eager CPU: equal tokens, tokens/s."""
-    from dynamo_vulkan.generate import ModelNotInstalledError, find_model, generate, load
+    from dynamo_vulkan.llm.generate import ModelNotInstalledError, find_model, generate, load
 
     try:
         path = find_model("smollm2")

@@ -35,7 +35,7 @@ mkdir -p "$KIT/wheels"
 mkdir -p "$KIT/skel"
 for m in smollm2 gemma3; do
   if [ ! -s "$KIT/skel/$m.json.gz" ]; then
-    f=$("$PY" -c "from dynamo_vulkan.generate import find_model; print(find_model('$m'))")
+    f=$("$PY" -c "from dynamo_vulkan.llm.generate import find_model; print(find_model('$m'))")
     "$PY" -m benchmarks.synth_model "$f" "$KIT/skel/$m.json.gz"
   fi
 done

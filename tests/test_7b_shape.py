@@ -28,7 +28,7 @@ STEPS = 3
 
 @pytest.fixture(scope="module")
 def model_7b(tmp_path_factory):
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.models import load_model
     skel = synth_model.llama_skeleton(**synth_model.QWEN2_7B)
     path = synth_model.write_model(skel, tmp_path_factory.mktemp("7b") / "qwen2-7b-shapes-1layer.gguf",
                                    n_layers=1)

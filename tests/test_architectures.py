@@ -34,9 +34,9 @@ pytest.importorskip("gguf")
 from dynamo_vulkan import device  # noqa: E402
 from dynamo_vulkan.fused import attention  # noqa: E402
 from dynamo_vulkan.gguf import GGUFError  # noqa: E402
-from dynamo_vulkan.gguf.reader import open_gguf  # noqa: E402
+from dynamo_vulkan.llm.reader import open_gguf  # noqa: E402
 from dynamo_vulkan.lowering import attention as att_lowering  # noqa: E402
-from dynamo_vulkan.models import load_model  # noqa: E402
+from dynamo_vulkan.llm.models import load_model  # noqa: E402
 from gguf_fixtures import ARCH_MODELS, PEER_DIR, peer_python_path, write_arch_model  # noqa: E402
 from vk import check  # noqa: E402
 
@@ -236,8 +236,8 @@ def test_yarn_tables_follow_ggml():
     """The ramp and magnitude of YaRN tables, computed by hand for one case: rot 16, base
     10000, original context 4096, factor 4 (ggml's corr dims: floor(2.62) = 2 and
     ceil(5.63) = 6)."""
-    from dynamo_vulkan.models.config import YarnScaling
-    from dynamo_vulkan.models.decoder import rope_tables, yarn_ramp
+    from dynamo_vulkan.llm.models.config import YarnScaling
+    from dynamo_vulkan.llm.models.decoder import rope_tables, yarn_ramp
 
     yarn = YarnScaling(orig_context=4096)
     ramp = yarn_ramp(yarn, 10000.0, 16)

@@ -112,9 +112,9 @@ def test_llm_suite_times_a_new_prompt_length(tmp_path):
     pytest.importorskip("gguf")
     pytest.importorskip("tokenizers")
     import importlib
-    from dynamo_vulkan.generate import compile_decoder
-    from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.generate import compile_decoder
+    from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
+    from dynamo_vulkan.llm.models import load_model
     from gguf_fixtures import write_tiny_model
     llm = importlib.import_module("benchmarks.suites.llm")
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
@@ -163,7 +163,7 @@ class FakeLlamaCpp:
         import numpy as np
 
         from benchmarks.peers.llama_cpp import PeerRun
-        from dynamo_vulkan.gguf.reader import open_gguf
+        from dynamo_vulkan.llm.reader import open_gguf
         with open_gguf(path, check_architecture=False, header_only=True) as f:
             vocab = f.tensors["token_embd.weight"].shape[0]
         fed = self.fed

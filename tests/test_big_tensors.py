@@ -189,8 +189,8 @@ def greedy_tokens(model, token: int, steps: int, k: int) -> tuple[list[int], lis
     the replay's first call is one step through torch.compile (binding its inputs), each
     later one k steps in one submit, each step's argmax feeding the next step's lookup on
     the GPU. The KV caches are zeroed between the two."""
-    from dynamo_vulkan.generate import step_replay
-    from dynamo_vulkan.models.greedy import GreedySteps
+    from dynamo_vulkan.llm.generate import step_replay
+    from dynamo_vulkan.llm.models.greedy import GreedySteps
     with torch.no_grad():
         want = GreedySteps(model)(torch.tensor([[token]]), GreedySteps.positions(0, steps)).tolist()
     model.reset_cache()
@@ -206,7 +206,7 @@ def test_greedy_decoding_with_split_embedding_and_head(tmp_path, split_at):
     """A tiny llama whose token embedding and output head span three buffers each: the
     replayed decode step gives eager's tokens."""
     pytest.importorskip("gguf")
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.models import load_model
     from gguf_fixtures import write_tiny_model
     path = write_tiny_model(tmp_path / "tiny.gguf", "llama", n_layers=1,
                             types={"token_embd.weight": "Q8_0", "output.weight": "Q6_K"})

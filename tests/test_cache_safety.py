@@ -374,7 +374,7 @@ def test_the_plans_of_a_decoder_are_valid_entries(plans, tmp_path):
     """Every plan the planner makes for a decoder's prompt and decode step passes the
     load-time checks (a check stricter than the planner made every such entry a rebuild)."""
     from gguf_fixtures import write_tiny_model
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.models import load_model
     model = load_model(write_tiny_model(tmp_path / "m.gguf", n_layers=1, hidden=256, ffn=256), max_ctx=32)
     step = torch.compile(model, backend="vulkan")
     with torch.no_grad():

@@ -1,6 +1,6 @@
-"""Multi-turn chat (dynamo_vulkan.chat): a turn's tokens equal one generate() call over
+"""Multi-turn chat (dynamo_vulkan.llm.chat): a turn's tokens equal one generate() call over
 the whole conversation, only the new tokens are prefilled, the context's end, the chat
-template's absence; stop strings (dynamo_vulkan.stop_strings) in generate()."""
+template's absence; stop strings (dynamo_vulkan.llm.stop_strings) in generate()."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
-from dynamo_vulkan.chat import (ChatSession, ContextFullError, NoChatTemplateError, chat_template,  # noqa: E402
+from dynamo_vulkan.llm.chat import (ChatSession, ContextFullError, NoChatTemplateError, chat_template,  # noqa: E402
                                 common_prefix, interact, main)
-from dynamo_vulkan.generate import generate  # noqa: E402
-from dynamo_vulkan.stop_strings import StopStrings, check_stops  # noqa: E402
+from dynamo_vulkan.llm.generate import generate  # noqa: E402
+from dynamo_vulkan.llm.stop_strings import StopStrings, check_stops  # noqa: E402
 
 from gguf_fixtures import write_tiny_model  # noqa: E402
 
@@ -104,11 +104,11 @@ def test_context_full_and_reset(llama_path):
 
 
 def test_chat_template_missing_or_built_in(caplog):
-    from dynamo_vulkan.gguf.tokenizer import GEMMA_TEMPLATE
+    from dynamo_vulkan.llm.tokenizer import GEMMA_TEMPLATE
 
     with pytest.raises(NoChatTemplateError, match="base model.*completion"):
         chat_template(types.SimpleNamespace(chat_template=None, arch="llama"), "base.gguf")
-    with caplog.at_level(logging.WARNING, logger="dynamo_vulkan.chat"):
+    with caplog.at_level(logging.WARNING, logger="dynamo_vulkan.llm.chat"):
         assert chat_template(types.SimpleNamespace(chat_template=GEMMA_TEMPLATE, arch="gemma3"),
                              "g.gguf") is GEMMA_TEMPLATE
     assert "built-in Gemma template" in caplog.text and "g.gguf" in caplog.text
@@ -166,7 +166,7 @@ def test_stop_strings():
 
 
 def test_generate_cli_prompt_file_stdin_and_interactive(llama_path, tmp_path, monkeypatch, capsys, caplog):
-    from dynamo_vulkan.generate import main as generate_main
+    from dynamo_vulkan.llm.generate import main as generate_main
 
     common = [str(llama_path), "--backend", "none", "-n", "4", "--ctx", "96"]
     assert generate_main(common + ["--prompt", "hello the world"]) == 0
@@ -194,7 +194,7 @@ def test_generate_cli_prompt_file_stdin_and_interactive(llama_path, tmp_path, mo
 
 
 def test_generate_cli_stop_and_ignore_eos(llama_path, capsys):
-    from dynamo_vulkan.generate import main as generate_main
+    from dynamo_vulkan.llm.generate import main as generate_main
 
     common = [str(llama_path), "--backend", "none", "--ctx", "96", "--prompt", "hello"]
     assert generate_main(common + ["-n", "8"]) == 0

@@ -14,8 +14,9 @@ import tracemalloc
 import pytest
 import torch
 
-from dynamo_vulkan import config, generate
-from dynamo_vulkan.gguf.chat_template import ChatTemplateError, render
+from dynamo_vulkan import config
+from dynamo_vulkan.llm import generate
+from dynamo_vulkan.llm.chat_template import ChatTemplateError, render
 
 
 def argparse_error(argv, capsys) -> str:
@@ -52,7 +53,7 @@ def test_good_arguments_parse():
 def test_llama_cpp_flag_names_parse():
     """llama-cli's --temp, -c and -t mean what they mean there (-t: threads, not the
     temperature), in the generate and chat CLIs alike."""
-    from dynamo_vulkan import chat
+    from dynamo_vulkan.llm import chat
     for parser, given in ((generate._parser(), ["-p", "hi"]), (chat._parser(), [])):
         a = parser.parse_args(["m.gguf", *given, "--temp", "0.5", "-c", "128", "-t", "3"])
         assert (a.temperature, a.ctx, a.threads) == (0.5, 128, 3)

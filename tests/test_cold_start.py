@@ -21,9 +21,9 @@ pytest.importorskip("tokenizers")
 
 import dynamo_vulkan  # noqa: E402
 from dynamo_vulkan import backend, cache  # noqa: E402
-from dynamo_vulkan.generate import compile_decoder, generate  # noqa: E402
-from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
-from dynamo_vulkan.models import load_model  # noqa: E402
+from dynamo_vulkan.llm.generate import compile_decoder, generate  # noqa: E402
+from dynamo_vulkan.llm.tokenizer import GGUFTokenizer  # noqa: E402
+from dynamo_vulkan.llm.models import load_model  # noqa: E402
 from dynamo_vulkan.precompiled import Precompiled, fingerprint  # noqa: E402
 from dynamo_vulkan.runtime.graph_io import (GraphFormatError, graph_from_bytes,  # noqa: E402
                                             graph_to_bytes, propagate_meta)
@@ -167,9 +167,9 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
         import json, sys
         import dynamo_vulkan
         from dynamo_vulkan import backend
-        from dynamo_vulkan.generate import generate
-        from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer
-        from dynamo_vulkan.models import load_model
+        from dynamo_vulkan.llm.generate import generate
+        from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
+        from dynamo_vulkan.llm.models import load_model
         traced = []
         class Sink:
             def dynamo_graph(self, gm): traced.append(1)
@@ -276,7 +276,7 @@ def test_compile_decoder_is_precompiled_only_for_vulkan():
 
 
 def test_quiet_turns_the_progress_lines_off():
-    from dynamo_vulkan.generate import _parser, run_cli
+    from dynamo_vulkan.llm.generate import _parser, run_cli
     progress = logging.getLogger("dynamo_vulkan.progress")
     level = progress.level
     try:

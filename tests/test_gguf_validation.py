@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dynamo_vulkan import generate
+from dynamo_vulkan.llm import generate
 from dynamo_vulkan.gguf import GGUFError, GGUFFileNotFoundError
-from dynamo_vulkan.gguf.reader import open_gguf
+from dynamo_vulkan.llm.reader import open_gguf
 
 F32, Q8_0 = 0, 8
 U32, F32V, STRING, ARRAY = 4, 6, 8, 9

@@ -13,11 +13,11 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 import dynamo_vulkan  # noqa: E402
-gen_mod = importlib.import_module("dynamo_vulkan.generate")   # the module, not the function
-from dynamo_vulkan.generate import generate, step_replay  # noqa: E402
-from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
-from dynamo_vulkan.models import load_model  # noqa: E402
-from dynamo_vulkan.models.greedy import GreedySteps  # noqa: E402
+gen_mod = importlib.import_module("dynamo_vulkan.llm.generate")   # the module, not the function
+from dynamo_vulkan.llm.generate import generate, step_replay  # noqa: E402
+from dynamo_vulkan.llm.tokenizer import GGUFTokenizer  # noqa: E402
+from dynamo_vulkan.llm.models import load_model  # noqa: E402
+from dynamo_vulkan.llm.models.greedy import GreedySteps  # noqa: E402
 from dynamo_vulkan.lowering import decompositions  # noqa: E402
 from dynamo_vulkan.lowering import planner  # noqa: E402
 
@@ -93,7 +93,7 @@ def test_a_replay_binds_once_while_the_decoder_keeps_its_tensors(tiny):
 def test_default_steps_fit_the_burst_time(as_gpu, tmp_path):
     """Greedy on a GPU by default: a replay of up to DEFAULT_STEPS_PER_CALL steps, calls
     of as many (a power of two) as fit BURST_S at the last call's time per step."""
-    from dynamo_vulkan.generate import BURST_S, DEFAULT_STEPS_PER_CALL
+    from dynamo_vulkan.llm.generate import BURST_S, DEFAULT_STEPS_PER_CALL
 
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
@@ -226,7 +226,7 @@ def test_a_released_step_program_runs_again_when_binding(tmp_path):
 def test_default_steps_per_call(monkeypatch):
     """k steps per submit where a GPU's submit round trip is paid: greedy, Vulkan, a GPU."""
     from dynamo_vulkan import device
-    from dynamo_vulkan.generate import DEFAULT_STEPS_PER_CALL, default_steps_per_call
+    from dynamo_vulkan.llm.generate import DEFAULT_STEPS_PER_CALL, default_steps_per_call
 
     info = device.device_info()
     monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_CPU")

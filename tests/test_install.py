@@ -24,15 +24,16 @@ PACKAGING = ROOT / "packaging" / "kp-dynamo-vulkan"
 KP_SDISTS = [ROOT.parent / "shared" / "device" / "kp-0.9.0.tar.gz", ROOT / ".device-kit" / "kp-0.9.0.tar.gz"]
 KP_SDIST = next((p for p in KP_SDISTS if p.is_file()), None)
 needs_sdist = pytest.mark.skipif(KP_SDIST is None, reason="no kp-0.9.0.tar.gz at hand (shared/device, .device-kit)")
-# the patched files that kp 0.9.0+dynamovulkan.10 is built from: a patch that changes them
+# the patched files that kp 0.9.0+dynamovulkan.11 is built from: a patch that changes them
 # must raise the marker (99-patch-set-marker.patch, prerequisites.KP_PATCHES) and these
 PATCHED_SHA256 = {
     "setup.py": "f9d11ccd5797cae8addd7e93b930a84fdf7c11163a61f91611f41e6bde9f0ccd",
-    "python/src/main.cpp": "7c45bb58cc5c2686ed887b09056e06e972698cb821d764fa6d1c827ec9b1530c",
-    "src/Algorithm.cpp": "169ced875d68b6d8154e8d54c5b1e2ae8de3c2ee25374c1ada3e1470b8901d5a",
-    "src/Manager.cpp": "b94868802984324486b429dbb6222af10eedc33338b1d03d5503bd7aedfcdb70",
+    "python/src/main.cpp": "4be42c97c1cd35999a2d2d87ddde8906e55fd869ac8a799dab7373a2701a67e6",
+    "src/Algorithm.cpp": "b534fa1328e61e0346013ac031f7385a6b625482dd3d7dd8c3b87e672c74151b",
+    "src/Manager.cpp": "3f193e2b46bc05cc765fd64cca872f80ba1a7fd82ae1d170975f288a8f6637a7",
     "src/Sequence.cpp": "af4c9b7eb457fd0c1e9ebd6bcb877c80dc701717254694cda129479c7fb35f0d",
     "src/Tensor.cpp": "9702bc1cc77940b8eed2ccbe618a3714f5c977f2f51ed9c4127ad6f3474d94b3",
+    "src/include/kompute/Algorithm.hpp": "c273705da4e0b8445b10d25da84b0cf7f8abfc1d286d89af00c225bf8c07b3e9",
     "src/include/kompute/Manager.hpp": "b609b9a84fb7486f4a750e623a3d27dc188829db91c15b55c32d4ca9f505288e",
     "src/include/kompute/Sequence.hpp": "2fe43f9eb0fad165f129c6b10d8a006969d555f1459ef8c3856e83be4a87e7c6",
     "src/include/kompute/Tensor.hpp": "20ec957ed8214097e720e2293f4a7b94f1f331c5a25617aa8b986e39af7d3d1c",
@@ -129,7 +130,7 @@ def test_unpatched_kp_is_named(monkeypatch):
 
 
 def test_kp_lacking_one_patch_names_it(monkeypatch):
-    """The marker says set 10, but patch 07's binding is missing: patched otherwise."""
+    """The marker says the current set, but patch 07's binding is missing: patched otherwise."""
     monkeypatch.setitem(sys.modules, "kp", _fake_kp(prerequisites.KP_PATCHES, without=["07-integer-dot-product"]))
     msg = prerequisites.kp_problem()
     assert f"says it carries dynamo_vulkan's patch set {prerequisites.KP_PATCHES}" in msg
@@ -334,7 +335,7 @@ def test_applier_refuses_other_sources(tmp_path):
 
 @needs_sdist
 def test_patches_apply_to_the_sdist(tmp_path):
-    """The real sdist: the patches apply exactly and give the sources kp 0.9.0+dynamovulkan.10
+    """The real sdist: the patches apply exactly and give the sources kp 0.9.0+dynamovulkan.11
     is built from; again, they change nothing; a tree patched otherwise is refused."""
     kpp = _kp_patches()
     src = kpp.unpack(KP_SDIST, tmp_path)
@@ -343,7 +344,7 @@ def test_patches_apply_to_the_sdist(tmp_path):
     assert kpp.apply(src) == "already applied"
     assert {rel: kpp._sha256((src / rel).read_bytes()) for rel in PATCHED_SHA256} == PATCHED_SHA256
     main = src / "python" / "src" / "main.cpp"
-    main.write_text(main.read_text().replace("= 10;", "= 11;"))
+    main.write_text(main.read_text().replace("= 11;", "= 12;"))
     with pytest.raises(kpp.PatchError, match="python/src/main.cpp differ"):
         kpp.apply(src)
 

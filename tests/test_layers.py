@@ -110,7 +110,7 @@ def test_every_layer_lists_only_lower_layers():
      "(lowering) imports dynamo_vulkan.runtime.program (execution)"),
     ("from ..runtime import program\n", "dynamo_vulkan.lowering.gguf",
      "(lowering) imports dynamo_vulkan.runtime.program (execution)"),
-    ("def f():\n    from dynamo_vulkan import backend\n", "dynamo_vulkan.generate",
+    ("def f():\n    from dynamo_vulkan import backend\n", "dynamo_vulkan.llm.generate",
      "(llm) imports dynamo_vulkan.backend (compiler)"),
 ])
 def test_a_back_edge_is_found(tmp_path, monkeypatch, source, module, want):

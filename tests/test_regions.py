@@ -122,8 +122,8 @@ def test_decoder_layers_reach_the_backend_as_one_region(tmp_path):
     torch already), the backend inlines them all, and the logits are eager's."""
     from gguf_fixtures import write_tiny_model
 
-    from dynamo_vulkan.models import load_model
-    from dynamo_vulkan.models.decoder import BLOCKS_ARE_REGIONS
+    from dynamo_vulkan.llm.models import load_model
+    from dynamo_vulkan.llm.models.decoder import BLOCKS_ARE_REGIONS
     if not BLOCKS_ARE_REGIONS:
         pytest.skip(f"torch {torch.__version__}: the blocks are regions from 2.13 on (models/decoder.py)")
     names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")

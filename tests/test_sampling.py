@@ -1,13 +1,13 @@
 """Sampling settings of generate(): repetition, presence and frequency penalties
-(dynamo_vulkan.sampling, llama.cpp's definitions), min-p, the first token's time."""
+(dynamo_vulkan.llm.sampling, llama.cpp's definitions), min-p, the first token's time."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from dynamo_vulkan.generate import _sample
-from dynamo_vulkan.sampling import Penalties
+from dynamo_vulkan.llm.generate import _sample
+from dynamo_vulkan.llm.sampling import Penalties
 
 LOGITS = torch.tensor([2.0, -1.0, 0.5, 3.0, 0.0])
 
@@ -47,7 +47,7 @@ def test_generate_with_penalties(tmp_path):
     pytest.importorskip("tokenizers")
     from gguf_fixtures import write_tiny_model
 
-    from dynamo_vulkan.generate import generate, load
+    from dynamo_vulkan.llm.generate import generate, load
 
     m, tok = load(write_tiny_model(tmp_path / "tiny.gguf", "llama"), max_ctx=48)
     ids = tok.encode("hello the world")

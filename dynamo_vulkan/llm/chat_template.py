@@ -16,7 +16,7 @@ import numbers
 import sys
 import time
 
-from .errors import GGUFError
+from dynamo_vulkan.gguf.errors import GGUFError
 
 MAX_STEPS = 200_000            # template lines run (a real template, a long chat: a few thousand)
 MAX_SIZE = 1 << 20             # characters or items of any value made, and of the output

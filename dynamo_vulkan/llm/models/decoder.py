@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch.torch_version import TorchVersion
 from torch import nn
 
-from ..fused import attention, rms_norm
-from ..gguf.op import GGUFEmbedding, GGUFLinear
+from dynamo_vulkan.fused import attention, rms_norm
+from dynamo_vulkan.gguf.op import GGUFEmbedding, GGUFLinear
 from .config import DecoderConfig, YarnScaling
 
 __all__ = ["Decoder", "Block", "Attention", "RMSNorm", "ContextOverflowError", "rope_tables", "yarn_ramp",

@@ -94,8 +94,8 @@ import math
 import numbers
 from dataclasses import dataclass, field
 
-from ..gguf.errors import GGUFError
-from ..gguf.reader import SUPPORTED_ARCHITECTURES
+from dynamo_vulkan.gguf.errors import GGUFError
+from ..reader import SUPPORTED_ARCHITECTURES
 
 __all__ = ["DecoderConfig", "YarnScaling", "config_from_gguf", "SUPPORTED_ARCHITECTURES", "MAX_LAYERS"]
 

@@ -27,8 +27,8 @@ from typing import Any, Iterable
 import numpy as np
 import torch
 
-from .errors import GGUFError, GGUFFileNotFoundError, UnsupportedQuantType
-from .quants import dequantize, quant_info, qtype_name
+from dynamo_vulkan.gguf.errors import GGUFError, GGUFFileNotFoundError, UnsupportedQuantType
+from dynamo_vulkan.gguf.quants import dequantize, quant_info, qtype_name
 
 __all__ = ["GGUFFile", "TensorInfo", "open_gguf", "SUPPORTED_ARCHITECTURES", "GGUFError"]
 

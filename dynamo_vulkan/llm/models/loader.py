@@ -12,9 +12,9 @@ from pathlib import Path
 import torch
 
 from dynamo_vulkan import keep_on_device
-from ..gguf.errors import GGUFError
-from ..gguf.op import GGUFEmbedding, GGUFLinear
-from ..gguf.reader import GGUFFile, open_gguf
+from dynamo_vulkan.gguf.errors import GGUFError
+from dynamo_vulkan.gguf.op import GGUFEmbedding, GGUFLinear
+from ..reader import GGUFFile, open_gguf
 from .config import DecoderConfig, config_from_gguf
 from .decoder import Attention, Block, Decoder, FeedForward, RMSNorm, Rotary, rope_tables
 
@@ -214,7 +214,7 @@ def load_model(path, max_ctx: int | None = None, *, fuse: bool = True, progress:
     with open_gguf(path) as f:
         model = build_decoder(f, max_ctx, fuse=fuse, progress=progress)
         if with_tokenizer:
-            from ..gguf.tokenizer import GGUFTokenizer
+            from ..tokenizer import GGUFTokenizer
 
             tok = GGUFTokenizer.from_gguf(f)
             return model, tok

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import GGUFError
+from dynamo_vulkan.gguf.errors import GGUFError
 
 __all__ = ["PreTokenizer", "pre_tokenizer", "PRE_TOKENIZERS"]
 

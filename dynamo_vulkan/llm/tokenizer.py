@@ -32,7 +32,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from .errors import GGUFError
+from dynamo_vulkan.gguf.errors import GGUFError
 from .pretokenizers import pre_tokenizer
 
 __all__ = ["GGUFTokenizer", "StreamDecoder"]
