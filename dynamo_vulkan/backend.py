@@ -27,7 +27,8 @@ from .lowering import LoweringError, decompositions as lowering_decompositions
 from .lowering import planner
 from .runtime import shaders
 from .runtime.plan import PlanFormatError, plan_from_bytes, plan_to_bytes
-from .runtime.program import is_kept_on_device, Program, StaleBinding, refresh_host, serialised
+from .runtime.program import (is_kept_on_device, Program, StaleBinding, gradient_may_stay_on_gpu,
+                              refresh_host, serialised)
 
 log = logging.getLogger(__name__)
 _graph_ids = itertools.count()
@@ -102,6 +103,7 @@ class VulkanSubgraph(torch.nn.Module):
         self.programs: OrderedDict[tuple, Program] = OrderedDict()   # least recently used first
         self.built = 0                # programs built so far (names their debug dumps)
         self.handoff: set[int] = set()   # outputs to hand off: saved activations, gradients
+        self.grad_of: dict[int, int] = {}   # a backward's: output -> the graph's output (input)
         self.kind = "graph"              # the graph's: forward, backward, inference
         self.remember_args = False    # keep the last call's inputs in remembered_args
         self.remembered_args: list | None = None
@@ -130,8 +132,9 @@ class VulkanSubgraph(torch.nn.Module):
         if prog is _EAGER:
             refresh_host(args)       # keep_on_device tensors a program updated on the GPU
             return self.gm(*args)
+        lazy = self._lazy_outputs(prog)
         try:
-            out = prog(args)
+            out = prog(args, lazy=lazy)
         except StaleBinding:
             full = self._full_key(args)
             if full == prog.key:         # another tensor of the same layout: re-bind
@@ -145,8 +148,27 @@ class VulkanSubgraph(torch.nn.Module):
             if prog is _EAGER:
                 refresh_host(args)
                 return self.gm(*args)
-            out = prog(args)
+            out = prog(args, lazy=self._lazy_outputs(prog))
         return tuple(out) if self.tuple_out else out[0]
+
+    def _lazy_outputs(self, prog: Program) -> dict:
+        """The hand-offs whose host copies wait until a host reader needs them: a forward's
+        saved activations (unless saved-tensor hooks, which may read them, are on), and a
+        backward's gradients that a kept optimizer's parameters accumulate
+        (runtime/program.gradient_may_stay_on_gpu), each with that parameter."""
+        if not self.handoff:
+            return {}
+        if self.kind == "forward":
+            hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+            return dict.fromkeys(self.handoff) if hooks is None else {}
+        node = torch._C._current_autograd_node() if self.kind == "backward" else None
+        if node is None:
+            return {}
+        consumers = node.next_functions
+        shapes = {n: o.shape for n, o in enumerate(prog.plan.outputs)}
+        return {n: consumers[j][0].variable for n, j in self.grad_of.items()
+                if j < len(consumers) and consumers[j][0] is not None and
+                gradient_may_stay_on_gpu(consumers[j][0], shapes[n])}
 
     def _drop_superseded(self, key, new: Program) -> None:
         """Drop the least recently used programs that hold shared temporaries a newer,
@@ -258,7 +280,9 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
     for sink in _graph_sinks:
         sink.aot_graph(gm, kind, static, bumped)
     original = gm.code
+    role = _role(gm)
     gm, report = partition(gm, gid, kind)
+    report.role = role
     _reports.append(report)
     dump_dir = None
     if cfg.debug_dump is not None:
@@ -283,7 +307,9 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
             subs.append(VulkanSubgraph(sub, resident, cfg, dump_dir, f"graph{gid}_{node.target}",
                                        [getattr(a, "name", None) in bumped_nodes for a in node.args]))
             subs[-1].remember_args = bool(_captures)
-            subs[-1].handoff = handoffs.get(node.target, set())
+            subs[-1].handoff = set(handoffs.get(node.target, ()))
+            if kind == "backward":
+                subs[-1].grad_of = dict(handoffs.get(node.target, {}))
             subs[-1].kind = kind
             setattr(gm, node.target, subs[-1])
     gm.recompile()
@@ -291,7 +317,37 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
         got.append((gm, subs))
     log.info("%s", report.summary())     # counts per op and reason (generate -v)
     log.debug("%s", report)              # and every node (-vv, TORCH_LOGS="+dynamo_vulkan")
+    if kind == "backward":
+        return _boxed_taking_args(_reading_host_copies(gm))
     return make_boxed_func(_reading_host_copies(gm))
+
+
+def _boxed_taking_args(fn):
+    """fn in the boxed calling convention that empties the list it is given (as Inductor's
+    compiled graphs do): aot_autograd's backward keeps that list in a reference cycle, which
+    would keep the saved activations alive past the backward until a garbage collection,
+    and a pending one (runtime/program.py) read back when the forward runs again."""
+    def boxed(args):
+        taken = list(args)
+        args.clear()
+        return fn(*taken)
+    boxed._boxed_call = True
+    return boxed
+
+
+def _read_on_gpu_only(a: fx.Node) -> bool:
+    """Whether only the graph's output and Vulkan partitions read node `a` (no host node,
+    which would read its host copy before a pending one is materialised)."""
+    return all(u.op == "output" or (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX))
+               for u in a.users)
+
+
+def _role(gm: fx.GraphModule) -> str | None:
+    """What the graph computes, where its nodes' source says: a torch.optim step."""
+    for n in gm.graph.nodes:
+        if "torch/optim/" in (n.meta.get("stack_trace") or "").replace("\\", "/"):
+            return "optimizer step"
+    return None
 
 
 def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
@@ -306,7 +362,7 @@ def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
     returned = {a for a in out[:first_saved] if isinstance(a, fx.Node)}
     found: dict[str, set[int]] = {}
     for a in out[first_saved:]:
-        if not isinstance(a, fx.Node) or a in returned:
+        if not isinstance(a, fx.Node) or a in returned or not _read_on_gpu_only(a):
             continue
         if a.op == "call_function" and a.target is operator.getitem and \
                 a.args[0].op == "call_module" and a.args[0].target.startswith(PARTITION_PREFIX):
@@ -314,14 +370,19 @@ def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
     return found
 
 
-def _returned_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
-    """Partition -> indices of its outputs that the graph returns (a backward's gradients)."""
+def _returned_outputs(gm: fx.GraphModule) -> dict[str, dict[int, int]]:
+    """Partition -> {index of its output: where the graph returns it} for the outputs a
+    backward graph returns (gradients; the position is the forward input's, which
+    autograd's next_functions follow)."""
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    found: dict[str, set[int]] = {}
-    for a in out if isinstance(out, (tuple, list)) else (out,):
+    found: dict[str, dict[int, int]] = {}
+    returned = list(out) if isinstance(out, (tuple, list)) else [out]
+    for j, a in enumerate(returned):
         if isinstance(a, fx.Node) and a.op == "call_function" and a.target is operator.getitem \
-                and a.args[0].op == "call_module" and a.args[0].target.startswith(PARTITION_PREFIX):
-            found.setdefault(a.args[0].target, set()).add(a.args[1])
+                and a.args[0].op == "call_module" and \
+                a.args[0].target.startswith(PARTITION_PREFIX) and _read_on_gpu_only(a) and \
+                sum(b is a for b in returned) == 1:
+            found.setdefault(a.args[0].target, {})[a.args[1]] = j
     return found
 
 

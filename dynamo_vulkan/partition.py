@@ -44,6 +44,7 @@ class PartitionReport:
     partitions: int = 0
     host_reason: str | None = None    # why the whole graph was placed on the host, if it was
     kind: str = "graph"     # "forward" | "backward" | "inference" (aot_autograd's graphs)
+    role: str | None = None   # what the graph computes, where known: "optimizer step"
 
     @property
     def vulkan_nodes(self) -> list[NodeDecision]:
@@ -66,7 +67,8 @@ class PartitionReport:
 
     def summary(self) -> str:
         """Counts per op, grouped by where and why; the per-node list is str(report)."""
-        lines = [f"{self.kind} graph {self.graph_id}: {len(self.vulkan_nodes)} nodes on Vulkan in "
+        what = f"{self.kind} graph {self.graph_id}" + (f" ({self.role})" if self.role else "")
+        lines = [f"{what}: {len(self.vulkan_nodes)} nodes on Vulkan in "
                  f"{self.partitions} partition(s), {len(self.cpu_nodes)} on the CPU"]
         if self.host_reason is not None:
             lines.append(f"  graph placed on the host: {self.host_reason}")

@@ -109,9 +109,10 @@ def _input_ref(source: str) -> list:
 def code_hash() -> str:
     """Hash of the package's Python sources, its lowering rules and shaders, and torch's
     version: whatever shapes a traced graph besides the module and its inputs."""
-    root = Path(__file__).parent      # lowering/ and shaders/ included
+    root = Path(__file__).parent      # lowering/, shaders/ and llm/ included; not the benchmarks
     files = sorted((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*")
-                   if p.suffix in (".py", ".comp", ".glsl") and p.is_file())
+                   if p.suffix in (".py", ".comp", ".glsl") and p.is_file() and
+                   p.relative_to(root).parts[0] != "benchmarks")
     return cache.digest(torch.__version__, *files)
 
 

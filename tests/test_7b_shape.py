@@ -20,7 +20,7 @@ from dynamo_vulkan.runtime.program import Resident
 
 pytest.importorskip("gguf")
 
-from benchmarks import synth_model  # noqa: E402
+from dynamo_vulkan.benchmarks import synth_model  # noqa: E402
 from test_big_tensors import greedy_tokens  # noqa: E402
 
 STEPS = 3

@@ -12,14 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import cli, plots, record, table
-from benchmarks.harness import Bench, Options
-from benchmarks.record import Row
-from benchmarks.timing import Plan, Stat
+from dynamo_vulkan.benchmarks import cli, plots, record, table
+from dynamo_vulkan.benchmarks.harness import Bench, Options
+from dynamo_vulkan.benchmarks.record import Row
+from dynamo_vulkan.benchmarks.timing import Plan, Stat
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "dynamo_vulkan",
-           "benchmarks")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "dynamo_vulkan")
 
 
 def _bench() -> Bench:
@@ -27,7 +26,7 @@ def _bench() -> Bench:
 
 
 def _saved_run(path: Path, rows: list[Row]) -> Path:
-    env = {"date": "2026-11-25 00:00 UTC", "command": "python -m benchmarks --quick",
+    env = {"date": "2026-11-25 00:00 UTC", "command": "python -m dynamo_vulkan.benchmarks --quick",
            "machine": {"cpu": "cpu", "cpu_count": 2}, "device": {"name": "dev"},
            "versions": {"torch": torch.__version__, "kp": "0.9.0"}, "git": {"commit": "abc"}}
     record.write_json(path, env, {}, rows, [], record.Notes(["run: a note"]), {})
@@ -65,6 +64,17 @@ def test_wheel_carries_the_harness_and_its_command(installed):
     assert (site / "dynamo_vulkan" / "benchmarks" / "peers" / "llama_cpp.py").is_file()
     entry = next(site.glob("dynamo_vulkan-*.dist-info")) / "entry_points.txt"
     assert "dynamo-vulkan-bench = dynamo_vulkan.benchmarks.cli:main" in entry.read_text()
+
+
+def test_wheel_carries_every_subpackage(installed):
+    """Every folder of the package (llm/, lowering/, benchmarks/suites/, ...) is in the wheel:
+    pyproject finds them, so a new one needs no entry there."""
+    _, site = installed
+    root = REPO / "dynamo_vulkan"
+    packages = [p.parent.relative_to(REPO) for p in root.rglob("__init__.py")]
+    assert len(packages) >= 9
+    missing = [str(p) for p in packages if not (site / p / "__init__.py").is_file()]
+    assert not missing, missing
 
 
 def test_installed_harness_runs_from_any_directory(installed, tmp_path):

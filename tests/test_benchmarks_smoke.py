@@ -1,4 +1,4 @@
-"""`python -m benchmarks --quick` as a smoke test: the harness runs every suite,
+"""`python -m dynamo_vulkan.benchmarks --quick` as a smoke test: the harness runs every suite,
 writes its record, tables and plots, and its correctness columns hold (every
 backend's output within tolerance of eager CPU). No timing is asserted."""
 import json
@@ -17,7 +17,7 @@ ALWAYS = {"elementwise", "matmul", "mlp", "block", "compile", "small_kernels", "
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "dynamo_vulkan.benchmarks", "--quick", "--out", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
     return out, proc
 
@@ -32,7 +32,7 @@ def test_record_says_where_and_what(run):
     out, _ = run
     doc = json.loads((out / "results.json").read_text())
     rec = doc["record"]
-    assert rec["command"].startswith("python -m benchmarks") and "--quick" in rec["command"]
+    assert rec["command"].startswith("python -m dynamo_vulkan.benchmarks") and "--quick" in rec["command"]
     assert rec["date"] and rec["machine"]["cpu_count"] and rec["device"]["name"]
     assert rec["versions"]["torch"] and rec["versions"]["kp"]
     assert "commit" in rec["git"]
@@ -93,8 +93,8 @@ def test_cuda_matvec_split_keeps_the_weight(name, rows, cols):
     import numpy as np
     import torch
 
-    from benchmarks.cuda_matvec import dequantize_split, split_blocks
-    from benchmarks.gguf_matvec import random_blocks
+    from dynamo_vulkan.benchmarks.cuda_matvec import dequantize_split, split_blocks
+    from dynamo_vulkan.benchmarks.gguf_matvec import random_blocks
     from dynamo_vulkan.gguf.quants import dequantize, quant_info, tensor_nbytes
 
     qt = quant_info(name).ggml_type
@@ -116,7 +116,7 @@ def test_llm_suite_times_a_new_prompt_length(tmp_path):
     from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
     from dynamo_vulkan.llm.models import load_model
     from gguf_fixtures import write_tiny_model
-    llm = importlib.import_module("benchmarks.suites.llm")
+    llm = importlib.import_module("dynamo_vulkan.benchmarks.suites.llm")
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
     model, tok = load_model(path, max_ctx=48), GGUFTokenizer.from_file(path)
 
@@ -137,14 +137,14 @@ def test_hf_generate_runs_and_checks_its_tokens(capsys):
     """benchmarks/hf_generate.py on a one-layer Llama: every row printed, Vulkan's greedy
     tokens equal eager CPU's."""
     pytest.importorskip("transformers", reason="the hf extra")
-    from benchmarks import hf_generate
+    from dynamo_vulkan.benchmarks import hf_generate
     hf_generate.main(["--layers", "1", "--prompt", "5", "--new-tokens", "3"])
     out = capsys.readouterr().out
     assert "eager CPU   decode" in out
     assert "vulkan      decode" in out and "tokens equal the CPU's: True" in out
 
 
-# --- python -m benchmarks --models: any GGUF file or skeleton, llama-bench style ---------------
+# --- python -m dynamo_vulkan.benchmarks --models: any GGUF file or skeleton, llama-bench style ---------------
 
 GIVEN_CASES = ((8, 3), (5, 2))     # (prompt, decode) pairs, short for lavapipe
 
@@ -162,7 +162,7 @@ class FakeLlamaCpp:
     def open(self, path, n_ctx):
         import numpy as np
 
-        from benchmarks.peers.llama_cpp import PeerRun
+        from dynamo_vulkan.benchmarks.peers.llama_cpp import PeerRun
         from dynamo_vulkan.llm.reader import open_gguf
         with open_gguf(path, check_architecture=False, header_only=True) as f:
             vocab = f.tensors["token_embd.weight"].shape[0]
@@ -181,11 +181,11 @@ class FakeLlamaCpp:
 
 @pytest.fixture(scope="module")
 def given_run(tmp_path_factory):
-    """python -m benchmarks --models (in this process) on a skeleton of a tiny llama written
+    """python -m dynamo_vulkan.benchmarks --models (in this process) on a skeleton of a tiny llama written
     here, cut to its first layer, at two (prompt, decode) pairs, beside FakeLlamaCpp."""
     pytest.importorskip("gguf")
     pytest.importorskip("tokenizers")
-    from benchmarks import cli, synth_model
+    from dynamo_vulkan.benchmarks import cli, synth_model
     from gguf_fixtures import write_tiny_model
     d = tmp_path_factory.mktemp("given")
     skel = synth_model.save_skeleton(write_tiny_model(d / "tiny.gguf", "llama", context=64), d / "tiny-llama.json.gz")
@@ -196,7 +196,7 @@ def given_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DYNAMO_VULKAN_BENCH_MODELS", str(d / "models"))
         mp.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
-        mp.setattr("benchmarks.llm_models.CACHE", d / "models")
+        mp.setattr("dynamo_vulkan.benchmarks.llm_models.CACHE", d / "models")
         mp.setattr(cli, "_llama", lambda args, tmp, notes: peer)
         assert cli.main(argv) == 0
     return json.loads((d / "out" / "results.json").read_text()), peer
@@ -272,7 +272,7 @@ def test_skeleton_of_a_file_cut_short(tmp_path, monkeypatch):
     skeleton as the whole file, value types included (inferred there), and --models
     runs it as a random-weight model of that shape."""
     pytest.importorskip("gguf")
-    from benchmarks import llm_models, synth_model
+    from dynamo_vulkan.benchmarks import llm_models, synth_model
     from gguf_fixtures import write_tiny_model
     whole = write_tiny_model(tmp_path / "whole.gguf", "gemma3", context=64)
     cut = tmp_path / "cut.gguf"
@@ -289,7 +289,7 @@ def test_skeleton_of_a_file_cut_short(tmp_path, monkeypatch):
 
 def test_skeleton_without_tokenizer_is_refused(tmp_path, monkeypatch):
     pytest.importorskip("gguf")
-    from benchmarks import llm_models, synth_model
+    from dynamo_vulkan.benchmarks import llm_models, synth_model
     skel = synth_model.llama_skeleton(hidden=64, ffn=128, n_layers=1, n_heads=2, n_kv_heads=1, vocab=32)
     path = synth_model.save(skel, tmp_path / "bare.json.gz")
     monkeypatch.setattr(llm_models, "CACHE", tmp_path / "models")
@@ -307,7 +307,7 @@ def test_model_work_counts_the_tiny_llama(tmp_path):
     """llm_work's FLOPs and bytes, against the fixture's shapes counted by hand and the
     gguf package's own tensor sizes."""
     gguf = pytest.importorskip("gguf")
-    from benchmarks.llm_work import model_work
+    from dynamo_vulkan.benchmarks.llm_work import model_work
     from gguf_fixtures import tiny_vocab, write_tiny_model
     hidden, ffn, heads, kv, layers = 256, 512, 4, 2, 2
     path = write_tiny_model(tmp_path / "t.gguf", "llama", hidden=hidden, ffn=ffn, n_heads=heads, n_kv_heads=kv,
@@ -330,7 +330,7 @@ def test_model_work_counts_the_tiny_llama(tmp_path):
     ("--prompt-tokens 16", [(16, 64)]),
 ])
 def test_prompt_and_gen_lengths_pair_up(argv, cases):
-    from benchmarks.cli import llm_settings, parser
+    from dynamo_vulkan.benchmarks.cli import llm_settings, parser
     args = parser().parse_args(argv.split())
     assert llm_settings(args).cases == cases
     assert llm_settings(args).models == args.models
@@ -339,7 +339,7 @@ def test_prompt_and_gen_lengths_pair_up(argv, cases):
 def test_llama_cpp_full_build_found_first(tmp_path, monkeypatch):
     """--llama-cpp DIR takes DIR's llama-cpp-full build before llama-cpp; without DIR it
     searches its known places; a folder holding one build is that build."""
-    from benchmarks.peers import PeerUnavailable, llama_cpp
+    from dynamo_vulkan.benchmarks.peers import PeerUnavailable, llama_cpp
     for b in ("llama-cpp", "llama-cpp-full"):
         (tmp_path / "peers" / b).mkdir(parents=True)
     (tmp_path / "peers" / "llama-cpp" / "llama_cpp-0.3.36-vulkan.tgz").write_bytes(b"")
@@ -360,7 +360,7 @@ def test_llama_cpp_times_include_the_gpu_work():
     import ctypes
     import time
 
-    from benchmarks.peers.llama_cpp import LlamaCppModel
+    from dynamo_vulkan.benchmarks.peers.llama_cpp import LlamaCppModel
     wait, vocab = 0.02, 5
 
     class Lib:

@@ -205,3 +205,16 @@ def test_generate_cli_stop_and_ignore_eos(llama_path, capsys):
         with pytest.raises(SystemExit) as e:
             generate_main(common + bad)
         assert e.value.code == 2
+
+
+def test_the_loader_keeps_the_kv_caches_on_the_gpu(llama_path):
+    """The decoder is plain PyTorch: the loader marks its KV caches keep_on_device (a K and
+    a V cache per layer, the tensors chat reads back before a host prefill), nothing else."""
+    from dynamo_vulkan.llm.models import load_model
+    from dynamo_vulkan.runtime.program import is_kept_on_device
+    model = load_model(llama_path, max_ctx=32)
+    caches = model.kv_caches()
+    assert len(caches) == 2 * len(model.layers) and all(is_kept_on_device(t) for t in caches)
+    cache_ids = {id(t) for t in caches}
+    others = [t for t in [*model.parameters(), *model.buffers()] if id(t) not in cache_ids]
+    assert others and not any(is_kept_on_device(t) for t in others)

@@ -160,6 +160,31 @@ def test_damaged_entries_are_rejected_and_traced_again(files, cache_dir, traces)
         json.loads(b"{not json")
 
 
+def test_warm_up_compiles_a_stored_prompt_without_running_it(cache_dir, tmp_path, monkeypatch):
+    """With nothing stored, Precompiled.prepare says the call must run to compile. With the
+    graphs stored, a new decoder's warm-up compiles the prompt's graph from the disk cache
+    without running it, so the prompt runs once (not twice), torch.compile is never called
+    (no Dynamo), and the tokens are eager's."""
+    from dynamo_vulkan import precompiled
+
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", n_layers=1, seed=0)
+    fresh = Precompiled(load_model(path, max_ctx=CTX), make_compiled=lambda: pytest.fail("compiled"))
+    with torch.no_grad():
+        assert fresh.prepare(torch.tensor([[1, 2, 3]]), torch.tensor(0), torch.tensor(2)) is False
+    _run(path)                                           # stores both graphs
+    runs = []
+    call = precompiled._Runner.__call__
+    monkeypatch.setattr(precompiled._Runner, "__call__",
+                        lambda self, args: runs.append(tuple(args[0].shape)) or call(self, args))
+    model, tok = load_model(path, max_ctx=CTX), GGUFTokenizer.from_file(path)
+    eager = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend="vulkan", stop_at_eos=False)
+    assert got.tokens == eager.tokens
+    assert sum(shape[1] > 1 for shape in runs) == 1, runs        # the prompt ran once
+    assert sum(shape == (1, 1) for shape in runs) == TOKENS, runs  # a warm-up step, then the steps
+    assert got.extra["compiled"]._compiled is None                # torch.compile never made
+
+
 def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
     """This process traces and stores; a new one traces nothing, builds no plan and
     compiles no kernel, and generates the same tokens."""
@@ -286,3 +311,17 @@ def test_quiet_turns_the_progress_lines_off():
         assert run_cli(0, lambda: 0) == 0 and progress.isEnabledFor(logging.INFO)
     finally:
         progress.setLevel(level)
+
+
+def test_cold_start_benchmark_times_new_processes(tmp_path, capsys):
+    """benchmarks/cold_start.py runs generate in new processes, the first filling the cache,
+    and prints each run's times; a run that fails is an error with its output."""
+    from dynamo_vulkan.benchmarks import cold_start
+
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", n_layers=1, seed=0)
+    assert cold_start.main([str(path), "--runs", "1", "-n", "2", "--cache-dir", str(tmp_path / "c")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split(":")[0].strip() for ln in lines[1:]] == ["fills the cache", "run 1"], lines
+    assert all("first token" in ln and "CPU" in ln for ln in lines[1:])
+    with pytest.raises(RuntimeError, match=r"exit 2\).*no-such"):
+        cold_start.one_run(str(tmp_path / "no-such.gguf"), 1, dict(os.environ), [])

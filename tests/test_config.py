@@ -74,11 +74,14 @@ def test_key_holds_exactly_the_settings_marked_as_changing_a_program():
 
 
 def test_no_setting_is_read_from_the_environment_outside_config():
-    """Every DYNAMO_VULKAN_* setting of the package is a Config field, read in config.py."""
+    """Every DYNAMO_VULKAN_* setting of the package is a Config field, read in config.py.
+    The benchmark harness is left out: it has variables of its own (DYNAMO_VULKAN_BENCH_MODELS)
+    and saves and restores settings around the runs it measures."""
     reads = re.compile(r"(environ\.get\(|getenv\()\s*[\"']DYNAMO_VULKAN_|"
                        r"environ\[[\"']DYNAMO_VULKAN_\w+[\"']\](?!\s*=)")   # a read, not a write
+    harness = ROOT / "dynamo_vulkan" / "benchmarks"
     found = [f"{p.relative_to(ROOT)}:{i}" for d in ("dynamo_vulkan",)
-             for p in (ROOT / d).rglob("*.py") if p.name != "config.py"
+             for p in (ROOT / d).rglob("*.py") if p.name != "config.py" and harness not in p.parents
              for i, line in enumerate(p.read_text().splitlines(), 1) if reads.search(line)]
     assert not found
 

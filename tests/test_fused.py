@@ -97,14 +97,8 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     tpk = att_lowering.split_invocations_per_key(d // (4 if d % 4 == 0 and dv % 4 == 0 else 1))
     split = att_lowering.splits_keys(info, hq * t, c, att_lowering.workgroup_size(info), tpk)
     lanes = att_lowering.cpu_lanes(info, t) and d % 4 == 0 and dv % 4 == 0   # a prompt, CPU device
-    # decode's splits: a workgroup per kv head takes its query heads (attention_decode)
-    decode = split and t == 1 and hq // hkv <= att_lowering.DECODE_MAX_GROUP
-    assert _names(plans) == ["attention:lanes" if lanes else "attention_decode" if decode else "attention"]
-    note = plans[-1].dispatches[0].note
-    if decode:      # its splits are whole chunks of keys: one split may hold them all
-        assert "heads per workgroup" in note, note
-    else:
-        assert ("splits merged by the last" in note) == split
+    assert _names(plans) == ["attention:lanes" if lanes else "attention"]
+    assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
 
 @pytest.mark.parametrize("plan_as", ["device", "as_gpu"])
@@ -139,7 +133,7 @@ def test_split_attention_called_again(as_gpu, plans):
     for _ in range(3):
         q = torch.randn(hq, 1, d)
         torch.testing.assert_close(fn(q, k, v, mask), attention(q, k, v, mask, 0.125), rtol=1e-5, atol=1e-5)
-    assert _names(plans)[-1:] == ["attention_decode"] and "merged by the last" in plans[-1].dispatches[-1].note
+    assert _names(plans)[-1:] == ["attention"] and "merged by the last" in plans[-1].dispatches[-1].note
 
 
 def test_attention_strided_inputs_and_sliding_window():
@@ -271,7 +265,7 @@ def test_decode_attention_computes_the_steps_cache_rows(as_gpu, plans, neox, hq,
         torch.testing.assert_close(mod.k_cache, eager.k_cache)
         torch.testing.assert_close(mod.v_cache, eager.v_cache)
     plan = plans[-1]
-    at = [i for i, x in enumerate(plan.dispatches) if x.name in ("attention", "attention_decode")]
+    at = [i for i, x in enumerate(plan.dispatches) if x.name == "attention"]
     assert len(at) == 1, [x.name for x in plan.dispatches]
     note, waits = plan.dispatches[at[0]].note, barriers(plan.dispatches)
     if t == 1:

@@ -63,11 +63,7 @@ THROUGH_DYNAMO = {"combinations", "corrcoef", "cov", "masked_select", "nn.functi
                   "nn.functional.gaussian_nll_loss", "tensor_split"}
 
 # gradients that differ from eager for a cause not fixed yet (strict: a fix shows up)
-XFAIL: dict[str, str] = {
-    "sgn": ("its gradient for real inputs is an _efficientzerotensor, which the backward "
-            "graph's lowering turns into numpy (lowering/core.py ref via planner._output): "
-            "RuntimeError 'Cannot convert a ZeroTensor to numpy'"),
-}
+XFAIL: dict[str, str] = {}
 
 
 _COUNTED, _NOT_COUNTED = coverage.select_ops(None)

@@ -1,4 +1,4 @@
-"""Several greedy decode steps per submit (models/greedy.py, generate's steps_per_call):
+"""Several greedy decode steps per submit (llm/models/greedy.py, generate's steps_per_call):
 the same tokens as one step per call of the eager model, one submit per k tokens (one
 compiled step replayed k times on the vulkan backend, runtime/replay.py), KV-cache
 updates of every step written in place, stop tokens and the context end honoured."""

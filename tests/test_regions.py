@@ -117,7 +117,7 @@ def _write(x, pos, cache):
 
 
 def test_decoder_layers_reach_the_backend_as_one_region(tmp_path):
-    """The decoder's blocks are traced once (torch >= 2.13, models/decoder.py): its graph
+    """The decoder's blocks are traced once (torch >= 2.13, llm/models/decoder.py): its graph
     calls one subgraph per layer (layers alike: a subgraph used once is inlined by
     torch already), the backend inlines them all, and the logits are eager's."""
     from gguf_fixtures import write_tiny_model
@@ -125,7 +125,7 @@ def test_decoder_layers_reach_the_backend_as_one_region(tmp_path):
     from dynamo_vulkan.llm.models import load_model
     from dynamo_vulkan.llm.models.decoder import BLOCKS_ARE_REGIONS
     if not BLOCKS_ARE_REGIONS:
-        pytest.skip(f"torch {torch.__version__}: the blocks are regions from 2.13 on (models/decoder.py)")
+        pytest.skip(f"torch {torch.__version__}: the blocks are regions from 2.13 on (llm/models/decoder.py)")
     names = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
     same = {f"blk.{i}.{t}.weight": "Q8_0" for i in range(3) for t in names}   # alike layers
     path = write_tiny_model(tmp_path / "tiny.gguf", "llama", n_layers=3, types=same)

@@ -171,9 +171,9 @@ def test_kept_parameters_and_state_are_read_back_only_when_asked():
                            for t in traffic), traffic
     assert not torch.equal(model[0].weight, twin[0].weight)      # the host copy is stale
     before = dynamo_vulkan.runtime_stats()
-    dynamo_vulkan.read_back(model)
-    dynamo_vulkan.read_back(opts[0])
-    assert _traffic(before)["readback_bytes"] == _state_bytes(model)
+    dynamo_vulkan.read_back(model)           # the parameters and their last gradients
+    dynamo_vulkan.read_back(opts[0])         # the momentum buffers
+    assert _traffic(before)["readback_bytes"] == _state_bytes(model) * 3 // 2
     _assert_same_training(model, twin, opts, losses)
     before = dynamo_vulkan.runtime_stats()
     dynamo_vulkan.read_back(model)                                # nothing newer on the GPU
@@ -273,8 +273,14 @@ def test_training_losses_equal_eager_every_step_with_no_cpu_node(which):
     reports = _new_reports(before)
     ref = train(w, "eager")
     assert max_relative_difference(ours.losses, ref.losses) <= 1e-4, (ours.losses, ref.losses)
-    assert {r.kind for r in reports} == {"forward", "backward", "inference"}
+    assert {(r.kind, r.role) for r in reports} == \
+        {("forward", None), ("backward", None), ("inference", "optimizer step")}
+    assert "inference graph" in reports[-1].summary() and "(optimizer step)" in reports[-1].summary()
     assert not [n for r in reports for n in r.cpu_nodes]
+    # GPU to host per step: the loss, and the kept parameters the forward passes on to the
+    # backward as saved tensors (read back for it); no activation and no gradient
+    steady = ours.extra["gpu_to_host_bytes"][1:]
+    assert max(steady) <= 4 + sum(4 * p.numel() for p in w.model.parameters()), steady
     for (name, b), c in zip(ref.model.named_buffers(), ours.model.buffers()):   # read back
         torch.testing.assert_close(c, b, rtol=RTOL, atol=ATOL, msg=name)
 
@@ -297,6 +303,9 @@ def test_saved_activations_and_gradients_are_handed_on_on_the_gpu():
         assert _traffic(before, ("input_bytes",))["input_bytes"] == 2 * x.nbytes + 4
     opts[0].zero_grad()
     loss_fn().backward()
+    assert all(p.grad.isnan().all() for p in model.parameters())   # on the GPU only
+    dynamo_vulkan.read_back(model)          # the gradients (and parameters) to the host
+    assert not any(p.grad.isnan().any() for p in model.parameters())
     torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)    # in place: versions move
     before = dynamo_vulkan.runtime_stats()
     step()
@@ -336,3 +345,77 @@ def test_a_forward_called_again_before_the_backward_still_gives_eager_gradients(
         torch.testing.assert_close(q.grad, p.grad, rtol=RTOL, atol=ATOL, msg=name)
     for a, b in zip(model.first_grads, twin.first_grads):
         torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("micro", [2, 4])
+@pytest.mark.parametrize("summed", [False, True], ids=["backward-each", "one-backward"])
+def test_gradients_of_micro_batches_accumulate_on_the_gpu(micro, summed):
+    """Gradients of a kept optimizer's parameters accumulate over micro-batches on the GPU:
+    each step sends the host only the losses, and the step, the gradients read back and the
+    parameters equal eager's. one-backward: one backward through the compiled forward called
+    for every micro-batch; autograd sums the calls' gradients on the host, so they are read
+    back (and each forward call reads the previous call's saved activations back), and
+    still equal eager's."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 3))
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, foreach=True)
+            for m in (model, twin)]
+    dynamo_vulkan.keep_on_device(model)
+    dynamo_vulkan.keep_on_device(opts[0])
+    loss_of = compiled(lambda x: model(x).square().mean())
+    step = compiled(opts[0].step)
+    for i in range(4):
+        xs = [torch.randn(4, 6) for _ in range(micro)]
+        before = dynamo_vulkan.runtime_stats()
+        for o in opts:
+            o.zero_grad()
+        losses = [loss_of(x) for x in xs] if summed else []
+        if summed:
+            sum(losses).backward()
+        for x in xs:
+            if not summed:
+                losses.append(loss_of(x))
+                losses[-1].backward()
+            twin(x).square().mean().backward()
+        if i == 3:
+            grads = [p.grad for p in model.parameters()]
+            assert summed or all(g.isnan().all() for g in grads)     # on the GPU only
+            dynamo_vulkan.read_back(model)
+            for (name, p), g in zip(twin.named_parameters(), grads):
+                torch.testing.assert_close(g, p.grad, rtol=RTOL, atol=ATOL, msg=name)
+        step()
+        opts[1].step()
+        if 0 < i < 3 and not summed:
+            assert _traffic(before, ("output_bytes", "readback_bytes")) == \
+                {"output_bytes": 4 * micro, "readback_bytes": 0}
+    dynamo_vulkan.read_back(model)
+    dynamo_vulkan.read_back(opts[0])
+    for (name, p), q in zip(twin.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q, p, rtol=RTOL, atol=ATOL, msg=name)
+
+
+def test_a_kept_gradient_summed_with_an_eager_one_raises_then_goes_to_the_host():
+    """A parameter of a kept optimizer that eager code also uses gets two gradients, which
+    autograd sums on the host before the parameter's hooks see them: the compiled one, left
+    on the GPU, is lost, which raises; from then on its gradients go to the host, and a
+    step run again equals eager's."""
+    torch.manual_seed(0)
+    model = nn.Linear(5, 3)
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+    dynamo_vulkan.keep_on_device(model)
+    dynamo_vulkan.keep_on_device(opt)
+    f = compiled(lambda x: model(x).square().mean())
+    x = torch.randn(4, 5)
+
+    def loss(m, fn):
+        return fn(x) + m.weight.sum()          # the eager use of the weight
+    with pytest.raises(RuntimeError, match="summed by autograd"):
+        loss(model, f).backward()
+    model.zero_grad()
+    loss(model, f).backward()
+    loss(twin, lambda x: twin(x).square().mean()).backward()
+    dynamo_vulkan.read_back(model)
+    for (name, p), q in zip(twin.named_parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=RTOL, atol=ATOL, msg=name)

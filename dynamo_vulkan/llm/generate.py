@@ -243,11 +243,12 @@ def compile_decoder(model, backend: str = "vulkan"):
         return model(*args, **kwargs)
     own = types.FunctionType(call.__code__.replace(co_name=f"{type(model).__name__}_{id(model):x}"),
                              call.__globals__, call.__name__, call.__defaults__, call.__closure__)
-    compiled = torch.compile(own, backend=backend, dynamic=False, options=options)
+    def make():
+        return torch.compile(own, backend=backend, dynamic=False, options=options)
     if backend != "vulkan":
-        return compiled
+        return make()
     from dynamo_vulkan.precompiled import Precompiled   # its traced graphs kept in the disk cache
-    return Precompiled(model, compiled)
+    return Precompiled(model, make_compiled=make)       # Dynamo loads only if a call traces
 
 
 # Greedy decode steps per GPU submit by default. A replayed step (StepReplay) runs up to
@@ -365,8 +366,11 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     ``model`` is a Decoder (then pass ``tokenizer``) or a GGUF path / model name.
     ``backend``: a torch.compile backend name ("vulkan", "eager", "inductor", ...), or
     None to run the module uncompiled. ``stream``: a text file (e.g. sys.stdout) or a
-    callable that receives each new piece of text. ``warmup`` runs the prefill and decode
-    graphs once before timing, so compile time is reported apart from tokens/s.
+    callable that receives each new piece of text. ``warmup`` compiles the prefill and
+    decode graphs before timing them, so compile time is reported apart from tokens/s: the
+    prompt's graph before the prefill (a graph stored in the disk cache compiles without
+    running the prompt; else the prompt runs once more), the decode graph after the first
+    token is out, so that it does not delay it.
     ``compiled``: reuse an already compiled module (by default the one an earlier call
     compiled for this decoder and backend).
 
@@ -374,10 +378,10 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
     argmax stays on the GPU and feeds the next step), so the submit round trip and the
     host work of a compiled call are paid once per that many tokens; tokens past a stop
     token are computed and dropped. On the vulkan backend one compiled step is replayed
-    (:class:`~dynamo_vulkan.models.greedy.StepReplay`; when the decoder's tensors are
+    (:class:`~dynamo_vulkan.llm.models.greedy.StepReplay`; when the decoder's tensors are
     not those it bound, the first step of a call of generate() runs on its own to bind
     them), and the last steps run fewer; elsewhere a graph of that many steps is compiled
-    (:class:`~dynamo_vulkan.models.greedy.GreedySteps`) and the last steps run one per
+    (:class:`~dynamo_vulkan.llm.models.greedy.GreedySteps`) and the last steps run one per
     call. Default, greedy on a Vulkan GPU: up to %d, as many (a power of two) as the last
     call's time per step fits in %.1f s, so text still streams and a stop token wastes
     little on a slow GPU (%d for the k-step graph); else 1 (see default_steps_per_call).
@@ -452,9 +456,18 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
         if multi is not None:
             multi.begin()
         if warmup:
+            # compile the prompt's graph; a stored one (Precompiled) compiles without
+            # running the prompt, which then runs once, in the timed prefill
             t0 = time.perf_counter()
-            compiled(prompt_t, start_t, last_t)
-            # also compile the decode graph (writes slots the real steps rewrite)
+            prepare = getattr(compiled, "prepare", None)
+            if prepare is None or not prepare(prompt_t, start_t, last_t):
+                compiled(prompt_t, start_t, last_t)
+            res.warmup_s = time.perf_counter() - t0
+
+        def warm_decode():
+            # compile the decode graph after the first token is out, before the timed
+            # steps (it writes cache slots from len(ids) on, which the real steps rewrite)
+            t0 = time.perf_counter()
             last = torch.tensor([[ids[-1]]], dtype=torch.int64)
             steps = min(max_new_tokens - 1, room)
             if multi is not None and steps > 0:
@@ -466,7 +479,7 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             # graph leaves them to the one-step graph
             if steps > 0 and (multi is None or not multi.replays and steps % k):
                 compiled(last, torch.tensor(len(ids), dtype=torch.int64))
-            res.warmup_s = time.perf_counter() - t0
+            res.warmup_s += time.perf_counter() - t0
 
         t0 = time.perf_counter()
         logits = compiled(prompt_t, start_t, last_t)
@@ -502,6 +515,8 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             if pos >= model.max_ctx:
                 res.stop_reason = "context"
                 break
+            if warmup and not res.decode_steps:
+                warm_decode()
             t1 = time.perf_counter()
             last = torch.tensor([[nxt]], dtype=torch.int64)
             k = 1 if multi is None else _steps_now(multi, steps_per_call, auto)
@@ -568,9 +583,11 @@ def _ranged(kind, lo, hi, what: str, lo_open: bool = False):
 
 def _backend_name(text: str) -> str:
     """A torch.compile backend Dynamo knows, or 'none'."""
+    name = text.strip().lower()
+    if name in ("vulkan", "none"):      # ours: no need to load Dynamo (~2 s) to list the others
+        return name
     import torch._dynamo
 
-    name = text.strip().lower()
     known = set(torch._dynamo.list_backends(exclude_tags=())) | {"none"}
     if name not in known:
         raise argparse.ArgumentTypeError(

@@ -28,12 +28,6 @@ MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
-# decode on GPUs (attention_decode.comp): a workgroup per (kv head, split) for the kv
-# head's query heads, up to DECODE_MAX_GROUP of them and DECODE_MAX_DPT output slots per
-# invocation, DECODE_SPLIT_CHUNKS chunks of keys per split
-DECODE_MAX_GROUP = 16
-DECODE_MAX_DPT = 4
-DECODE_SPLIT_CHUNKS = 4
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
 
@@ -161,22 +155,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     rows = hq * t
     tpk, splits, split_keys = 1, 1, c
     split_tpk = split_invocations_per_key(d // vw)
-    group = hq // hkv
-    split = splits_keys(ctx.caps, rows, c, wg, split_tpk)
-    decode = split and t == 1 and group <= DECODE_MAX_GROUP and \
-        _ceil_div(group * dv // vw, wg) <= DECODE_MAX_DPT
-    if decode:
-        # one workgroup per (kv head, split) for its query heads (attention_decode.comp)
-        tpk = split_tpk
-        kpp = wg // tpk
-        split_keys = kpp * max(DECODE_SPLIT_CHUNKS, _ceil_div(_ceil_div(c, kpp), MAX_SPLITS))
-        splits = _ceil_div(c, split_keys)
-        sub = ctx.caps.get("subgroup_size") or 0
-        defines = {"WG": wg, "VW": vw, "D": d, "DV": dv, "G": group, "TPK": tpk, "KC": kpp,
-                   "DPT": _ceil_div(group * dv // vw, wg), "SPLITS": splits}
-        if tpk <= sub and wg % sub == 0:
-            defines["SG_SUM"] = 1
-    elif split:
+    if splits_keys(ctx.caps, rows, c, wg, split_tpk):
         # decode: few rows, so spread the keys (more than one chunk of them) over more
         # workgroups, split_tpk invocations per key, and merge the splits
         tpk = split_tpk
@@ -184,14 +163,13 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         splits = min(MAX_SPLITS, _ceil_div(c, kpp))
         split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp     # whole chunks per split
         splits = _ceil_div(c, split_keys)
-    if not decode:
-        parts, dpt = wg // dvlp, _ceil_div(dv // vw, dvlp)
-        vpk = _ceil_div(wg // tpk, parts)       # V rows per invocation and chunk
-        defines = {"WG": wg, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
-                   "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
-                   # decode's splits load their V rows with the keys (registers permitting)
-                   "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
-    if not decode and (device.is_cpu(ctx.caps) or splits > 1):
+    parts, dpt = wg // dvlp, _ceil_div(dv // vw, dvlp)
+    vpk = _ceil_div(wg // tpk, parts)       # V rows per invocation and chunk
+    defines = {"WG": wg, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
+               "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
+               # decode's splits load their V rows with the keys (registers permitting)
+               "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
+    if device.is_cpu(ctx.caps) or splits > 1:
         # lavapipe: a masked chunk's skip still costs its mask loads and two barriers, so
         # the live range is found first (docs/journal.md, session 29); decode's splits:
         # one past the step's position then loads neither q nor K and V rows
@@ -228,11 +206,6 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
             note += ", the step's k/v rows computed here"
     if splits > 1:
         note += f", {splits} splits merged by the last"
-    if decode:
-        ctx.dispatch("attention_decode", defines | extra, bindings, writes, spec,
-                     groups_for(hkv * splits), note=note + f", {group} heads per workgroup",
-                     disjoint=disjoint)
-        return out
     ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
                  note=note, disjoint=disjoint)
     return out

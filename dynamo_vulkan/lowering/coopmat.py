@@ -36,7 +36,7 @@ SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
-PACK_MIN_READS = 4         # tiles reading an operand from which it is converted first
+PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
 # "high" and "medium" then round and split as in bf16 and hold each bf16 value in fp16

@@ -18,6 +18,7 @@ import torch
 from dynamo_vulkan import config, device
 from dynamo_vulkan.runtime import shaders
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
+from dynamo_vulkan.runtime.words import plain
 
 from .registry import NO_REQUEST, Lowered, OpSpec, Request, lowering, spec_of  # noqa: F401
 
@@ -151,7 +152,7 @@ class Context:
 
     def _upload(self, x: torch.Tensor) -> TRef:
         kind = kind_of(x.dtype)
-        data = x.detach().contiguous().reshape(-1)
+        data = plain(x).contiguous().reshape(-1)
         data = data.to(torch.float32 if kind == "f32" else torch.int32).numpy()
         if kind == "i32" and x.dtype == torch.int64 and x.numel() and \
                 (x.max() >= 2**31 or x.min() < -2**31):

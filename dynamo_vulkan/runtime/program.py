@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import device, progress
-from . import shaders
+from . import accumulate, shaders
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
 from .words import NUMPY_OF_DTYPE, host_words, packed_bytes_into
 
@@ -169,7 +170,10 @@ def keep_on_device(obj):
     stale until read_back(obj); a graph's nodes that run on the host read them
     back first. Writing a host tensor (bumping its version) uploads it again.
     A kept optimizer's compiled step also reads its parameters' gradients where a
-    compiled backward left them on the GPU (see HANDED_DTYPES' note).
+    compiled backward left them on the GPU (see HANDED_DTYPES' note); those gradients are
+    not copied to the host: the .grad of such a parameter reads as NaN until read_back
+    (of the optimizer, the module or the .grad tensor), which the backend does itself
+    where its graphs' host nodes read it.
     Mark before the first call. Returns obj."""
     if isinstance(obj, torch.Tensor):
         setattr(obj, KEEP_ON_DEVICE, True)
@@ -178,6 +182,7 @@ def keep_on_device(obj):
         for group in obj.param_groups:
             for p in group["params"]:
                 setattr(p, KEEP_ON_DEVICE, True)
+                _watch_gradients(p)
     elif isinstance(obj, torch.nn.Module):
         for t in [*obj.parameters(), *obj.buffers()]:
             setattr(t, KEEP_ON_DEVICE, True)
@@ -185,6 +190,131 @@ def keep_on_device(obj):
         raise TypeError(f"keep_on_device takes a tensor, a module or an optimizer, not "
                         f"{type(obj).__name__}")
     return obj
+
+
+GRADIENT_HOOKS = "_dynamo_vulkan_gradient_hooks"
+_ARRIVING: dict[int, int] = {}   # id(parameter) -> address of the pending gradient it steals
+
+
+def _watch_gradients(p: torch.Tensor) -> None:
+    """Hooks around the accumulation of a kept optimizer's parameter's gradient, which a
+    compiled backward may leave pending on the GPU (gradient_may_stay_on_gpu)."""
+    if getattr(p, GRADIENT_HOOKS, False) or not p.requires_grad:
+        return
+    setattr(p, GRADIENT_HOOKS, True)
+    ref = weakref.ref(p)
+    p.register_hook(functools.partial(_gradient_arrives, ref))
+    p.register_post_accumulate_grad_hook(_gradient_accumulated)
+
+
+MIXED_ON_HOST = "_dynamo_vulkan_gradient_mixed"
+_UNCLAIMED: dict[int, tuple] = {}   # id(parameter) -> (backward pass, address): on its way
+
+
+def gradient_may_stay_on_gpu(consumer, shape) -> bool:
+    """Whether a backward's gradient for autograd node `consumer` may stay pending on the
+    GPU: it accumulates into the .grad of a kept optimizer's parameter (whose hooks see
+    it), outside a double backward, and it is the first gradient of that parameter in this
+    backward pass (autograd sums a parameter's gradients from several graphs on the host
+    before its hooks run: an earlier one pending is read back, and this one is not left
+    pending)."""
+    p = getattr(consumer, "variable", None)
+    if p is None or not getattr(p, GRADIENT_HOOKS, False) or getattr(p, MIXED_ON_HOST, False) \
+            or tuple(p.shape) != tuple(shape) or torch.is_grad_enabled():
+        return False
+    task, address = _UNCLAIMED.get(id(p), (None, None))
+    if task is None or task != torch._C._current_graph_task_id():
+        return True
+    e = _HELD.get(address)
+    if e is not None and e.pending and not e.claimed:
+        storage = e.alive()
+        if storage is not None:
+            _download_into(storage, e)
+            e.pending = False
+    return False
+
+
+def _on_its_way(e: "_Held", p: torch.Tensor) -> None:
+    """Record a pending gradient that autograd is to deliver to p in this backward pass."""
+    e.param = weakref.ref(p)
+    _UNCLAIMED[id(p)] = (torch._C._current_graph_task_id(), e.address)
+
+
+_ADDED: dict[int, int] = {}      # id(parameter) -> address of its .grad, added to on the GPU
+
+
+def _gradient_arrives(ref, grad: torch.Tensor) -> None:
+    """Before autograd accumulates `grad` into the parameter's .grad: a pending gradient
+    that the parameter steals (no .grad yet, the layout autograd keeps) stays pending; one
+    added to a pending .grad is added on the GPU, in the parameter's accumulator (autograd's
+    addition on the host then adds what the host copies hold, which nothing reads); any
+    other addition on the host reads both back first."""
+    p = ref()
+    if p is None:
+        return
+    task, address = _UNCLAIMED.pop(id(p), (None, None))
+    if task == torch._C._current_graph_task_id() and \
+            grad.untyped_storage().data_ptr() != address and \
+            (e := _HELD.get(address)) is not None and e.pending and not e.claimed:
+        setattr(p, MIXED_ON_HOST, True)     # its gradients are not left on the GPU again
+        raise RuntimeError(
+            f"dynamo_vulkan: a gradient of a parameter of shape {tuple(p.shape)} that a compiled "
+            "backward left on the GPU (its optimizer is keep_on_device) was summed by autograd "
+            "with another gradient of it on the host (the parameter is used by eager code "
+            "too); this step's gradient is lost. Its gradients are copied to the host from "
+            "now on: run the step again")
+    if pending(grad) and not torch.is_grad_enabled():
+        e = _HELD[grad.untyped_storage().data_ptr()]
+        if p.grad is None and p.is_contiguous():
+            e.param, e.claimed = ref, True
+            _ARRIVING[id(p)] = e.address
+            return
+        n = max(1, grad.numel())
+        if p.grad is not None and pending(p.grad) and \
+                accumulate.float_words(e.kind, n) is not None:
+            into = _HELD[p.grad.untyped_storage().data_ptr()]
+            if into.kind == e.kind and into.shape == e.shape:
+                into.param, into.claimed = ref, True
+                acc = _to_accumulator(into, p)
+                accumulate.queue(into.mgr, acc, e.buffer, n, copy=False)
+                _ADDED[id(p)] = into.address
+                return
+    materialise([grad] + ([p.grad] if p.grad is not None else []))
+
+
+def _to_accumulator(e: "_Held", p: torch.Tensor):
+    """The parameter's accumulator, holding e's value (a copy queued if it is elsewhere)."""
+    n = max(1, int(np.prod(e.shape)) if e.shape else 1)
+    acc = accumulate.accumulator(e.mgr, p, e.buffer.size(), _count)
+    if e.buffer is not acc:
+        _release(acc)
+        accumulate.queue(e.mgr, acc, e.buffer, n, copy=True)
+        if _HOLDS.get(id(e.buffer)) == e.address:
+            del _HOLDS[id(e.buffer)]
+        e.buffer = acc
+        _HELD[e.address] = e
+        _HOLDS[id(acc)] = e.address
+    return acc
+
+
+def _gradient_accumulated(p: torch.Tensor) -> None:
+    """After accumulation: where autograd copied a pending gradient instead of stealing it,
+    or replaced a .grad added to on the GPU, the host's new .grad gets the GPU's value; an
+    addition on the GPU moved .grad's version, which its record follows."""
+    added = _ADDED.pop(id(p), None)
+    address = _ARRIVING.pop(id(p), None) if added is None else added
+    g = p.grad
+    if address is None or g is None:
+        return
+    e = _HELD.get(address)
+    if g.untyped_storage().data_ptr() == address:
+        if added is not None and e is not None:
+            e.version = g._version
+        return
+    if e is None or not e.pending:
+        raise RuntimeError(f"dynamo_vulkan: a gradient of shape {tuple(g.shape)} left on the GPU "
+                           "was copied by autograd after its buffer was overwritten")
+    _download_into(g.untyped_storage(), e)
 
 
 def _optimizer_state(opt) -> list:
@@ -204,21 +334,25 @@ def is_kept_on_device(t: torch.Tensor) -> bool:
 
 def read_back(obj):
     """Copy the GPU's copies of keep_on_device tensors into them where a program updated
-    them on the GPU since: a tensor, a module's parameters and buffers, or an optimizer's
-    parameters and state. Returns obj."""
+    them on the GPU since: a tensor, a module's parameters, their gradients and buffers, or
+    an optimizer's parameters, their gradients and state. Returns obj."""
     if isinstance(obj, torch.optim.Optimizer):
-        tensors = [p for g in obj.param_groups for p in g["params"]] + _optimizer_state(obj)
+        params = [p for g in obj.param_groups for p in g["params"]]
+        tensors = params + _optimizer_state(obj)
     elif isinstance(obj, torch.nn.Module):
-        tensors = [*obj.parameters(), *obj.buffers()]
+        params = list(obj.parameters())
+        tensors = params + list(obj.buffers())
     else:
-        tensors = [obj]
-    refresh_host(tensors)
+        params, tensors = [], [obj]
+    refresh_host(tensors + [p.grad for p in params if p.grad is not None])
     return obj
 
 
 def refresh_host(tensors) -> None:
     """read_back the tensors among `tensors` whose GPU copy a program updated since (eager
-    code, such as a graph's nodes placed on the host, is about to read them)."""
+    code, such as a graph's nodes placed on the host, is about to read them), and the
+    pending hand-offs among them."""
+    materialise(tensors)
     if not Resident._newer:
         return
     for t in tensors:
@@ -240,31 +374,129 @@ def _read_back_one(t: torch.Tensor, r: Resident) -> None:
 # Hand-offs: a forward graph's outputs that only its backward reads (saved activations),
 # while the output buffer each came from still holds its value, are read by the backward's
 # program from that buffer: no upload. Autograd hands the backward another tensor object
-# on the same storage, so a hand-off is found by its storage, which it keeps alive (no
-# other tensor can take its address) until the buffer is written again. A backward's
-# gradients hand off to a compiled optimizer step the same way, where the optimizer is
-# keep_on_device (the user may read and change .grad: an in-place op bumps its version,
-# which makes the step upload it; a write through .data does not, and is not seen).
+# on the same storage, so a hand-off is found by its storage (weakly referenced: a storage
+# freed is no hand-off) until the buffer is written again. A backward's gradients hand off
+# to a compiled optimizer step the same way, where the optimizer is keep_on_device (the
+# user may read and change .grad: an in-place op bumps its version, which makes the step
+# upload it; a write through .data does not, and is not seen).
+# A hand-off may also be lazy (pending): its host tensor is not written when the program
+# returns; it is read back when a host reader needs it (materialise: a graph's nodes on the
+# host, a program that cannot bind the buffer, read_back) or before its buffer is written
+# again, if its storage is still alive.
 # Dtypes whose host copy is the buffer's words exactly:
 HANDED_DTYPES = (torch.float32, torch.int32, torch.int64, torch.bool)
-_HELD: dict[int, tuple] = {}    # storage address -> (storage, version, shape, kp tensor, kind,
-#                                                     whether the user sees the tensor)
+
+
+class _Held:
+    """What a kp output buffer holds: the value of a host tensor's storage at a version."""
+
+    __slots__ = ("storage", "address", "version", "shape", "dtype", "buffer", "mgr", "kind",
+                 "visible", "pending", "param", "claimed")
+
+    def __init__(self, buffer, mgr, t: torch.Tensor, kind: str, visible: bool, pending: bool):
+        storage = t.untyped_storage()
+        self.storage = StorageWeakRef(storage)
+        self.address = storage.data_ptr()
+        self.version, self.shape, self.dtype = t._version, tuple(t.shape), t.dtype
+        self.buffer, self.mgr, self.kind = buffer, mgr, kind
+        self.visible = visible      # whether the user sees the tensor (a gradient)
+        self.pending = pending      # the host tensor does not hold the value yet
+        self.param = None           # weakref to the parameter whose gradient it is
+        self.claimed = False        # whether it became that parameter's .grad
+
+    def alive(self):
+        """The storage, or None where it was freed."""
+        return None if self.storage.expired() else \
+            torch.UntypedStorage._new_with_weak_ptr(self.storage.cdata)
+
+
+_HELD: dict[int, _Held] = {}    # storage address -> what holds its value
 _HOLDS: dict[int, int] = {}     # id(kp tensor) -> the storage address whose value it holds
 
 
-def _hold(buffer, t: torch.Tensor, kind: str, visible: bool = False) -> None:
-    """Record that kp tensor `buffer` holds t's value (in t's words of `kind`)."""
+def _hold(buffer, mgr, t: torch.Tensor, kind: str, visible: bool = False,
+          pending: bool = False, param=None) -> None:
+    """Record that kp tensor `buffer` holds t's value (in t's words of `kind`); pending:
+    t's host memory does not (yet); param: the parameter whose gradient t is."""
     _release(buffer)
-    storage = t.untyped_storage()
-    _HELD[storage.data_ptr()] = (storage, t._version, tuple(t.shape), buffer, kind, visible)
-    _HOLDS[id(buffer)] = storage.data_ptr()
+    e = _Held(buffer, mgr, t, kind, visible, pending)
+    if param is not None:
+        _on_its_way(e, param)
+    old = _HELD.get(e.address)      # another buffer's, of a storage freed since
+    if old is not None and _HOLDS.get(id(old.buffer)) == e.address:
+        del _HOLDS[id(old.buffer)]
+    _HELD[e.address] = e
+    _HOLDS[id(buffer)] = e.address
 
 
 def _release(buffer) -> None:
-    """`buffer` is about to be written: it holds no host tensor's value any more."""
+    """`buffer` is about to be written: it holds no host tensor's value any more. A pending
+    value that someone can still read is read back first."""
     held = _HOLDS.pop(id(buffer), None)
-    if held is not None:
-        _HELD.pop(held, None)
+    e = _HELD.get(held) if held is not None else None
+    if e is not None and e.buffer is buffer:
+        del _HELD[held]
+        if e.pending:
+            _evict(e)
+
+
+def _evict(e: _Held) -> None:
+    """Read back a pending value whose buffer is about to be written, where its storage is
+    alive: a saved activation (a forward called again before its backward), or a gradient
+    that is still its parameter's .grad at the version the backward left (a second
+    micro-batch's backward before the optimizer step)."""
+    storage = e.alive()
+    if storage is None:
+        return
+    if e.visible and e.param is not None:     # a parameter's gradient: moved to its accumulator
+        p = e.param()
+        g = p.grad if p is not None else None
+        if g is not None and g.untyped_storage().data_ptr() != e.address:
+            if e.claimed:
+                return              # no longer its .grad
+        elif g is not None and g._version != e.version:
+            return                  # written on the host since
+        elif accumulate.float_words(e.kind, 1) is not None:
+            _to_accumulator(e, p)   # its .grad, or (none yet) about to become it
+            return
+    _download_into(storage, e)
+    e.pending = False
+
+
+def _download_into(storage, e: _Held) -> None:
+    """Write the buffer's value into the storage (no version moves: autograd checks the
+    versions of saved tensors)."""
+    n = max(1, int(np.prod(e.shape)) if e.shape else 1)
+    accumulate.flush()
+    words = _download_output(e.mgr, e.buffer, words_of(e.kind, n))
+    _stats["readback_bytes"] += 4 * words.size
+    a = words.view(NUMPY_OF_KIND[e.kind])[:n]
+    if e.kind == "b":
+        a = a != 0
+    with torch.no_grad():
+        host = torch.empty(0, dtype=e.dtype).set_(storage, 0, e.shape)
+        host.copy_(torch.from_numpy(a.copy()).view(e.shape))
+
+
+def materialise(tensors) -> None:
+    """Read back the pending hand-offs among `tensors` (a host reader is about to read)."""
+    if not _HELD:
+        return
+    for t in tensors:
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            continue
+        e = _HELD.get(t.untyped_storage().data_ptr())
+        if e is not None and e.pending and e.version == t._version:
+            storage = e.alive()
+            if storage is not None:
+                _download_into(storage, e)
+                e.pending = False
+
+
+def pending(t: torch.Tensor) -> bool:
+    """Whether t's host memory does not hold its value yet (a lazy hand-off)."""
+    e = _HELD.get(t.untyped_storage().data_ptr())
+    return e is not None and e.pending and e.version == t._version and not e.storage.expired()
 
 
 def _kept_gradient(t: torch.Tensor) -> bool:
@@ -280,10 +512,10 @@ def _held_in(t) -> tuple | None:
         return None
     address = t.untyped_storage().data_ptr()
     e = _HELD.get(address)
-    if e is None or e[1] != t._version or e[2] != tuple(t.shape) or \
-            _HOLDS.get(id(e[3])) != address:
+    if e is None or e.version != t._version or e.shape != tuple(t.shape) or \
+            _HOLDS.get(id(e.buffer)) != address or e.storage.expired():
         return None
-    return e[3], e[4], e[5]
+    return e.buffer, e.kind, e.visible
 
 
 def _kp():
@@ -349,6 +581,19 @@ def download(mgr, src, words: int) -> np.ndarray:
     out = staging_view(staging)[:words].copy()
     staging.destroy()
     return out
+
+
+def _download_output(mgr, src, words: int) -> np.ndarray:
+    """download for any kp tensor: a program's output buffer (device memory with its own
+    staging) is copied into its staging memory (kp's copy op would also copy the source's
+    staging memory over the copy's on the host side)."""
+    if src.tensor_type() == _kp().TensorTypes.storage:
+        return download(mgr, src, words)
+    kp = _kp()
+    mgr.sequence().record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
+                                             STAGE_COMPUTE, STAGE_TRANSFER)) \
+        .record(kp.OpTensorSyncLocal([src])).eval()
+    return staging_view(src)[:words].copy()
 
 
 def _algorithm_key(d) -> tuple:
@@ -437,6 +682,7 @@ class Program:
         self._out_buffers = []     # (output index, kp tensor): the outputs it hands off
         self._can_hand_off = []    # those it could
         self._visible = False      # whether the user sees them (gradients)
+        self._lazy: frozenset = frozenset()   # hand-offs the recorded sequence leaves on the GPU
         for o in plan.outputs:
             if o.const is not None:
                 self.outputs.append((None, None, "const", o.const))
@@ -496,6 +742,14 @@ class Program:
         self._out_buffers = [(n, b) for n, b in self._can_hand_off if n in outputs]
         self._visible = visible
 
+    def _lazy_buffers(self) -> set:
+        """The output buffers this program's sequence leaves on the GPU: those of its lazy
+        hand-offs, where no other output reads the same buffer."""
+        lazy = {id(b) for n, b in self._out_buffers if n in self._lazy}
+        eager = {id(self.tensors[o.buffer]) for n, o in enumerate(self.plan.outputs)
+                 if o.buffer is not None and n not in self._lazy}
+        return lazy - eager
+
     def scratch_words(self) -> int:
         """Words of the shared temporaries this program is bound to."""
         return sum(s.words for s in self._scratch)
@@ -513,10 +767,11 @@ class Program:
         self.sequence = None
 
     def _build_algorithms(self, dispatches: list) -> None:
-        """The kp algorithms (a pipeline and a descriptor set each) that `dispatches` need
-        and this program lacks: their kernels compiled at once (shaders.compile_many),
-        then the algorithms built on a thread each where kp builds them without the GIL
-        (patch 8): creating one compiles its pipeline in the driver."""
+        """The kp algorithms (a descriptor set each, and a pipeline that kp shares among
+        those of the same kernel and constants: patch 11) that `dispatches` need and this
+        program lacks: their kernels compiled at once (shaders.compile_many), then the
+        algorithms built on a thread each where kp builds them without the GIL (patch 8):
+        the first of a pipeline compiles it in the driver."""
         plan, mgr = self.plan, self.mgr
         todo = {}
         for d in dispatches:
@@ -537,7 +792,7 @@ class Program:
         workers = min(len(todo), os.cpu_count() or 1) if nogil is not None else 1
         shown = progress.bar(len(todo), "building pipelines", "pipeline")
         if len(todo) >= progress.BAR_FROM:
-            progress.phase("building %d pipelines (%d distinct kernels) on %d threads", len(todo),
+            progress.phase("building %d algorithms (%d distinct pipelines) on %d threads", len(todo),
                            len({(d.spirv_key, tuple(d.spec)) for d in todo.values()}), workers)
 
         def build_shown(d):
@@ -588,10 +843,11 @@ class Program:
             seq.record(kp.OpDispatchBare(self._algorithms[_algorithm_key(d)]))
             labels.append(f"{d.name} {d.note}")
         resident = {b for spec in plan.inputs if spec.resident for b in spec.buffers()}
+        lazy = self._lazy_buffers()
         outs = [self.tensors[b] for b in sorted(
             {o.buffer for o in plan.outputs if o.buffer is not None} |
             ({plan.check_buffer} if plan.check_buffer is not None else set()) |
-            {b for _, b in plan.mutations if b not in resident})]
+            {b for _, b in plan.mutations if b not in resident}) if id(self.tensors[b]) not in lazy]
         for src, rb in self._readbacks:     # mutated weights/buffers: copy out to host too
             seq.record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
                                           STAGE_COMPUTE, STAGE_TRANSFER))
@@ -614,15 +870,24 @@ class Program:
             list(map(torch.Tensor.data_ptr, ts)) == self._res_ptrs
 
     @serialised
-    def __call__(self, args, sequence=None):
+    def __call__(self, args, sequence=None, lazy=frozenset()):
         """The outputs for `args`; `sequence`: one of this program's record()ings to run
-        instead of the whole plan (its outputs then hold what it wrote)."""
+        instead of the whole plan (its outputs then hold what it wrote). lazy: indices of
+        hand-off outputs whose host tensors are left pending (see _Held): only the GPU
+        holds their value until a host reader materialises them; a dict names the
+        parameter whose gradient each is."""
+        accumulate.flush()      # additions that read buffers this call may write
+        now = frozenset(n for n, _ in self._out_buffers if n in lazy)
+        if now != self._lazy:
+            self._lazy, self.sequence = now, None      # recorded again, without their copies
         ts = [args[i] for i in self._res_args]
         if not self._residents_current(ts):
             self._res_seen = None
             self._sync_residents(args)
             self._res_seen = [r.version for _, r in self.residents]
         sent = 0
+        if _HELD:
+            materialise([args[i] for i, *_ in self.streamed])
         for i, staging, kind, span in self.streamed:
             words = host_words(args[i], kind, span)
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
@@ -633,15 +898,20 @@ class Program:
                     held_in[0].size() == buffer.size():
                 raise StaleBinding(i)     # another program produces it now: bind its buffer
             if held_in is None or held_in[0] is not buffer:
+                materialise([args[i]])
+                _release(buffer)    # a pending value there is read back before the upload
+                accumulate.flush()
                 words = host_words(args[i], kind)     # not the value left there: upload it
                 staging[:words.size] = words
                 sent += words.nbytes
                 _sync_device(self.mgr, buffer)
-                _hold(buffer, args[i], kind)
+                _hold(buffer, self.mgr, args[i], kind)
         for _, buffer in self._out_buffers:
             _release(buffer)
+        accumulate.flush()          # gradients moved to their accumulators first
         _stats["input_bytes"] += sent
-        _stats["output_bytes"] += self._out_bytes
+        _stats["output_bytes"] += self._out_bytes - sum(
+            self.outputs[n][0].nbytes for n in self._lazy)
         _stats["readback_bytes"] += self._readback_bytes
         if self._checks is not None:
             self._checks[0] = 0
@@ -674,7 +944,11 @@ class Program:
         for n in self._res_moved:           # what the caller's bump before the next call makes them
             self._res_seen[n] = self.residents[n][1].version + self._res_bump[n]
         out = []
-        for staging, shape, kind, dtype in self.outputs:
+        for n, (staging, shape, kind, dtype) in enumerate(self.outputs):
+            if n in self._lazy:      # pending; a visible one reads as NaN until read back
+                out.append(torch.full(shape, float("nan"), dtype=dtype) if self._visible and
+                           dtype.is_floating_point else torch.empty(shape, dtype=dtype))
+                continue
             if staging is None:
                 out.append(dtype if kind == "const" else args[shape])   # a size, or an input
                 continue
@@ -687,7 +961,8 @@ class Program:
             else:
                 out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
         for n, buffer in self._out_buffers:
-            _hold(buffer, out[n], self.outputs[n][2], self._visible)
+            _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, n in self._lazy,
+                  lazy.get(n) if isinstance(lazy, dict) else None)
         return out
 
     def _sync_residents(self, args) -> None:

@@ -14,12 +14,19 @@ NUMPY_OF_DTYPE = {torch.float32: np.float32, torch.int64: np.int64, torch.int32:
                   torch.bool: np.bool_}
 
 
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """t detached, as a tensor numpy can read: autograd's zero tensors (a backward's
+    _efficientzerotensor) hold no storage, so they become real zeros."""
+    t = t.detach()
+    return torch.zeros(t.shape, dtype=t.dtype) if t._is_zerotensor() else t
+
+
 def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
     """A tensor as the 32-bit words the GPU holds (int64 checked to fit int32;
     kind "u8": the raw bytes, 4 to a word, zero-padded, in the GPU order of GGUF rows
     when the kind names one; span (byte start, byte length, whole rows): only those
     bytes, without copying the rest)."""
-    t = t.detach()
+    t = plain(t)
     if base_kind(kind) != "u8" and t.numel() <= SMALL_INPUT and t.dtype in NUMPY_OF_DTYPE:
         # a token, positions: numpy's few calls cost less than torch's ops per call
         a = t.reshape(-1).numpy()

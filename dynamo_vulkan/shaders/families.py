@@ -48,14 +48,12 @@ SPECIAL = ("NEED_DIGAMMA NEED_ERFINV NEED_I0 NEED_IGAMMA NEED_LGAMMA NEED_LSE NE
 _GGUF_MATVEC_PROLOGUE = "NORM X_LAZY POST_NORM POST_RES PN_COUNT PN_RAW PN_RES PN_W RESIDUAL RES_BINDING"
 
 FAMILIES: dict[str, Family] = {
+    "accumulate": _f(),
     "argreduce": _f("INNER_INDEX LOAD OUTER_INDEX SPEC_DECLS STORE VAL_T",
                     "CHUNK SPLITS IS_FLOAT LARGEST PAIRS WANT_VALUES", "SMALLEST"),
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
                         "K_NEW K_RPH K_W LIVE_RANGE PARTS PENDING Q_LAZY Q_RPH Q_W "
                         "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
-    "attention_decode": _f("", "COUNTER_BINDING CPU_LANES D DPT DV G IDX_BINDING IDX_OFF KC K_NEW K_RPH K_W "
-                               "PENDING Q_LAZY Q_RPH Q_W SCRATCH_BINDING SG_SUM SPLITS TPK VW V_NEW "
-                               "V_RPH V_W WG"),
     "cdist": _f("", "PDIST P_INF P_ONE P_TWO P_ZERO", "P_ANY"),
     "conv": _f("", "HAS_BIAS TRANSPOSED"),
     "coopmat_pack": _f("", "ALONG_ROWS BF16_IN_F16 CM_BF16 SPLIT3", "CM_F16"),
@@ -76,7 +74,7 @@ FAMILIES: dict[str, Family] = {
     "matmul": _f("", "A_ALONG_K A_VEC4 B_ALONG_K B_VEC4 BK BM BN CPU_LANES CL_MR CL_NC CL_WG "
                      "HAS_BIAS OUT_VEC4 TM TN"),
     "matmul_coopmat": _f("", "A_ALONG_K A_PACKED A_VEC4 B_ALONG_K B_PACKED B_VEC4 BF16_IN_F16 BK BM BN "
-                             "CM_BF16 CM_K CM_M CM_N HAS_BIAS SG_M SG_N SM_HALF SM_UINT SPLIT3 SUBGROUP", "CM_F16"),
+                             "CM_BF16 CM_K CM_M CM_N HAS_BIAS SG_M SG_N SPLIT3 SUBGROUP", "CM_F16"),
     "matvec": _f("", "A_VEC4 B_VEC4 COLS COUNT_BINDING CQ HAS_BIAS KT MC MROWS PART_BINDING "
                      "PART_VEC4 SPLIT_K UNROLL"),
     "pool": _f("", "ADAPTIVE MAX", "AVG"),

@@ -14,6 +14,10 @@
 // are converted and stored into the other stage afterwards, and one barrier a step
 // separates the two (a stage is rewritten only after every subgroup passed the barrier
 // that followed its last reads).
+// A_PACKED / B_PACKED: the operand is a 16-bit copy made ahead of the kernel
+// (coopmat_pack.comp: converted, split, zero padded to whole tiles and K steps, along k),
+// whose octets are loaded as one uvec4 (a second for SPLIT3's lo plane) and stored as they
+// are, without bounds or conversion.
 // Global loads: groups of 8 consecutive elements ("octets") along each operand's
 // unit-stride dimension (A_ALONG_K / B_ALONG_K; two 16-byte loads where A_VEC4 / B_VEC4),
 // converted to 16 bits and stored as one uvec4 (four packed pairs) so that shared runs

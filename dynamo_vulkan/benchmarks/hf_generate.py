@@ -3,7 +3,7 @@
 compiled with backend="vulkan", against eager on the CPU and, where present, on CUDA,
 in one run; the greedy tokens checked equal to the CPU's.
 
-    python -m benchmarks.hf_generate [--layers 30] [--prompt 32] [--new-tokens 64]
+    python -m dynamo_vulkan.benchmarks.hf_generate [--layers 30] [--prompt 32] [--new-tokens 64]
 
 Each backend runs generate() once to warm up (compiling, for Vulkan), then once for
 one new token (the prompt's prefill and one step) and once for N, all with one static

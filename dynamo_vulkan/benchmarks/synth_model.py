@@ -9,8 +9,8 @@ the model runs with finite numbers (it only babbles). ``n_layers`` keeps the
 first layers only, for quick runs. A file whose data is cut short (the first chunk
 of a split model, which holds the whole header) gives a skeleton too.
 
-    python -m benchmarks.synth_model MODEL.gguf SKELETON.json.gz   # make a skeleton
-    python -m benchmarks.synth_model --llama qwen2-7b --tokenizer-from QWEN2.json.gz LLAMA.json.gz
+    python -m dynamo_vulkan.benchmarks.synth_model MODEL.gguf SKELETON.json.gz   # make a skeleton
+    python -m dynamo_vulkan.benchmarks.synth_model --llama qwen2-7b --tokenizer-from QWEN2.json.gz LLAMA.json.gz
 """
 from __future__ import annotations
 
@@ -250,7 +250,7 @@ def _random_blocks(rng, tname: str, ne: list[int]) -> np.ndarray:
 def main(argv=None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.synth_model", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.benchmarks.synth_model", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="a GGUF file (or the header-only first chunk of one)")
     p.add_argument("out", help="the skeleton to write (.json.gz)")

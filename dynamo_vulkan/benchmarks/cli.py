@@ -1,4 +1,4 @@
-"""python -m benchmarks: measure workloads on our Vulkan backend beside eager CPU,
+"""python -m dynamo_vulkan.benchmarks: measure workloads on our Vulkan backend beside eager CPU,
 inductor CPU and the peers that are installed, in one run.
 
 Writes to --out: results.json (the record: machine, device, driver, versions,
@@ -15,11 +15,10 @@ A missing peer is skipped with a note.
 Any GGUF model, llama-bench style (prefill 512 / decode 128 and 128 / 64 by default;
 see benchmarks/suites/llm.py, which also says how to run the 7B rows on a GPU machine):
 
-    python -m benchmarks --models MODEL.gguf SKELETON.json.gz --llama-cpp [DIR]
+    python -m dynamo_vulkan.benchmarks --models MODEL.gguf SKELETON.json.gz --llama-cpp [DIR]
 
-Installed (pip install '.[bench]'), the same runs from any directory as
-`dynamo-vulkan-bench` or `python -m dynamo_vulkan.benchmarks`; --out is relative to
-the current directory.
+Installed (pip install '.[bench]'), it runs from any directory, also as
+`dynamo-vulkan-bench`; --out is relative to the current directory.
 
 Times: "ms" is wall time per call (host clock, the call returned), except torch
 CUDA's rows, whose "ms is" column says device (CUDA events); "device ms" is our
@@ -50,12 +49,12 @@ from .harness import Bench, Options
 from .peers import PeerUnavailable
 from .timing import Plan
 
-log = logging.getLogger("benchmarks")
+log = logging.getLogger("dynamo_vulkan.benchmarks")
 OURS = ("vulkan", "vulkan_kernel")   # rows whose errors decide the exit status (a peer's are reported only)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.benchmarks", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--suites", default=None, help="comma-separated (see --list); default: all (with --models: llm)")
     p.add_argument("--list", action="store_true", help="list the suites and exit")

@@ -31,7 +31,7 @@ bandwidth measured on an H100 that day, 2,955 GB/s.
 
 So neither compiler gets a 4-bit mat-vec to 0.7 of copy with fp32 arithmetic here.
 
-    python -m benchmarks.cuda_matvec [--types Q4_0,Q8_0] [--shapes 4096x4096]
+    python -m dynamo_vulkan.benchmarks.cuda_matvec [--types Q4_0,Q8_0] [--shapes 4096x4096]
 """
 from __future__ import annotations
 

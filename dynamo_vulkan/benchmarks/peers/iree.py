@@ -8,7 +8,7 @@ once, so a module (.vmfb) holds no weights and depends only on the shapes: one
 compiled elsewhere for the same target (``--iree-vmfb-dir``) is as good, which
 lets a machine that has only the runtime run the peer:
 
-    python -m benchmarks.peers.iree --prepare DIR --target ampere [--quick]
+    python -m dynamo_vulkan.benchmarks.peers.iree --prepare DIR --target ampere [--quick]
 
 Two things are decided for IREE, and noted with its rows: scaled_dot_product_attention
 is decomposed to matmul + softmax before import (IREE's SPIR-V path cannot
@@ -169,7 +169,7 @@ def compile_module(model: torch.nn.Module, inputs: tuple, target: str | None) ->
 
 def main(argv=None) -> int:
     """Compile the MLP/block modules ahead, for a machine that has only iree-base-runtime."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.peers.iree", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m dynamo_vulkan.benchmarks.peers.iree", description=main.__doc__)
     p.add_argument("--prepare", required=True, metavar="DIR", help="write .vmfb files here")
     p.add_argument("--target", default=None, help="--iree-vulkan-target (e.g. ampere); default: IREE's baseline")
     p.add_argument("--quick", action="store_true", help="the --quick shapes")

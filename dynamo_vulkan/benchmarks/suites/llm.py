@@ -38,7 +38,7 @@ in .device-kit, which travels beside the tree), one model per command (writing t
 
     REPO=$PWD; SHA=...      # SHA: this checkout's git rev-parse HEAD
     bash scripts/on_device.sh bash -c "cd /tmp && BENCH_GIT_COMMIT=$SHA \
-        PYTHONPATH=\$PYTHONPATH:$REPO python3 -m benchmarks --no-inductor --out $OUT/llama-7b \
+        python3 -m dynamo_vulkan.benchmarks --no-inductor --out $OUT/llama-7b \
         --models $REPO/.device-kit/skel/llama-7b.json.gz --llama-cpp $REPO/.device-kit/peers"
 
 (``qwen2-7b.json.gz`` likewise), and the greedy-token check on their 2-layer variants

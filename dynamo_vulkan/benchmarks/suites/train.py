@@ -36,6 +36,12 @@ def _stat(run) -> Stat:
     return Stat.of(t * 1e3 for t in timed)
 
 
+def _per_step(run, key: str) -> str:
+    """The median of a training run's per-step byte counter, after the first step."""
+    counts = sorted(run.extra.get(key, [])[1:])
+    return f"{counts[len(counts) // 2]} B" if counts else "?"
+
+
 def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -75,10 +81,12 @@ def run(bench) -> None:
                       cpu_nodes=sum(len(r.cpu_nodes) for r in reports),
                       placement=where["placement"],
                       note=f"losses within {rel:.1e} of eager's (relative, worst step); graphs "
-                           f"{'/'.join(r.kind for r in reports)}; Vulkan memory held "
+                           f"{'/'.join(r.role or r.kind for r in reports)}; Vulkan memory held "
                            f"{_mib(stats['device_bytes'] - held)}, process peak "
                            f"{_mib(stats['device_bytes_peak'])}; first step "
-                           f"{ours.step_s[0]:.1f} s (compiles)"))
+                           f"{ours.step_s[0]:.1f} s (compiles); GPU to host per step "
+                           f"{_per_step(ours, 'gpu_to_host_bytes')}, host to GPU "
+                           f"{_per_step(ours, 'host_to_gpu_bytes')}"))
         bench.extra.setdefault("train_losses", {})[w.name] = {"eager_cpu": ref.losses,
                                                               "vulkan": ours.losses}
         if bench.opts.cuda:

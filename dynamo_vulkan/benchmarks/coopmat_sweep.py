@@ -28,14 +28,16 @@ CUDA_BASE = {"highest": "fp32", "high": "TF32", "medium": "bf16", "fp16": "fp16"
 def _variant(text: str, bk_choices: tuple, pack: str | None
              ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict, str | None]:
     """"128x256/2x4" -> ((128, 256), (2, 4), bk_choices, {}, pack); an optional
-    third part names the K step ("128x128/2x4/64"); "+NAME" suffixes add kernel defines,
+    third part names the K step ("128x128/2x4/64"); "+NAME" ("+NAME=VALUE") suffixes add
+    (or override) kernel defines,
     "+packAB" ("+packA", "+packB", "+pack") sets which operands are converted first."""
     head, *extra = text.split("+")
     tile, sub, *bk = head.split("/")
     bks = (int(bk[0]),) if bk else bk_choices
     pack = next((e[4:] for e in extra if e.startswith("pack")), pack)
     return (tuple(map(int, tile.split("x"))), tuple(map(int, sub.split("x"))), bks,
-            {name: 1 for name in extra if not name.startswith("pack")}, pack)
+            {n: int(v) if v else 1 for n, _, v in (e.partition("=") for e in extra if not e.startswith("pack"))},
+            pack)
 
 
 _REFERENCE: dict = {}     # (m, k, n, kind) -> the fp64 product, computed once

@@ -132,7 +132,7 @@ def measure(name, rows, cols, m=1, calls=20, chained=True, seed=0,
     copies = max(4, math.ceil(target_bytes / nbytes))
     args = _weights(name, nbytes, cols, m, copies, rng)
     (short, pargs), (long, _) = (_program(name, rows, cols, args, chained, r) for r in (ROUNDS, 2 * ROUNDS))
-    from benchmarks.probes import ChainedRead, wall_difference
+    from .probes import ChainedRead, wall_difference
     floor = ChainedRead(nbytes, copies)       # made before the warm-up; also its load
     t_end, n = time.perf_counter() + warmup_s, 0
     while n < 3 or time.perf_counter() < t_end:      # warm-up (uploads, clocks)

@@ -154,7 +154,7 @@ def environment(argv: list[str]) -> dict:
     src = Path(__file__).resolve().parents[1]
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "python -m benchmarks " + " ".join(shlex.quote(a) for a in argv),
+        "command": "python -m dynamo_vulkan.benchmarks " + " ".join(shlex.quote(a) for a in argv),
         "machine": {"host": platform.node(), "platform": platform.platform(), "cpu": _cpu_model(),
                     "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()},
         "device": dev,

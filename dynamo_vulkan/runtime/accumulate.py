@@ -1,0 +1,84 @@
+"""Gradients of micro-batches accumulated on the GPU (runtime/program.py's gradient hooks).
+
+A kept optimizer's parameter whose .grad a compiled backward left on the GPU gets a buffer
+of its own (an accumulator) when that .grad must outlive the backward's output buffer: the
+next backward moves it there (a copy) instead of reading it back, and adds its own
+gradient into it (shaders/accumulate.comp). The kernels are queued and submitted together
+before anything reads or writes those buffers again (flush): one submit per backward.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import torch
+
+from . import shaders
+from .plan import words_of
+
+GROUP = 256            # the kernel's local size
+MAX_GROUPS = 65535     # workgroups along x before the grid folds into y
+
+_queue: list = []      # (manager, kp algorithm, dst kp tensor) to submit
+_algorithms: dict = {}   # (id(dst), id(src), words, copy) -> (kp algorithm, dst, src)
+_accumulators: dict = {}   # id(parameter) -> its kp tensor, while the parameter lives
+
+
+def accumulator(mgr, p: torch.Tensor, words: int, count):
+    """The parameter's accumulator of `words` words (a device-only kp tensor), made on
+    first use; count(owner, bytes) records the GPU memory it holds."""
+    acc = _accumulators.get(id(p))
+    if acc is None or acc.size() != words:
+        import kp
+        if acc is None:
+            weakref.finalize(p, _accumulators.pop, id(p), None)
+        acc = mgr.tensor_t(np.zeros(words, np.uint32), tensor_type=kp.TensorTypes.storage)
+        _accumulators[id(p)] = acc
+        count(acc, 4 * words)
+    return acc
+
+
+def queue(mgr, dst, src, n: int, copy: bool) -> None:
+    """dst = src (copy) or dst += src over n float32 elements, at the next flush()."""
+    key = (id(dst), id(src), n, copy)
+    got = _algorithms.get(key)
+    if got is None:
+        key_src, source = shaders.kernel_source("accumulate", {})
+        spv = shaders.compile_source(source, "accumulate")
+        total = max(1, -(-n // GROUP))
+        x = min(total, MAX_GROUPS)
+        got = _algorithms[key] = (mgr.algorithm([dst, src], spv, [x, -(-total // x), 1],
+                                                np.array([n, int(copy)], np.uint32),
+                                                np.zeros(0, np.uint32)), dst, src)
+    _queue.append((mgr, got[0], dst))
+
+
+def flush() -> None:
+    """Submit the queued kernels (in order; a barrier where one reads or writes what an
+    earlier one wrote) and wait."""
+    if not _queue:
+        return
+    import kp
+    from .program import SHADER_READ, SHADER_WRITE, STAGE_COMPUTE, STAGE_TRANSFER, TRANSFER_WRITE
+    todo = list(_queue)
+    _queue.clear()
+    for mgr in {id(m): m for m, _, _ in todo}.values():
+        seq = mgr.sequence()
+        seq.record(kp.OpGlobalBarrier(TRANSFER_WRITE | SHADER_WRITE, SHADER_READ | SHADER_WRITE,
+                                      STAGE_TRANSFER | STAGE_COMPUTE, STAGE_COMPUTE))
+        written: set = set()
+        for m, algorithm, dst in todo:
+            if m is not mgr:
+                continue
+            if id(dst) in written:
+                seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,
+                                              STAGE_COMPUTE, STAGE_COMPUTE))
+                written.clear()
+            written.add(id(dst))
+            seq.record(kp.OpDispatchBare(algorithm))
+        seq.eval()
+
+
+def float_words(kind: str, n: int) -> int | None:
+    """Words of n elements of a kind the kernel adds (float32), else None."""
+    return words_of(kind, n) if kind == "f32" else None
