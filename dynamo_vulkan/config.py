@@ -174,6 +174,10 @@ class Config:
     debug_dump: Path | None = _setting(
         "DYNAMO_VULKAN_DEBUG_DUMP", _writable_dir, "DIR",
         "per graph: the FX graph, the partition report, the lowered program, GLSL and SPIR-V")
+    strict: bool = _setting(
+        "DYNAMO_VULKAN_STRICT", _flag(False), "1\\|0",
+        "a bug in a lowering rule (an exception other than its declared refusal) raises instead of "
+        "being logged as a bug while the node runs on the CPU (the tests set it)")
     profile: bool = _setting(
         "DYNAMO_VULKAN_PROFILE", _flag(False), "1", "GPU timestamps per kernel, printed as a table after each call")
     fence_spin_us: int | None = _setting(         # None: the device's default (device.set_fence_spin)

@@ -185,10 +185,14 @@ def classify(exc: BaseException) -> Outcome:
     """Map an exception from compiling or running a sample to fallback/error."""
     from torch._dynamo.exc import Unsupported
     from .backend import VulkanFallbackError
+    from .lowering import RuleBugError
     chain, e = [], exc
     while e is not None and e not in chain:
         chain.append(e)
         e = e.__cause__ or e.__context__
+    for e in chain:        # a rule's bug (outside strict mode) is an error, not a fallback
+        if isinstance(e, RuleBugError):
+            return Outcome("error", _first_line(str(e)))
     for e in chain:
         if isinstance(e, VulkanFallbackError):
             text = str(e)

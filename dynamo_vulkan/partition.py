@@ -16,7 +16,7 @@ import torch.fx as fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from dynamo_vulkan.lowering import LOWERINGS
+from dynamo_vulkan.lowering import spec_of
 from dynamo_vulkan.lowering.core import HostPlacement
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE
 from dynamo_vulkan.lowering.planner import is_foldable_target, is_size_value
@@ -127,11 +127,11 @@ def why_not_vulkan(node: fx.Node) -> str | None:
         return None
     if not isinstance(t, torch._ops.OpOverload):
         return f"{getattr(t, '__name__', t)} is not an ATen op"
-    rule = LOWERINGS.get(t)
+    spec = spec_of(t)
     if t is torch.ops.aten.copy_.default:      # an input mutation: the planner writes it back
         if node.args[0].op != "placeholder":
             return "copy_ into an intermediate"
-    elif rule is None:
+    elif spec is None:
         # no tensor inputs (a size, SymInt under dynamic shapes, is known when the
         # partition is specialised to its inputs): the planner computes it on the host
         foldable = not any(isinstance(n.meta.get("val"), torch.Tensor) for n in node.all_input_nodes) \
@@ -146,8 +146,8 @@ def why_not_vulkan(node: fx.Node) -> str | None:
     if _float64_at_boundary(node):
         return ("a float64 graph input or output (Vulkan computes float64 in float32, so only "
                 "inside a graph, where decompositions upcast)")
-    if rule is not None and rule.check is not None:
-        return rule.check(node)
+    if spec is not None and spec.check is not None:
+        return spec.check(node)
     return None
 
 

@@ -8,6 +8,8 @@ import torch
 
 os.environ.setdefault("DYNAMO_VULKAN_CACHE_DIR", tempfile.mkdtemp(prefix="dvk-test-cache-"))
 os.environ.setdefault("DYNAMO_VULKAN_FALLBACK", "silent")
+# a bug in a lowering rule raises (not a quiet CPU fallback): lowering/planner.call_rule
+os.environ.setdefault("DYNAMO_VULKAN_STRICT", "1")
 # our matmul kernels, not torch, even on lavapipe (Config.cpu_matmul), so the tests check them
 os.environ.setdefault("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
 

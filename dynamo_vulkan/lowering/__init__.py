@@ -1,5 +1,6 @@
 """ATen op -> Vulkan kernel rules. Each family module registers its ops with
-the `@lowering` decorator; this file is the index of families:
+the `@lowering` decorator (registry.py), one `OpSpec` record per op next to its
+rule; `spec_of(target)` reads it. This file is the index of families:
 
 | module      | shader             | ops                                                              |
 | ----------- | ------------------ | ---------------------------------------------------------------- |
@@ -31,18 +32,20 @@ the `@lowering` decorator; this file is the index of families:
 """
 import functools
 
-from .core import LOWERINGS, LoweringError, Rule, TRef, contiguous_strides, kind_of, lowering
+from .core import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
+from .registry import (DuplicateLoweringError, Lowered, OpSpec, Request, lowering, spec_of,
+                       specs)
 from . import elementwise, reduce, rowwise, matmul, index, views, gguf  # noqa: F401  (register)
 from . import conv, pool, norm, scan, indexing, sort  # noqa: F401  (register: coverage families)
 from . import mathops, layout, search, histogram, misc, attention  # noqa: F401  (register)
 
-__all__ = ["LOWERINGS", "LoweringError", "Rule", "TRef", "contiguous_strides", "kind_of",
-           "lowering", "decompositions"]
+__all__ = ["DuplicateLoweringError", "LoweringError", "Lowered", "OpSpec", "Request", "RuleBugError",
+           "TRef", "contiguous_strides", "kind_of", "lowering", "spec_of", "specs", "decompositions"]
 
 
 @functools.cache
 def decompositions() -> dict:
-    """The core ATen decompositions, less those of ops lowered whole (misc.KEEP_WHOLE:
+    """The core ATen decompositions, less those of ops lowered whole (OpSpec.keep_whole:
     their decompositions guard on data, which breaks tracing), with decomp_overrides'
     in place of those whose outputs would not be what the op's backward reads, and
     backward_decomps' for backward ops that core ATen keeps whole, and optimizer_decomps'
@@ -53,7 +56,8 @@ def decompositions() -> dict:
     from .decomp_overrides import OVERRIDES
     from .optimizer_decomps import optimizer_decompositions
     table = core_aten_decompositions()
-    table = {op: fn for op, fn in table.items() if op not in misc.KEEP_WHOLE}
+    whole = {t for t, spec in specs().items() if spec.keep_whole}
+    table = {op: fn for op, fn in table.items() if op not in whole}
     table.update(OVERRIDES)
     table.update(BACKWARD_DECOMPOSITIONS)
     table.update(optimizer_decompositions())

@@ -14,7 +14,7 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 from dynamo_vulkan import device
 
 from .core import LoweringError, TRef, f32_bits, groups_for, has_cpu_lanes, host_matmul, lowering
-from .fusion import LOADS_LAZY, TAKES_DEFERRED, Lazy, LazyView, materialize, row_loader
+from .fusion import Lazy, LazyView, materialize, row_loader
 from .index import RowWrite
 
 ATTENTION = torch.ops.dynamo_vulkan.attention.default
@@ -77,10 +77,6 @@ def _q_computed_on_load(user, node) -> bool:
         val.shape[1] == 1 and not device.is_cpu()
 
 
-LOADS_LAZY[ATTENTION] = _q_computed_on_load
-TAKES_DEFERRED.add(ATTENTION)
-
-
 def _new_row(ctx, cache: TRef, heads: int, width: int, name: str, base: int):
     """For a decode step whose K or V cache row was just written by a one-row scatter
     (index.RowWrite) still the buffer's last writer: (the write, its row as a
@@ -112,7 +108,7 @@ def _new_row(ctx, cache: TRef, heads: int, width: int, name: str, base: int):
     return w, loader, {f"{up}_NEW": loader.decls, f"{up}_W": rw, f"{up}_RPH": width // rw}
 
 
-@lowering(ATTENTION, check=_check)
+@lowering(ATTENTION, check=_check, loads_lazy=_q_computed_on_load, takes_deferred=True)
 def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     k, v, mask = (ctx.ref(materialize(ctx, t)) for t in (k, v, mask))
     q_lazy, q_defines = None, {}

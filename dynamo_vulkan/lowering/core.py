@@ -1,5 +1,6 @@
-"""What every lowering rule works with: tensor references into GPU buffers,
-the context that allocates buffers and emits dispatches, and the registry.
+"""What every lowering rule works with: tensor references into GPU buffers and
+the context that allocates buffers and emits dispatches (the registry of rules is
+registry.py; `lowering` is re-exported here for the family modules).
 
 A value on the GPU is a `TRef`: a buffer plus shape, strides and offset in
 elements, so view ops only make a new TRef. Kernels read operands through their
@@ -19,12 +20,22 @@ from dynamo_vulkan.runtime import shaders
 from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
 from dynamo_vulkan.runtime.words import plain
 
+from .registry import NO_REQUEST, Lowered, OpSpec, Request, lowering, spec_of  # noqa: F401
+
 GLSL_TYPE = {"f32": "float", "i32": "int", "b": "bool"}
 MAX_GROUPS = 65535
 
 
 class LoweringError(RuntimeError):
-    """A node that the Vulkan lowering cannot handle with these inputs."""
+    """A node that the Vulkan lowering cannot handle with these inputs: a rule's declared
+    refusal, with its reason; the node runs on the CPU. Any other exception from a rule
+    is a bug in it (lowering/planner.py)."""
+
+
+class RuleBugError(LoweringError):
+    """A lowering rule raised something other than a declared refusal (LoweringError): a
+    bug in the rule, not a limit of Vulkan. Outside strict mode (Config.strict) the planner
+    logs it as a bug and the node runs on the CPU."""
 
 
 class HostPlacement(str):
@@ -98,13 +109,10 @@ class Context:
         self.caps = caps
         self.cfg = cfg or config.load()    # the compile's settings (config.py)
         self.node = None           # the FX node being lowered (for meta and errors)
-        self._consts: dict[int, TRef] = {}
+        self._consts: dict[tuple, object] = {}         # (tag, id of a host constant) -> its upload
         self._const_tensors: list[torch.Tensor] = []   # keeps id() of folded constants stable
         self.outputs: list[TRef] = []                  # graph outputs placed so far
         self.in_place: set = set()      # nodes that may write their first input's buffer
-        self.defer_next = False         # the next plain ew() returns a Lazy (fusion.py)
-        self.residual = None            # a TRef the next EPILOGUES op may add to its output
-        self.residual_added = False     # ... and did
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
         self.xplanes: dict = {}         # x's int8 planes made so far (gguf._emit_int_dot)
 
@@ -127,20 +135,30 @@ class Context:
         if isinstance(x, TRef):
             return x
         if isinstance(x, torch.Tensor):
-            ref = self._consts.get(id(x))
-            if ref is None:
-                kind = kind_of(x.dtype)
-                data = plain(x).contiguous().reshape(-1)
-                data = data.to(torch.float32 if kind == "f32" else torch.int32).numpy()
-                if kind == "i32" and x.dtype == torch.int64 and x.numel() and \
-                        (x.max() >= 2**31 or x.min() < -2**31):
-                    raise LoweringError("an int64 constant does not fit in int32")
-                buf = self.buffer(data.size, "const", kind, data.view("uint32").copy())
-                ref = TRef(buf, tuple(x.shape), contiguous_strides(tuple(x.shape)), 0, kind)
-                self._consts[id(x)] = ref
-                self._const_tensors.append(x)
-            return ref
+            return self.const_once(x, lambda: self._upload(x))
         raise LoweringError(f"expected a tensor, got {type(x).__name__}")
+
+    def const_once(self, x: torch.Tensor, make: Callable[[], object], tag: str = ""):
+        """The value `make()` builds for host tensor x (its constant buffers), built once
+        per (tag, x) in this plan; x is kept alive with the plan's context, so its id()
+        names no other tensor meanwhile. Families that upload a constant in a layout of
+        their own (GGUF blocks) use a tag of their own."""
+        key = (tag, id(x))
+        ref = self._consts.get(key)
+        if ref is None:
+            ref = self._consts[key] = make()
+            self._const_tensors.append(x)
+        return ref
+
+    def _upload(self, x: torch.Tensor) -> TRef:
+        kind = kind_of(x.dtype)
+        data = plain(x).contiguous().reshape(-1)
+        data = data.to(torch.float32 if kind == "f32" else torch.int32).numpy()
+        if kind == "i32" and x.dtype == torch.int64 and x.numel() and \
+                (x.max() >= 2**31 or x.min() < -2**31):
+            raise LoweringError("an int64 constant does not fit in int32")
+        buf = self.buffer(data.size, "const", kind, data.view("uint32").copy())
+        return TRef(buf, tuple(x.shape), contiguous_strides(tuple(x.shape)), 0, kind)
 
     # --- node metadata -----------------------------------------------------
     def meta(self, i: int | None = None):
@@ -250,25 +268,6 @@ def cpu_lanes(caps: dict, n: int) -> dict | None:
 def cpu_lanes_groups(lanes: dict, m: int, n: int, batches: int = 1) -> tuple[int, int, int]:
     """The CPU_LANES grid: columns of C, rows of A, batches."""
     return (-(-n // (lanes["CL_WG"] * lanes["CL_NC"])), -(-m // lanes["CL_MR"]), batches)
-
-
-# --- the registry -----------------------------------------------------------
-@dataclass
-class Rule:
-    fn: Callable
-    check: Callable | None = None   # node -> reason string if unsupported, else None
-
-
-LOWERINGS: dict[object, Rule] = {}
-
-
-def lowering(*targets, check=None):
-    """Register `fn(ctx, *args, **kwargs)` as the lowering of ATen `targets`."""
-    def deco(fn):
-        for t in targets:
-            LOWERINGS[t] = Rule(fn, check)
-        return fn
-    return deco
 
 
 def meta_view(ref: TRef, fn) -> TRef:

@@ -7,9 +7,9 @@ import math
 
 import torch
 
-from .fusion import FUSIBLE, Lazy, fold, foldable
-from .core import (GLSL_TYPE, Context, LoweringError, TRef, contiguous_strides, f32_bits,
-                   groups_for, i32_bits, kind_of, lowering)
+from .fusion import Lazy, fold, foldable
+from .core import (GLSL_TYPE, NO_REQUEST, Context, LoweringError, TRef, contiguous_strides,
+                   f32_bits, groups_for, i32_bits, kind_of, lowering)
 
 aten = torch.ops.aten
 WG = 256
@@ -78,7 +78,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
        out: TRef | None = None, shape: tuple | None = None, result: str | None = None,
        scatter: list[tuple[int, int, int]] = (), accumulate: bool | str = False,
        gather: list[tuple[int, int, int, int]] = (), helpers: tuple = (),
-       check: tuple[TRef, int] | None = None, wrap: bool = True) -> TRef:
+       check: tuple[TRef, int] | None = None, wrap: bool = True, defer: bool = False) -> TRef:
     """out = expr($0, $1, ...) elementwise.
 
     operands: TRefs, host tensors (0-dim ones become constants) or Python scalars.
@@ -99,16 +99,14 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
       without it they are out of range (gather, scatter).
     `$i` in expr is the element's flat index (int) in the output shape.
     helpers: the shaders/special.glsl functions expr calls (NEED_<name> defines).
-    Lazy operands (fusion.py) are folded into expr; with ctx.defer_next set, a
-    plain expression is returned as a Lazy instead of being dispatched."""
+    Lazy operands (fusion.py) are folded into expr; with defer (a fusible rule's
+    Request.defer), a plain expression is returned as a Lazy instead of being dispatched."""
     if any(isinstance(o, Lazy) for o in operands):
         expr, operands, compute, result, shape = fold(expr, operands, out_kind, compute,
                                                       result, shape)
     # an int64 overflow check (checks.glsl) stays in an elementwise kernel, which flushes it:
     # a kernel that computes a Lazy as it loads (fusion.row_loader) would drop it
-    if ctx.defer_next and foldable(expr, out, scatter, gather, accumulate, helpers) and \
-            "_ck(" not in expr:
-        ctx.defer_next = False
+    if defer and foldable(expr, out, scatter, gather, accumulate, helpers) and "_ck(" not in expr:
         if shape is None:
             shape = fold(expr, operands, out_kind, compute, result, None)[4]
         return Lazy(expr, tuple(operands), out_kind, compute, result, tuple(shape))
@@ -424,40 +422,37 @@ def int64_checked(ctx: Context, expr: str) -> str:
 
 
 def _register_tables():
+    """The table ops: each one ew() of its inputs (fusible)."""
     for op, e in FLOAT_UNARY.items():
-        lowering(op)(lambda ctx, x, e=e: ew(ctx, e, [x], ctx.out_kind(), compute="f32",
-                                            result="b" if "isnan" in e or "isinf" in e else "f32"))
+        lowering(op, fusible=True)(lambda ctx, x, e=e, request=NO_REQUEST: ew(
+            ctx, e, [x], ctx.out_kind(), compute="f32",
+            result="b" if "isnan" in e or "isinf" in e else "f32", defer=request.defer))
     for op, e in SAME_KIND_UNARY.items():
-        lowering(op)(lambda ctx, x, e=e, **kw: ew(ctx, _for_kind(e, ctx.out_kind(), ctx), [x],
-                                                  ctx.out_kind(), compute=ctx.out_kind()))
+        lowering(op, fusible=True)(lambda ctx, x, e=e, request=NO_REQUEST, **kw: ew(
+            ctx, _for_kind(e, ctx.out_kind(), ctx), [x], ctx.out_kind(), compute=ctx.out_kind(),
+            defer=request.defer))
     for op, e in ARITH.items():
-        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, _for_kind(e, ctx.out_kind(), ctx), [a, b],
-                                               ctx.out_kind(), compute=ctx.out_kind()))
+        lowering(op, fusible=True)(lambda ctx, a, b, e=e, request=NO_REQUEST: ew(
+            ctx, _for_kind(e, ctx.out_kind(), ctx), [a, b], ctx.out_kind(), compute=ctx.out_kind(),
+            defer=request.defer))
     for op, e in COMPARE.items():
-        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], "b", compute=_input_kind(ctx),
-                                               result="b"))
+        lowering(op, fusible=True)(lambda ctx, a, b, e=e, request=NO_REQUEST: ew(
+            ctx, e, [a, b], "b", compute=_input_kind(ctx), result="b", defer=request.defer))
     for op, e in LOGICAL.items():
-        lowering(op)(lambda ctx, a, b, e=e: ew(ctx, e, [a, b], "b", compute="b"))
+        lowering(op, fusible=True)(lambda ctx, a, b, e=e, request=NO_REQUEST: ew(
+            ctx, e, [a, b], "b", compute="b", defer=request.defer))
 
 
 _register_tables()
-FUSIBLE.update(FLOAT_UNARY, SAME_KIND_UNARY, ARITH, COMPARE, LOGICAL,
-               [aten.pow.Tensor_Scalar, aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar,
-                aten.mul.Scalar, aten.div.Scalar, aten.where.self, aten.where.ScalarSelf,
-                aten.where.ScalarOther, aten.relu.default, aten.clamp.default,
-                aten.clamp.Tensor, aten.clamp_min.default, aten.clamp_max.default,
-                aten.gelu.default, aten.leaky_relu.default, aten.hardtanh.default,
-                aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
-                aten.fill.Scalar])
 
 
-@lowering(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar)
-def add(ctx, a, b, alpha=1):
+@lowering(aten.add.Tensor, aten.add.Scalar, aten.sub.Tensor, aten.sub.Scalar, fusible=True)
+def add(ctx, a, b, alpha=1, request=NO_REQUEST):
     sign = "-" if ctx.node.target in (aten.sub.Tensor, aten.sub.Scalar) else "+"
     k = ctx.out_kind()
     if alpha == 1:
-        return ew(ctx, _for_kind(f"$0 {sign} $1", k, ctx), [a, b], k, compute=k)
-    return ew(ctx, f"$0 {sign} $2 * $1", [a, b, alpha], k, compute=k)
+        return ew(ctx, _for_kind(f"$0 {sign} $1", k, ctx), [a, b], k, compute=k, defer=request.defer)
+    return ew(ctx, f"$0 {sign} $2 * $1", [a, b, alpha], k, compute=k, defer=request.defer)
 
 
 # torch's float pow with these scalar exponents is these forms (sqrt(-inf) is NaN where
@@ -466,20 +461,20 @@ POW_FORMS = {2: "$0 * $0", 3: "$0 * $0 * $0", -2: "div_f(1.0, $0 * $0)", 0.5: "s
              -0.5: "inversesqrt($0)", -1: "div_f(1.0, $0)"}
 
 
-@lowering(aten.pow.Tensor_Scalar)
-def pow_scalar(ctx, a, b):
+@lowering(aten.pow.Tensor_Scalar, fusible=True)
+def pow_scalar(ctx, a, b, request=NO_REQUEST):
     k = ctx.out_kind()
     if k == "f32" and not isinstance(b, bool) and b in POW_FORMS:
-        return ew(ctx, POW_FORMS[b], [a], k, compute=k)
-    return ew(ctx, _for_kind("pow_f($0, $1)", k, ctx), [a, b], k, compute=k)
+        return ew(ctx, POW_FORMS[b], [a], k, compute=k, defer=request.defer)
+    return ew(ctx, _for_kind("pow_f($0, $1)", k, ctx), [a, b], k, compute=k, defer=request.defer)
 
 
-@lowering(aten.mul.Scalar, aten.div.Scalar)
-def scalar_arith(ctx, a, b):
+@lowering(aten.mul.Scalar, aten.div.Scalar, fusible=True)
+def scalar_arith(ctx, a, b, request=NO_REQUEST):
     k = ctx.out_kind()
     e = "$0 * $1" if ctx.node.target == aten.mul.Scalar else \
         "div_f($0, $1)" if k == "f32" else "$0 / $1"
-    return ew(ctx, _for_kind(e, k, ctx), [a, b], k, compute=k)
+    return ew(ctx, _for_kind(e, k, ctx), [a, b], k, compute=k, defer=request.defer)
 
 
 @lowering(aten.div.Tensor_mode)
@@ -494,22 +489,22 @@ def div_mode(ctx, a, b, rounding_mode=None):
     return ew(ctx, f"{fn}(div_f($0, $1))", [a, b], k, compute="f32", result="f32")
 
 
-@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther)
-def where(ctx, cond, a, b):
+@lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, fusible=True)
+def where(ctx, cond, a, b, request=NO_REQUEST):
     k = ctx.out_kind()
     t = GLSL_TYPE[k]
-    return ew(ctx, f"bool($0) ? {t}($1) : {t}($2)", [cond, a, b], k, result=k)
+    return ew(ctx, f"bool($0) ? {t}($1) : {t}($2)", [cond, a, b], k, result=k, defer=request.defer)
 
 
-@lowering(aten.relu.default)
-def relu(ctx, x):
+@lowering(aten.relu.default, fusible=True)
+def relu(ctx, x, request=NO_REQUEST):
     k = ctx.out_kind()
     e = "relu_f($0)" if k == "f32" else "max($0, 0)"
-    return ew(ctx, e, [x], k, compute=k)
+    return ew(ctx, e, [x], k, compute=k, defer=request.defer)
 
 
-@lowering(aten.clamp.default, aten.clamp.Tensor)
-def clamp(ctx, x, lo=None, hi=None):
+@lowering(aten.clamp.default, aten.clamp.Tensor, fusible=True)
+def clamp(ctx, x, lo=None, hi=None, request=NO_REQUEST):
     """min(max(x, lo), hi); for floats a NaN in x or a bound gives NaN, as torch's."""
     k = ctx.out_kind()
     mx, mn = ("max_f", "min_f") if k == "f32" else ("max", "min")
@@ -520,32 +515,33 @@ def clamp(ctx, x, lo=None, hi=None):
     if hi is not None:
         ops.append(hi)
         expr = f"{mn}({expr}, ${len(ops) - 1})"
-    return ew(ctx, expr, ops, k, compute=k)
+    return ew(ctx, expr, ops, k, compute=k, defer=request.defer)
 
 
-@lowering(aten.clamp_min.default, aten.clamp_max.default)
-def clamp_one(ctx, x, bound):
+@lowering(aten.clamp_min.default, aten.clamp_max.default, fusible=True)
+def clamp_one(ctx, x, bound, request=NO_REQUEST):
     lo = ctx.node.target == aten.clamp_min.default
-    return clamp(ctx, x, bound if lo else None, None if lo else bound)
+    return clamp(ctx, x, bound if lo else None, None if lo else bound, request=request)
 
 
-@lowering(aten.gelu.default)
-def gelu(ctx, x, approximate="none"):
+@lowering(aten.gelu.default, fusible=True)
+def gelu(ctx, x, approximate="none", request=NO_REQUEST):
     if approximate == "tanh":
         e = "0.5 * $0 * (1.0 + tanh_f(0.7978845608028654 * ($0 + 0.044715 * $0 * $0 * $0)))"
     else:
         e = "0.5 * $0 * erfc_f(-$0 * M_SQRT1_2)"   # erfc: no cancellation for x < 0
-    return ew(ctx, e, [x], "f32", compute="f32")
+    return ew(ctx, e, [x], "f32", compute="f32", defer=request.defer)
 
 
-@lowering(aten.leaky_relu.default)
-def leaky_relu(ctx, x, slope=0.01):
-    return ew(ctx, "$0 > 0.0 ? $0 : $0 * $1", [x, slope], "f32", compute="f32")
+@lowering(aten.leaky_relu.default, fusible=True)
+def leaky_relu(ctx, x, slope=0.01, request=NO_REQUEST):
+    return ew(ctx, "$0 > 0.0 ? $0 : $0 * $1", [x, slope], "f32", compute="f32", defer=request.defer)
 
 
-@lowering(aten.hardtanh.default)
-def hardtanh(ctx, x, lo=-1.0, hi=1.0):
-    return ew(ctx, "min_f(max_f($0, $1), $2)", [x, lo, hi], "f32", compute="f32")
+@lowering(aten.hardtanh.default, fusible=True)
+def hardtanh(ctx, x, lo=-1.0, hi=1.0, request=NO_REQUEST):
+    return ew(ctx, "min_f(max_f($0, $1), $2)", [x, lo, hi], "f32", compute="f32",
+              defer=request.defer)
 
 
 @lowering(aten._to_copy.default, aten.clone.default, aten.copy.default,
@@ -584,14 +580,14 @@ def _cast_expr(x, k: str, dtype: torch.dtype | None = None) -> str:
     return NARROW[dtype].format(expr) if dtype in NARROW else expr
 
 
-@lowering(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)
-def full_like(ctx, x, value=None, **kwargs):
+@lowering(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default, fusible=True)
+def full_like(ctx, x, value=None, request=NO_REQUEST, **kwargs):
     value = {aten.zeros_like.default: 0, aten.ones_like.default: 1}.get(ctx.node.target, value)
     k = ctx.out_kind()
-    return ew(ctx, "$0", [value], k, compute=k, shape=ctx.out_shape())
+    return ew(ctx, "$0", [value], k, compute=k, shape=ctx.out_shape(), defer=request.defer)
 
 
-@lowering(aten.fill.Scalar)
-def fill(ctx, x, value):
+@lowering(aten.fill.Scalar, fusible=True)
+def fill(ctx, x, value, request=NO_REQUEST):
     k = ctx.out_kind()
-    return ew(ctx, "$0", [value], k, compute=k, shape=ctx.out_shape())
+    return ew(ctx, "$0", [value], k, compute=k, shape=ctx.out_shape(), defer=request.defer)

@@ -1,15 +1,19 @@
 """Elementwise fusion: chains of elementwise nodes become one kernel.
 
 The planner lowers a node whose result feeds exactly one elementwise consumer
-with `ctx.defer_next` set; its ew() call then returns a `Lazy` (the expression
-and its operands) instead of emitting a dispatch. The consumer's ew() folds the
-Lazy into its own expression, so `x * rsqrt(m + eps) * w` or a RoPE rotation
-costs one dispatch and no intermediate buffers. Anything else that meets a
-Lazy gets it materialised first (`materialize`).
+with `Request(defer=True)`; its rule passes `defer=True` to its ew() call, which
+then returns a `Lazy` (the expression and its operands) instead of emitting a
+dispatch. The consumer's ew() folds the Lazy into its own expression, so
+`x * rsqrt(m + eps) * w` or a RoPE rotation costs one dispatch and no
+intermediate buffers. Anything else that meets a Lazy gets it materialised first
+(`materialize`).
 
 Every operand keeps its own strides in the fused kernel: a Lazy of shape S
 inlined into a consumer of shape S' (S broadcasts to S') reads its leaves
 broadcast straight to S', which is what broadcasting S then S' would give.
+
+Which op plays which part (fusible, folds, prologue, takes_deferred, epilogue,
+loads_lazy, lazy_view) is in its record (registry.OpSpec), registered with its rule.
 """
 from __future__ import annotations
 
@@ -20,28 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from .core import GLSL_TYPE, TRef, f32_bits, kind_of
-
-# ATen ops whose lowering is exactly one ew() call of their inputs: the nodes the
-# planner may defer (filled in by elementwise.py as it registers them).
-FUSIBLE: set = set()
-# ATen ops that are not elementwise but copy their inputs with ew() (cat), so a
-# Lazy input folds into that copy.
-FOLDS: set = set()
-# Kernel fusions beyond elementwise chains, registered by the families that do them:
-# PROLOGUES[target](node, ctx): whether that node's result may be left to its consumers
-#   to compute as they load it (its lowering then returns a Deferred); ctx is the
-#   compile's Context (its caps and cfg);
-# TAKES_DEFERRED: the ops whose lowerings accept Deferred (and Lazy) arguments and
-#   materialize what they cannot fold;
-# EPILOGUES: ops whose lowering may add a residual into its output (ctx.residual).
-# LOADS_LAZY[target](consumer, producer): whether an elementwise producer may be left
-#   as a Lazy for that consumer, whose kernel computes it as it loads (row_loader).
-# LAZY_VIEWS: reshapes a Lazy may pass through, as a LazyView, to a LOADS_LAZY consumer.
-PROLOGUES: dict = {}
-TAKES_DEFERRED: set = set()
-EPILOGUES: set = set()
-LOADS_LAZY: dict = {}
-LAZY_VIEWS: set = set()
+from .registry import spec_of
 
 
 class Deferred:
@@ -215,8 +198,9 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
 
 def residual_adds(gm) -> dict:
     """{producer node: (add node, residual node)} for ``add(a, b)`` where one operand is
-    the only use of an EPILOGUES op's result and the other, a graph input or computed
-    before it, has the add's shape: the producer may add the residual itself."""
+    the only use of an epilogue op's result (OpSpec.epilogue) and the other, a graph
+    input or computed before it, has the add's shape: the producer may add the residual
+    itself."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = {}
     for add in gm.graph.nodes:
@@ -226,7 +210,8 @@ def residual_adds(gm) -> dict:
         out = add.meta.get("val")
         for p, r in (add.args, add.args[::-1]):
             rv = r.meta.get("val")
-            if p.target in EPILOGUES and len(p.users) == 1 and p not in found and \
+            spec = spec_of(p.target)
+            if spec is not None and spec.epilogue and len(p.users) == 1 and p not in found and \
                     (r.op == "placeholder" or order[r] < order[p]) and out is not None and rv is not None and \
                     rv.shape == out.shape and rv.dtype == out.dtype == torch.float32:
                 found[p] = (add, r)

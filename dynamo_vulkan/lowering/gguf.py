@@ -30,17 +30,15 @@ from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 from dynamo_vulkan.runtime.plan import base_kind
 
-from .core import (Context, LoweringError, TRef, cpu_lanes, cpu_lanes_groups, f32_bits, groups_for,
-                   host_matmul, k_splits, lowering, meta_view)
+from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, cpu_lanes, cpu_lanes_groups,
+                   f32_bits, groups_for, host_matmul, k_splits, lowering, meta_view, spec_of)
 from .checks import index_check
 from .elementwise import add_slices, contiguous, ew
-from .fusion import (EPILOGUES, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy, RowLoader,
-                     materialize, row_loader)
+from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader
 from .rowwise import RMS_NORM, NormedRows
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
 GGUF_EMBEDDING = torch.ops.dynamo_vulkan.gguf_embedding.default
-GGUF_OPS = (GGUF_LINEAR, GGUF_EMBEDDING)
 
 # GGML type id -> the name its QTYPE_<name> define selects in gguf_blocks.glsl.
 SHADER_TYPES = {t: info.name for t, info in QUANT_TYPES.items()}
@@ -126,10 +124,15 @@ def weight_limit(caps: dict) -> int:
 
 def packed_input(node, value) -> bool:
     """Whether a graph input holds GGUF blocks: a uint8 tensor read only as the
-    `blocks` argument of the gguf ops. Such an input is stored as packed bytes."""
+    `blocks` argument of the gguf ops (their records' packed_arg). Such an input is
+    stored as packed bytes."""
+    def packed_there(u) -> bool:       # read as the one packed argument of its op's record
+        spec = spec_of(u.target) if u.op == "call_function" else None
+        at = spec.packed_arg if spec is not None else None
+        return at is not None and len(u.args) > at and u.args[at] is node and \
+            sum(a is node for a in u.args) == 1
     return isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and bool(node.users) \
-        and all(u.target in GGUF_OPS and u.args[1] is node and u.args[0] is not node
-                for u in node.users)
+        and all(packed_there(u) for u in node.users)
 
 
 def place_packed(ctx: Context, node, value: torch.Tensor, role: str):
@@ -229,21 +232,16 @@ def _blocks(ctx: Context, blocks, rows: int, cols: int, qtype: int) -> list:
     rb = row_nbytes(qtype, cols)
     nbytes = rows * rb
     if isinstance(blocks, torch.Tensor):
-        consts = ctx.__dict__.setdefault("_gguf_consts", {})
-        ref = consts.get(id(blocks))
-        if ref is None:
+        def upload(blocks=blocks):
             from dynamo_vulkan.runtime.words import host_words
             limit = weight_limit(ctx.caps)
             kind = _kind(qtype, cols) if blocks.numel() == nbytes else U8
             if blocks.numel() > limit and blocks.numel() == nbytes:
-                ref = _split(ctx, nbytes, rb, limit, "const", blocks, kind)[0]
-            else:
-                words = host_words(blocks, kind).copy()
-                ref = TRef(ctx.buffer(words.size, "const", kind, words),
-                           (blocks.numel(),), (1,), 0, kind)
-            consts[id(blocks)] = ref
-            ctx._const_tensors.append(blocks)
-        blocks = ref
+                return _split(ctx, nbytes, rb, limit, "const", blocks, kind)[0]
+            words = host_words(blocks, kind).copy()
+            return TRef(ctx.buffer(words.size, "const", kind, words),
+                        (blocks.numel(),), (1,), 0, kind)
+        blocks = ctx.const_once(blocks, upload, tag="gguf")
     parts = list(blocks.parts) if isinstance(blocks, RowChunks) else [(blocks, 0, rows)]
     for ref, r0, r1 in parts:
         if not isinstance(ref, TRef) or base_kind(ref.kind) != U8:
@@ -430,7 +428,7 @@ def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
 
 def _int_dot_weight(ctx: Context, qtype: int, n: int, k: int, prologue: bool) -> bool:
     """_use_int_dot's rule for the weight and the device: what the graph-level fusion
-    choices (_norm_feeds_matvecs) can know before x is lowered."""
+    choices (norm_feeds_matvecs) can know before x is lowered."""
     mode, name = ctx.cfg.int_dot, SHADER_TYPES.get(qtype)
     if mode == "off" or name not in INT_DOT_TYPES:
         return False
@@ -543,7 +541,7 @@ def _recompute_costs() -> bool:
     return device.is_cpu()
 
 
-def _norm_feeds_matvecs(node, ctx: Context) -> bool:
+def norm_feeds_matvecs(node, ctx: Context) -> bool:
     """An rms_norm whose every user is a mat-vec gguf_linear of it: each of them
     normalises x itself (NORM: in its one planes kernel on the integer-dot path, else in
     every row group), and the norm costs no kernel of its own. Not for weights of more
@@ -565,7 +563,7 @@ def _norm_feeds_matvecs(node, ctx: Context) -> bool:
 
 def _lazy_feeds_matvec(user, node) -> bool:
     """An elementwise result (silu(gate) * up) read only as x by a mat-vec: the mat-vec
-    computes it as it loads x; not for LM-head-sized weights (see _norm_feeds_matvecs)."""
+    computes it as it loads x; not for LM-head-sized weights (see norm_feeds_matvecs)."""
     val = node.meta.get("val")
     return not _recompute_costs() and user.args[0] is node and val is not None and val.dim() >= 1 and \
         val.numel() // max(1, val.shape[-1]) <= MATVEC_M and user.args[3] <= NORM_MAX_ROWS
@@ -594,7 +592,7 @@ def _matvec_feeds_norm(node, ctx: Context) -> bool:
     wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
     return wv is not None and norm.args[0] is node and w.op == "placeholder" and \
         tuple(wv.shape) == (rows,) and wv.dtype == torch.float32 and \
-        not _norm_feeds_matvecs(norm, ctx) and _nothing_written_between(node, norm)
+        not norm_feeds_matvecs(norm, ctx) and _nothing_written_between(node, norm)
 
 
 def _nothing_written_between(a, b) -> bool:
@@ -611,13 +609,6 @@ def _nothing_written_between(a, b) -> bool:
     return n is b
 
 
-PROLOGUES[torch.ops.dynamo_vulkan.rms_norm.default] = _norm_feeds_matvecs
-PROLOGUES[GGUF_LINEAR] = _matvec_feeds_norm
-LOADS_LAZY[GGUF_LINEAR] = _lazy_feeds_matvec
-TAKES_DEFERRED.add(GGUF_LINEAR)
-EPILOGUES.add(GGUF_LINEAR)
-
-
 def _residual_rows(res, m: int, n: int) -> TRef | None:
     """The residual as an [m, n] view with unit column stride, or None."""
     try:
@@ -629,7 +620,7 @@ def _residual_rows(res, m: int, n: int) -> TRef | None:
 
 @dataclass(eq=False)
 class PendingLinear(Deferred):
-    """A mat-vec gguf_linear left to its one user, an rms_norm (PROLOGUES:
+    """A mat-vec gguf_linear left to its one user, an rms_norm (its record's prologue,
     _matvec_feeds_norm), with all its kernel reads as its lowering found them (x or its
     row loader, a norm prologue), so that either emission is the linear it would have
     been: with the norm as the kernel's epilogue (fold_rms_norm), or plain (compute)."""
@@ -669,38 +660,41 @@ class PendingLinear(Deferred):
                     norm=self.norm, loader=self.loader, **post)
 
 
-@lowering(GGUF_LINEAR, check=_check)
-def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols):
+# prologue (_matvec_feeds_norm): its rms_norm may fold into the kernel, which is then
+# emitted when the norm is lowered; loads_lazy: computes an elementwise x as it loads it;
+# epilogue: adds a residual; the blocks (argument 1) are a packed-bytes input
+@lowering(GGUF_LINEAR, check=_check, prologue=_matvec_feeds_norm, loads_lazy=_lazy_feeds_matvec,
+          takes_deferred=True, epilogue=True, packed_arg=1)
+def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) -> Lowered:
     _type_defines(qtype)
     w = _blocks(ctx, blocks, rows, cols, qtype)
     out = ctx.empty(ctx.out_shape(), "f32")
     m = out.numel // rows if rows else 0
-    # PROLOGUES (_matvec_feeds_norm): its rms_norm may fold into the kernel, which is
-    # then emitted when the norm is lowered; it takes no residual of its own
-    defer = ctx.defer_next and m <= MATVEC_M and len(w) == 1 and out.numel > 0
+    # deferred, it takes no residual of its own
+    defer = request.defer and m <= MATVEC_M and len(w) == 1 and out.numel > 0
     norm = None
     if isinstance(x, NormedRows):
         nw = x.weight
         if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
             norm, x = (nw, x.eps), x.x
     residual = None
-    if ctx.residual is not None and m <= MATVEC_M and out.numel and not defer:
-        residual = _residual_rows(ctx.residual, m, rows)
-    ctx.residual_added = residual is not None
+    if request.residual is not None and m <= MATVEC_M and out.numel and not defer:
+        residual = _residual_rows(request.residual, m, rows)
+    added = residual is not None
     if isinstance(x, Lazy) and m <= MATVEC_M and out.numel and norm is None:
         # the mat-vec's bindings: out, x (unread), W, the residual, then the loader's
         loader = row_loader(ctx, x, m, cols, 4 if residual is not None else 3)
         if loader is not None:
             shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")
-            return _linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
-                           residual=residual, loader=loader)
+            return Lowered(_linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
+                                   residual=residual, loader=loader), added)
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
         x = ew(ctx, "$0", [x], "f32", compute="f32")
     if out.numel == 0:
-        return out
+        return Lowered(out, added)
     x2 = _rows_of(ctx, x, m, cols, unit_k=m <= MATVEC_M)
-    return _linear(ctx, defer, out, x2, w, qtype, rows, cols, norm, residual)
+    return Lowered(_linear(ctx, defer, out, x2, w, qtype, rows, cols, norm, residual), added)
 
 
 def _linear(ctx: Context, defer: bool, out: TRef, x2: TRef, w: list, qtype: int, rows: int,
@@ -713,7 +707,7 @@ def _linear(ctx: Context, defer: bool, out: TRef, x2: TRef, w: list, qtype: int,
     return out
 
 
-@lowering(GGUF_EMBEDDING, check=_check)
+@lowering(GGUF_EMBEDDING, check=_check, packed_arg=1)
 def gguf_embedding(ctx: Context, ids, blocks, qtype, rows, cols):
     defines = _type_defines(qtype)
     w = _blocks(ctx, blocks, rows, cols, qtype)

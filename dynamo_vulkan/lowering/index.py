@@ -10,7 +10,7 @@ import torch
 from .checks import index_check
 from .core import LoweringError, TRef, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
-from .fusion import FOLDS, Lazy, materialize
+from .fusion import Lazy, materialize
 
 aten = torch.ops.aten
 WG = 256
@@ -65,11 +65,7 @@ def index_select(ctx, x, dim, index):
     return contiguous(ctx, meta_view(rows, lambda t: t.permute(inv)))
 
 
-FOLDS.add(aten.cat.default)
-FOLDS.add(aten.index_put.default)
-
-
-@lowering(aten.cat.default)
+@lowering(aten.cat.default, folds=True)
 def cat(ctx, tensors, dim=0):
     out = ctx.empty(ctx.out_shape(), ctx.out_kind())
     dim = dim % out.ndim
@@ -145,7 +141,7 @@ def index_put_into(ctx, out: TRef, indices, values, accumulate=False) -> TRef:
     return out
 
 
-@lowering(aten.index_put.default)
+@lowering(aten.index_put.default, folds=True)
 def index_put(ctx, x, indices, values, accumulate=False):
     """Functional index_put; in place on x's own buffer when the planner found
     that it only feeds copy_ back into the input x (a KV-cache update). An elementwise

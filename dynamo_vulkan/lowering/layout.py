@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .core import TRef, contiguous_strides, lowering, meta_view
+from .core import NO_REQUEST, TRef, contiguous_strides, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
-from .fusion import FUSIBLE, materialize
+from .fusion import materialize
 
 aten = torch.ops.aten
 
@@ -49,24 +49,20 @@ def repeat(ctx, x, repeats):
     return out.with_layout(final, contiguous_strides(final), 0)
 
 
-@lowering(aten.flip.default)
-def flip(ctx, x, dims):
+@lowering(aten.flip.default, fusible=True)    # one ew() of a view: folds into an elementwise consumer
+def flip(ctx, x, dims, request=NO_REQUEST):
     """A view that walks the flipped dims backwards (negative strides, which the
     kernels' uint offset arithmetic wraps correctly), copied out. An elementwise
-    producer deferred for it (flip is FUSIBLE) is computed first, as a kernel of its
+    producer deferred for it (flip is fusible) is computed first, as a kernel of its
     own even when flip itself is being deferred."""
-    defer, ctx.defer_next = ctx.defer_next, False
     x = ctx.ref(materialize(ctx, x))
-    ctx.defer_next = defer
     strides, offset = list(x.strides), x.offset
     for d in {d % max(1, x.ndim) for d in dims} if x.ndim else ():
         if x.shape[d] > 1:
             offset += (x.shape[d] - 1) * strides[d]
             strides[d] = -strides[d]
-    return ew(ctx, "$0", [x.with_layout(x.shape, strides, offset)], x.kind, compute=x.kind)
-
-
-FUSIBLE.add(aten.flip.default)    # one ew() of a view: folds into an elementwise consumer
+    return ew(ctx, "$0", [x.with_layout(x.shape, strides, offset)], x.kind, compute=x.kind,
+              defer=request.defer)
 
 
 COPY_OF_VIEW = {

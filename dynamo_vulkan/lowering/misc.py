@@ -15,7 +15,6 @@ from .scan import scan
 from .sort import rank_select
 
 aten = torch.ops.aten
-KEEP_WHOLE = {aten.take.default}     # not decomposed before lowering (see __init__)
 
 
 def _flat(ctx: Context, x: TRef) -> TRef:
@@ -23,7 +22,7 @@ def _flat(ctx: Context, x: TRef) -> TRef:
     return x.with_layout((x.numel,), (1,), x.offset)
 
 
-@lowering(aten.take.default)
+@lowering(aten.take.default, keep_whole=True)
 def take(ctx, x, index):
     x, idx = ctx.ref(x), ctx.ref(index)
     flat = _flat(ctx, x)

@@ -1,12 +1,19 @@
 """Lower one FX partition, specialised to concrete inputs, into a Plan.
 
-Walks the nodes in order, calling each op's lowering rule; folds nodes whose
+Walks the nodes in order, calling each op's lowering rule (its record,
+lowering/registry.py) with a Request and reading back what it did; folds nodes whose
 inputs are all constants on the CPU; then assigns temporaries to physical
 buffers by liveness so intermediates share memory.
+
+A rule refuses a node by raising LoweringError (the node then runs on the CPU). Any
+other exception from a rule is a bug: with Config.strict (DYNAMO_VULKAN_STRICT=1, the
+tests) it propagates; otherwise it is logged as a bug and the node falls back
+(RuleBugError, a LoweringError), so a user's model still runs.
 """
 from __future__ import annotations
 
 import bisect
+import logging
 import operator
 
 import torch
@@ -16,12 +23,14 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, words_of
 from dynamo_vulkan.shaders.families import ShaderDefineError
 
-from . import LOWERINGS, LoweringError, TRef, contiguous_strides, kind_of
+from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
 from .core import Context
 from .elementwise import copy_to, ew
-from .fusion import (FOLDS, FUSIBLE, LAZY_VIEWS, LOADS_LAZY, PROLOGUES, TAKES_DEFERRED, Deferred, Lazy,
-                     materialize, residual_adds)
+from .fusion import Deferred, Lazy, materialize, residual_adds
 from .gguf import packed_input, place_packed
+from .registry import Lowered, OpSpec, Request, spec_of
+
+log = logging.getLogger(__name__)
 
 
 def specialise(gm: fx.GraphModule, args: list) -> None:
@@ -79,8 +88,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             if node in added_by:              # its producer's kernel already added it
                 values[node] = values[added_by[node]]
                 continue
-            if node.target not in FUSIBLE and node.target not in FOLDS and \
-                    node.target not in TAKES_DEFERRED:             # others need buffers
+            spec = spec_of(node.target)
+            if spec is None or not spec.takes_lazy:             # others need buffers
                 args_, kwargs = fx.node.map_aggregate((args_, kwargs),
                                                       lambda v: materialize(ctx, v))
             if node.target is operator.getitem:
@@ -99,24 +108,18 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 plan.mutations.append((index_of[dst_node], dst.buf))
                 values[node] = dst
                 continue
-            rule = LOWERINGS.get(node.target)
-            if rule is None:
+            if spec is None:
                 raise LoweringError(f"no Vulkan lowering for {node.target}")
-            ctx.defer_next = node in deferred
             add, res = epilogue.get(node, (None, None))
-            ctx.residual = values.get(res) if isinstance(values.get(res), TRef) else None
-            ctx.residual_added = False
-            try:
-                values[node] = rule.fn(ctx, *args_, **kwargs)
-            except (LoweringError, ShaderDefineError):     # the latter: a rule's bug, not a fallback
-                raise
-            except Exception as e:
-                raise LoweringError(f"lowering {node.format_node()} failed: {e}") from e
-            finally:
-                ctx.defer_next = False
-            if ctx.residual_added:
+            request = Request(defer=node in deferred,
+                              residual=values.get(res) if isinstance(values.get(res), TRef) else None)
+            done = call_rule(ctx, spec, node, args_, kwargs, request)
+            values[node] = done.value
+            if done.residual_added:
+                if add is None:
+                    raise RuleBugError(f"the rule of {node.format_node()} says it added a "
+                                       "residual it was not given")
                 added_by[add] = node
-            ctx.residual = None
         elif node.op == "output":
             outs = node.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
@@ -128,33 +131,67 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
     return plan
 
 
+def call_rule(ctx: Context, spec: OpSpec, node: fx.Node, args, kwargs, request: Request) -> Lowered:
+    """Run node's rule: its result, as a Lowered. A rule gets the request only when its
+    record has a role that reads it (OpSpec.takes_request); a refusal (LoweringError) and
+    a misspelled shader define (ShaderDefineError, a bug the tests must see) pass as they
+    are; any other exception is a bug in the rule (module docstring)."""
+    extra = {"request": request} if spec.takes_request else {}
+    try:
+        out = spec.rule(ctx, *args, **kwargs, **extra)
+    except (LoweringError, ShaderDefineError):
+        raise
+    except Exception as e:
+        if ctx.cfg.strict:
+            raise
+        rule = f"{spec.rule.__module__}.{spec.rule.__qualname__}"
+        log.error("dynamo_vulkan: a bug in the lowering rule %s, lowering %s: %s: %s; the "
+                  "node runs on the CPU instead (DYNAMO_VULKAN_STRICT=1 raises it; please "
+                  "report it)", rule, node.format_node(), type(e).__name__, e)
+        log.debug("the rule's traceback", exc_info=True)
+        raise RuleBugError(f"a bug in the lowering rule {rule} ({type(e).__name__}: {e})") from e
+    return out if isinstance(out, Lowered) else Lowered(out)
+
+
 def deferrable(gm: fx.GraphModule, ctx) -> set:
     """Elementwise nodes whose one consumer is elementwise too: they are folded
     into it (lowering/fusion.py) instead of getting a kernel and a buffer; and the
-    nodes whose family's PROLOGUES rule (given the compile's Context) lets their
-    consumers compute them."""
+    nodes whose record's prologue (given the compile's Context) lets their consumers
+    compute them. The roles are the ops' records (OpSpec)."""
+    def spec(n) -> OpSpec | None:
+        return spec_of(n.target) if n.op == "call_function" else None
+
     def loads_lazily(u, n) -> bool:
-        return u.op == "call_function" and u.target in LOADS_LAZY and LOADS_LAZY[u.target](u, n)
+        s = spec(u)
+        return s is not None and s.loads_lazy is not None and s.loads_lazy(u, n)
 
     def through_view(n):
         """n's one user, a reshape whose one user computes it as it loads (or None)."""
         u = next(iter(n.users))
-        if u.op != "call_function" or u.target not in LAZY_VIEWS or len(u.users) != 1:
+        s = spec(u)
+        if s is None or not s.lazy_view or len(u.users) != 1:
             return None
         return u if loads_lazily(next(iter(u.users)), u) else None
 
+    def fusible(n) -> bool:
+        s = spec(n)
+        return s is not None and s.fusible
+
     def folds_into_user(n) -> bool:
-        if n.target not in FUSIBLE or len(n.users) != 1:
+        if not fusible(n) or len(n.users) != 1:
             return False
         u = next(iter(n.users))
-        return u.op == "call_function" and (
-            u.target in FUSIBLE or u.target in FOLDS or loads_lazily(u, n) or
-            through_view(n) is not None)
+        s = spec(u)
+        return s is not None and (s.fusible or s.folds or loads_lazily(u, n) or
+                                  through_view(n) is not None)
+
+    def prologue(n) -> bool:
+        s = spec(n)
+        return s is not None and s.prologue is not None and s.prologue(n, ctx)
 
     found = {n for n in gm.graph.nodes
-             if n.op == "call_function" and (
-                 folds_into_user(n) or (n.target in PROLOGUES and PROLOGUES[n.target](n, ctx)))}
-    return found | {v for n in found if n.target in FUSIBLE and len(n.users) == 1
+             if n.op == "call_function" and (folds_into_user(n) or prologue(n))}
+    return found | {v for n in found if fusible(n) and len(n.users) == 1
                     for v in [through_view(n)] if v is not None}
 
 

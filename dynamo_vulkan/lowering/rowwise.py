@@ -10,9 +10,10 @@ import torch
 from dynamo_vulkan import device
 from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops)
 
-from .core import Context, LoweringError, TRef, contiguous_strides, f32_bits, lowering, row_wg
+from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, contiguous_strides, f32_bits,
+                   lowering, row_wg)
 from .elementwise import contiguous, row_walk
-from .fusion import EPILOGUES, TAKES_DEFERRED, Deferred, materialize
+from .fusion import Deferred, materialize
 
 aten = torch.ops.aten
 RMS_NORM = torch.ops.dynamo_vulkan.rms_norm.default
@@ -112,7 +113,7 @@ def _trailing_collapsible(x: TRef, k: int) -> bool:
 @dataclass(eq=False)
 class NormedRows(Deferred):
     """rms_norm(x, weight, eps) left to a mat-vec consumer, which normalises x as it
-    loads it (PROLOGUES: lowering/gguf.py says when)."""
+    loads it (the rms_norm record's prologue: lowering/gguf.py says when)."""
     x: TRef
     weight: TRef
     eps: float
@@ -121,29 +122,31 @@ class NormedRows(Deferred):
         return _rms_norm(ctx, self.x, self.weight, self.eps)
 
 
-@lowering(RMS_NORM)
-def rms_norm(ctx, x, weight, eps):
+def _feeds_matvecs(node, ctx) -> bool:
+    """The rms_norm's prologue role: its mat-vec readers normalise x themselves
+    (gguf.norm_feeds_matvecs, where the mat-vec's costs are known)."""
+    from .gguf import norm_feeds_matvecs
+    return norm_feeds_matvecs(node, ctx)
+
+
+# epilogue: out = residual + norm(x); takes_deferred: a deferred producer may fold the
+# norm into its own kernel (Deferred.fold_rms_norm)
+@lowering(RMS_NORM, epilogue=True, takes_deferred=True, prologue=_feeds_matvecs)
+def rms_norm(ctx, x, weight, eps, request=NO_REQUEST):
     w = ctx.ref(materialize(ctx, weight))
-    res = ctx.residual      # EPILOGUES: out = res + norm(x), res laid out as out is
+    res = request.residual      # laid out as out is, or not taken
     if res is not None and not (res.is_contiguous() and res.shape == ctx.out_shape()):
         res = None
-    if isinstance(x, Deferred) and not ctx.defer_next and w.kind == "f32":
+    if isinstance(x, Deferred) and not request.defer and w.kind == "f32":
         out = x.fold_rms_norm(ctx, w, float(eps), res)   # its producer's epilogue (a mat-vec)
         if out is not None:
-            ctx.residual_added = res is not None
-            return out
+            return Lowered(out, residual_added=res is not None)
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32" or w.kind != "f32":
         raise LoweringError("rms_norm needs float32 x and weight")
-    if ctx.defer_next:
-        ctx.defer_next = False
+    if request.defer:
         return NormedRows(x, w, float(eps))
-    ctx.residual_added = res is not None
-    return _rms_norm(ctx, x, w, eps, res)
-
-
-EPILOGUES.add(RMS_NORM)
-TAKES_DEFERRED.add(RMS_NORM)     # a deferred producer may fold the norm (fold_rms_norm)
+    return Lowered(_rms_norm(ctx, x, w, eps, res), residual_added=res is not None)
 
 
 def _rms_norm(ctx, x: TRef, w: TRef, eps: float, res: TRef | None = None) -> TRef:

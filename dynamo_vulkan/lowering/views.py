@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from .core import TRef, lowering, meta_view
+from .core import NO_REQUEST, TRef, lowering, meta_view
 from .elementwise import contiguous
-from .fusion import LAZY_VIEWS, TAKES_DEFERRED, Lazy, LazyView, materialize
+from .fusion import Lazy, LazyView, materialize
 
 aten = torch.ops.aten
 VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
@@ -19,15 +19,20 @@ VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
 
 
 RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
-LAZY_VIEWS.update(RESHAPES)
-TAKES_DEFERRED.update(RESHAPES)
 
 
-@lowering(*VIEW_OPS)
+@lowering(*RESHAPES, lazy_view=True, takes_deferred=True)
+def reshape(ctx, x, *args, request=NO_REQUEST, **kwargs):
+    """A reshape; of a Lazy deferred for a consumer that computes it as it loads
+    (OpSpec.loads_lazy), a LazyView the consumer indexes."""
+    if request.defer and isinstance(x, Lazy):
+        return LazyView(x, torch.empty(x.shape, device="meta").reshape(*args).shape)
+    return view(ctx, x, *args, **kwargs)
+
+
+@lowering(*(op for op in VIEW_OPS if op not in RESHAPES))
 def view(ctx, x, *args, **kwargs):
     op = ctx.node.target
-    if ctx.defer_next and isinstance(x, Lazy):          # a reshape the consumer indexes
-        return LazyView(x, torch.empty(x.shape, device="meta").reshape(*args).shape)
     x = materialize(ctx, x)
     if not isinstance(x, TRef):            # a folded constant
         return op(x, *args, **kwargs)
