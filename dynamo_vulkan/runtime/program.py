@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import operator
 import os
 import threading
@@ -227,10 +228,7 @@ def gradient_may_stay_on_gpu(consumer, shape) -> bool:
         return True
     e = _HELD.get(address)
     if e is not None and e.pending and not e.claimed:
-        storage = e.alive()
-        if storage is not None:
-            _download_into(storage, e)
-            e.pending = False
+        _settle(e)
     return False
 
 
@@ -285,7 +283,7 @@ def _gradient_arrives(ref, grad: torch.Tensor) -> None:
 
 def _to_accumulator(e: "_Held", p: torch.Tensor):
     """The parameter's accumulator, holding e's value (a copy queued if it is elsewhere)."""
-    n = max(1, int(np.prod(e.shape)) if e.shape else 1)
+    n = e.count
     acc = accumulate.accumulator(e.mgr, p, e.buffer.size(), _count)
     if e.buffer is not acc:
         _release(acc)
@@ -407,6 +405,11 @@ class _Held:
         self.param = None           # weakref to the parameter whose gradient it is
         self.claimed = False        # whether it became that parameter's .grad
 
+    @property
+    def count(self) -> int:
+        """Elements of the value (a 0-d value has one; so does an empty one's buffer)."""
+        return max(1, math.prod(self.shape))
+
     def alive(self):
         """The storage, or None where it was freed."""
         return None if self.storage.expired() else \
@@ -462,14 +465,22 @@ def _evict(e: _Held) -> None:
         elif accumulate.float_words(e.kind, 1) is not None:
             _to_accumulator(e, p)   # its .grad, or (none yet) about to become it
             return
-    _download_into(storage, e)
-    e.pending = False
+    _settle(e, storage)
+
+
+def _settle(e: _Held, storage=None) -> None:
+    """A pending value read back into its host storage (`storage`, or e's own where it is
+    still alive), which then holds it."""
+    storage = storage if storage is not None else e.alive()
+    if storage is not None:
+        _download_into(storage, e)
+        e.pending = False
 
 
 def _download_into(storage, e: _Held) -> None:
     """Write the buffer's value into the storage (no version moves: autograd checks the
     versions of saved tensors)."""
-    n = max(1, int(np.prod(e.shape)) if e.shape else 1)
+    n = e.count
     accumulate.flush()
     words = _download_output(e.mgr, e.buffer, words_of(e.kind, n))
     _stats["readback_bytes"] += 4 * words.size
@@ -490,10 +501,7 @@ def materialise(tensors) -> None:
             continue
         e = _HELD.get(t.untyped_storage().data_ptr())
         if e is not None and e.pending and e.version == t._version:
-            storage = e.alive()
-            if storage is not None:
-                _download_into(storage, e)
-                e.pending = False
+            _settle(e)
 
 
 def pending(t: torch.Tensor) -> bool:
