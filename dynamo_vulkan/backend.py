@@ -300,7 +300,7 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
         _returned_outputs(gm) if kind == "backward" else {}
     subs = []
     for node in list(gm.graph.nodes):
-        if node.op == "call_module" and node.target.startswith(PARTITION_PREFIX):
+        if _is_partition(node):
             sub = getattr(gm, node.target)
             # by name: fusing partitions rebuilds the graph with new node objects
             resident = [getattr(a, "name", None) in static_nodes for a in node.args]
@@ -335,11 +335,23 @@ def _boxed_taking_args(fn):
     return boxed
 
 
+def _is_partition(n: fx.Node) -> bool:
+    """Whether node n calls a Vulkan partition."""
+    return n.op == "call_module" and n.target.startswith(PARTITION_PREFIX)
+
+
+def _partition_output(a) -> tuple[str, int] | None:
+    """(partition, output index) where `a` is one output of a Vulkan partition, else None."""
+    if isinstance(a, fx.Node) and a.op == "call_function" and a.target is operator.getitem \
+            and _is_partition(a.args[0]):
+        return a.args[0].target, a.args[1]
+    return None
+
+
 def _read_on_gpu_only(a: fx.Node) -> bool:
     """Whether only the graph's output and Vulkan partitions read node `a` (no host node,
     which would read its host copy before a pending one is materialised)."""
-    return all(u.op == "output" or (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX))
-               for u in a.users)
+    return all(u.op == "output" or _is_partition(u) for u in a.users)
 
 
 def _role(gm: fx.GraphModule) -> str | None:
@@ -354,19 +366,16 @@ def _saved_only_outputs(gm: fx.GraphModule) -> dict[str, set[int]]:
     """Partition -> indices of its outputs that a forward graph returns only as tensors saved
     for the backward (aot_autograd's outputs from fw_metadata.num_forward on), never to the
     user: those a partition's program hands off to the backward's (runtime/program.py)."""
-    ctx = torch._guards.TracingContext.try_get()
-    first_saved = getattr(getattr(ctx, "fw_metadata", None), "num_forward", None)
+    first_saved = _first_saved()
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     if first_saved is None or not isinstance(out, (tuple, list)):
         return {}
     returned = {a for a in out[:first_saved] if isinstance(a, fx.Node)}
     found: dict[str, set[int]] = {}
     for a in out[first_saved:]:
-        if not isinstance(a, fx.Node) or a in returned or not _read_on_gpu_only(a):
-            continue
-        if a.op == "call_function" and a.target is operator.getitem and \
-                a.args[0].op == "call_module" and a.args[0].target.startswith(PARTITION_PREFIX):
-            found.setdefault(a.args[0].target, set()).add(a.args[1])
+        where = _partition_output(a)
+        if where is not None and a not in returned and _read_on_gpu_only(a):
+            found.setdefault(where[0], set()).add(where[1])
     return found
 
 
@@ -378,11 +387,9 @@ def _returned_outputs(gm: fx.GraphModule) -> dict[str, dict[int, int]]:
     found: dict[str, dict[int, int]] = {}
     returned = list(out) if isinstance(out, (tuple, list)) else [out]
     for j, a in enumerate(returned):
-        if isinstance(a, fx.Node) and a.op == "call_function" and a.target is operator.getitem \
-                and a.args[0].op == "call_module" and \
-                a.args[0].target.startswith(PARTITION_PREFIX) and _read_on_gpu_only(a) and \
-                sum(b is a for b in returned) == 1:
-            found.setdefault(a.args[0].target, {})[a.args[1]] = j
+        where = _partition_output(a)
+        if where is not None and _read_on_gpu_only(a) and sum(b is a for b in returned) == 1:
+            found.setdefault(where[0], {})[where[1]] = j
     return found
 
 
@@ -409,7 +416,7 @@ def _reading_host_copies(gm: fx.GraphModule, first_saved: int | None = None):
     def host_reader(u: fx.Node, n: fx.Node) -> bool:
         if u.op == "output":
             return n in to_user
-        return not (u.op == "call_module" and u.target.startswith(PARTITION_PREFIX))
+        return not _is_partition(u)
     on_host = [i for i, n in enumerate(inputs) if any(host_reader(u, n) for u in n.users)]
     if not on_host:
         return gm.forward
