@@ -183,7 +183,8 @@ def graph_from_bytes(blob: bytes) -> tuple[fx.GraphModule, list[dict]]:
                 raise GraphFormatError(f"node kind {op!r} is not stored")
             node.name = name
             nodes[name] = node
-        if [n.op for n in graph.nodes].count("output") != 1 or next(reversed(graph.nodes)).op != "output":
+        ops = [n.op for n in graph.nodes]
+        if ops.count("output") != 1 or ops[-1] != "output":
             raise GraphFormatError("a stored graph ends with its one output")
         graph.lint()
         gm = fx.GraphModule(torch.nn.Module(), graph)
