@@ -16,12 +16,19 @@ order: it is made in host_words, from the caller's tensor, on each upload.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from .quants import QUANT_TYPES, quant_info, row_nbytes
 
 U8 = "u8"      # a packed-bytes buffer's kind (runtime/plan.py); with a layout: U8/<type>/<row bytes>
-PIECE_BYTES = 4 << 20   # bytes of rows gpu_rows regroups at a time
+PIECE_BYTES = 4 << 20   # bytes of rows gpu_rows regroups at a time, per thread
+# threads that regroup pieces at once (numpy releases the GIL in its array operations):
+# a 7B model's 4.7 GB took 19 s on one thread; each thread's temporaries are a few
+# times PIECE_BYTES, so the upload's host memory grows by about that much per thread
+MAX_THREADS = 8
 
 
 def _pack4(q: np.ndarray) -> np.ndarray:
@@ -52,8 +59,11 @@ def _q8_0(b):
 
 def _q4_k(b):
     n = b.shape[0]
-    # element 64g + 32h + l is nibble h of qs[32g + l]
-    q = (b[:, 16:144].reshape(n, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    # element 64g + 32h + l is nibble h of qs[32g + l]; packed byte j of (g, h) holds
+    # elements 2j and 2j + 1, the nibbles h of qs[32g + 2j] and qs[32g + 2j + 1]
+    pair = b[:, 16:144].reshape(n, 4, 16, 2)
+    b0, b1 = pair[..., 0], pair[..., 1]
+    quants = np.stack([(b0 & 0x0F) | (b1 << 4), (b0 >> 4) | (b1 & 0xF0)], axis=2)
     s = b[:, 4:16].reshape(n, 3, 4)
     sd, sm, smd = s[:, 0], s[:, 1], s[:, 2]
     sc = np.concatenate([sd & 0x3F, (smd & 0x0F) | ((sd >> 2) & 0x30)], axis=1)
@@ -63,21 +73,24 @@ def _q4_k(b):
     low = (sc & 0x0F) | ((mn & 0x0F) << 4)
     high = ((sc >> 4) | ((mn >> 4) << 2)).astype(np.uint32) << (4 * np.arange(8, dtype=np.uint32))
     high = np.bitwise_or.reduce(high, axis=1).astype("<u4").view(np.uint8).reshape(n, 4)
-    return [_pack4(q.reshape(n, 256)), np.concatenate([b[:, 0:4], low.astype(np.uint8), high], axis=1)]
+    return [quants.reshape(n, 128), np.concatenate([b[:, 0:4], low.astype(np.uint8), high], axis=1)]
 
 
 def _q6_k(b):
     n = b.shape[0]
-    lo = (b[:, 0:128].reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
-    hi = (b[:, 128:192].reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
-    lo, hi = lo.reshape(n, 32, 2, 4), hi.reshape(n, 16, 2, 2, 4)   # [chunk (pair), half, i]
-    # chunk c's word: byte i = low nibbles of its elements i and i + 4
-    low = lo[:, :, 0] | (lo[:, :, 1] << 4)
-    # a chunk pair's word: byte i = high bit pairs of the even chunk's elements i, i + 4 at
+    # ql byte 64a + t holds the low nibbles of elements 128a + t (bits 0-3) and
+    # 128a + 64 + t (bits 4-7). Chunk c's word: byte i = the low nibbles of its elements
+    # i and i + 4, which sit in bytes t and t + 4 of one 64-byte half, at one shift.
+    ql = b[:, 0:128].reshape(n, 2, 8, 2, 4)           # [a, chunk in half, i < 4 or not, i]
+    q0, q1 = ql[:, :, :, 0], ql[:, :, :, 1]
+    low = np.stack([(q0 & 0x0F) | (q1 << 4), (q0 >> 4) | (q1 & 0xF0)], axis=2)   # [a, shift, ...]
+    # qh byte 32a + t holds the high bit pairs of elements 128a + 32s + t at bits 2s. A
+    # chunk pair's word: byte i = high bit pairs of the even chunk's elements i, i + 4 at
     # bits 4, 6 and of the odd chunk's at bits 0, 2 (a shift puts either beside its nibble)
-    high = (hi[:, :, 0, 0] << 4) | (hi[:, :, 0, 1] << 6) | hi[:, :, 1, 0] | (hi[:, :, 1, 1] << 2)
-    return [low.reshape(n, 128).astype(np.uint8), high.reshape(n, 64).astype(np.uint8),
-            b[:, 192:208], b[:, 208:210]]
+    qh = b[:, 128:192].reshape(n, 2, 1, 2, 2, 2, 4)   # [a, s, pair, chunk, i < 4 or not, i]
+    v = (qh >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1, 1, 1, 1)) & 3
+    high = (v[..., 0, 0, :] << 4) | (v[..., 0, 1, :] << 6) | v[..., 1, 0, :] | (v[..., 1, 1, :] << 2)
+    return [low.reshape(n, 128), high.reshape(n, 64), b[:, 192:208], b[:, 208:210]]
 
 
 # GGML type name -> [n, block bytes] -> the regions' per-block bytes, in row order
@@ -114,7 +127,8 @@ def gpu_rows(data: np.ndarray, kind: str, out: np.ndarray | None = None) -> np.n
     rows, nb = data.size // row_bytes, row_bytes // info.type_size
     out = (np.empty(data.size, np.uint8) if out is None else out).reshape(rows, row_bytes)
     step = max(1, PIECE_BYTES // row_bytes)
-    for r0 in range(0, rows, step):
+
+    def piece(r0: int) -> None:
         r1 = min(rows, r0 + step)
         regions = REGROUP[name](data[r0 * row_bytes:r1 * row_bytes].reshape((r1 - r0) * nb, info.type_size))
         col = 0
@@ -124,4 +138,14 @@ def gpu_rows(data: np.ndarray, kind: str, out: np.ndarray | None = None) -> np.n
             col += r.shape[1]
         if col != row_bytes:
             raise AssertionError(f"{name} GPU layout holds {col} bytes per row, not {row_bytes}")
+
+    starts = range(0, rows, step)
+    threads = min(MAX_THREADS, len(starts), len(os.sched_getaffinity(0)))
+    if threads <= 1:
+        for r0 in starts:
+            piece(r0)
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="gguf-regroup") as pool:
+            for f in [pool.submit(piece, r0) for r0 in starts]:
+                f.result()
     return out.reshape(-1)
