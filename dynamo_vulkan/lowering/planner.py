@@ -89,7 +89,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 values[node] = values[added_by[node]]
                 continue
             spec = spec_of(node.target)
-            if spec is None or not spec.takes_lazy:             # others need buffers
+            is_copy = node.target is COPY_ and args_[0] is not None
+            if (spec is None or not spec.takes_lazy) and not is_copy:   # others need buffers
                 args_, kwargs = fx.node.map_aggregate((args_, kwargs),
                                                       lambda v: materialize(ctx, v))
             if node.target is operator.getitem:
@@ -98,11 +99,12 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             if not _has_ref((args_, kwargs)) and is_foldable_target(node):
                 values[node] = node.target(*args_, **kwargs)
                 continue
-            if node.target is torch.ops.aten.copy_.default and args_[0] is not None:
+            if is_copy:
                 dst_node = node.args[0]
                 if dst_node not in index_of:
                     raise LoweringError("copy_ into a value that is not a graph input")
-                dst, src = values[dst_node], args_[1]
+                dst = materialize(ctx, args_[0])
+                src = _computed_into(ctx, args_[1], dst)
                 if not (isinstance(src, TRef) and src == dst):    # not already updated in place
                     copy_to(ctx, src, dst)
                 plan.mutations.append((index_of[dst_node], dst.buf))
@@ -189,10 +191,72 @@ def deferrable(gm: fx.GraphModule, ctx) -> set:
         s = spec(n)
         return s is not None and s.prologue is not None and s.prologue(n, ctx)
 
+    copied = _copied_into_inputs(gm, fusible)
     found = {n for n in gm.graph.nodes
-             if n.op == "call_function" and (folds_into_user(n) or prologue(n))}
+             if n.op == "call_function" and (folds_into_user(n) or prologue(n) or n in copied)}
     return found | {v for n in found if fusible(n) and len(n.users) == 1
                     for v in [through_view(n)] if v is not None}
+
+
+COPY_ = torch.ops.aten.copy_.default
+
+
+def _copied_into_inputs(gm: fx.GraphModule, fusible) -> set:
+    """Fusible nodes copied by a copy_ into a graph input (an optimizer step's new
+    parameters and moments) and otherwise read only by elementwise consumers: the copy_
+    computes the expression straight into the input's buffer (one kernel, no temporary)
+    and the other consumers compute it again inside their own kernels, when nothing
+    between the node and its copy_ writes an input the expression reads (such as the
+    copies of earlier parameters), so that its deferred reads see what they would have
+    seen at the node itself."""
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    inputs_of: dict = {}
+
+    def inputs(n) -> frozenset:        # the graph inputs n is computed from
+        if n not in inputs_of:
+            inputs_of[n] = frozenset([n]) if n.op == "placeholder" else \
+                frozenset().union(*(inputs(a) for a in n.all_input_nodes))
+        return inputs_of[n]
+
+    writes = [n for n in nodes if _writes(n)]
+    write_at = [order[n] for n in writes]
+    found = set()
+    for c in writes:
+        if c.target is not COPY_ or c.args[0].op != "placeholder" or not isinstance(c.args[1], fx.Node):
+            continue
+        src = c.args[1]
+        if src.op != "call_function" or not fusible(src) or \
+                not all(u is c or u.op == "call_function" and u.target is not COPY_ and fusible(u)
+                        for u in src.users):
+            continue
+        read = inputs(src)
+        between = writes[bisect.bisect_right(write_at, order[src]):bisect.bisect_left(write_at, order[c])]
+        if all(m.target is COPY_ and m.args[0].op == "placeholder" and m.args[0] not in read
+               for m in between):
+            found.add(src)
+    return found
+
+
+def _computed_into(ctx, src, dst: TRef):
+    """src, left a Lazy where its kernel may write straight into dst: every operand in
+    dst's buffer is read as dst itself (element i of the output reads only element i of
+    dst, before writing it); else computed first."""
+    if isinstance(src, Lazy) and all(
+            not isinstance(o, TRef) or o.buf != dst.buf or
+            (o.offset, o.strides, o.shape) == (dst.offset, dst.strides, dst.shape)
+            for o in src.operands) and tuple(src.shape) == tuple(dst.shape):
+        return src
+    return materialize(ctx, src)
+
+
+def _writes(n) -> bool:
+    """Whether node n writes a buffer in place (a copy_, an index_put the planner may
+    update in place, a mutating op)."""
+    t = n.target
+    return n.op == "call_function" and (
+        t in (COPY_, torch.ops.aten.index_put.default) or
+        (isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable))
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:
@@ -204,13 +268,13 @@ def in_place_updates(gm: fx.GraphModule) -> set:
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = set()
     for node in gm.graph.nodes:
-        if node.target is not torch.ops.aten.copy_.default:
+        if node.target is not COPY_:
             continue
         dst, src = node.args[0], node.args[1]
         # readers of src after the copy_ see dst's buffer, which then holds src, unless
         # dst is written again (torch versions differ in where the copy_ goes)
         if dst.op != "placeholder" or not _is_index_put(src) or \
-                any(u is not node and u.target is torch.ops.aten.copy_.default and
+                any(u is not node and u.target is COPY_ and
                     u.args[0] in (dst, node) and order[u] > order[node]
                     for u in (*dst.users, *node.users)):
             continue
