@@ -191,24 +191,26 @@ def deferrable(gm: fx.GraphModule, ctx) -> set:
         s = spec(n)
         return s is not None and s.prologue is not None and s.prologue(n, ctx)
 
-    copied = _copied_into_inputs(gm, fusible)
     found = {n for n in gm.graph.nodes
-             if n.op == "call_function" and (folds_into_user(n) or prologue(n) or n in copied)}
-    return found | {v for n in found if fusible(n) and len(n.users) == 1
-                    for v in [through_view(n)] if v is not None}
+             if n.op == "call_function" and (folds_into_user(n) or prologue(n))}
+    found |= {v for n in found if fusible(n) and len(n.users) == 1
+              for v in [through_view(n)] if v is not None}
+    return found | _copied_into_inputs(gm, fusible, found)
 
 
 COPY_ = torch.ops.aten.copy_.default
 
 
-def _copied_into_inputs(gm: fx.GraphModule, fusible) -> set:
+def _copied_into_inputs(gm: fx.GraphModule, fusible, deferred: set) -> set:
     """Fusible nodes copied by a copy_ into a graph input (an optimizer step's new
     parameters and moments) and otherwise read only by elementwise consumers: the copy_
     computes the expression straight into the input's buffer (one kernel, no temporary)
-    and the other consumers compute it again inside their own kernels, when nothing
-    between the node and its copy_ writes an input the expression reads (such as the
-    copies of earlier parameters), so that its deferred reads see what they would have
-    seen at the node itself."""
+    and the other consumers compute it again inside their own kernels. Taken where every
+    such computation still reads the inputs the node would have read: nothing between
+    the node and its copy_ writes an input the expression reads (such as the copies of
+    earlier parameters), and every other consumer is computed before the copy_ (so not
+    a step counter whose copy_ comes before its readers). `deferred`: the nodes that
+    their consumers compute (the other roles)."""
     nodes = list(gm.graph.nodes)
     order = {n: i for i, n in enumerate(nodes)}
     inputs_of: dict = {}
@@ -219,23 +221,42 @@ def _copied_into_inputs(gm: fx.GraphModule, fusible) -> set:
                 frozenset().union(*(inputs(a) for a in n.all_input_nodes))
         return inputs_of[n]
 
+    copy_of: dict = {}                 # a taken node -> its copy_
+    last_of: dict = {}
+
+    def last_computed(n) -> int:
+        """The latest graph position at which n's value is computed (a deferred node is
+        computed by each of its consumers, a taken one also by its copy_)."""
+        if n not in last_of:
+            if n in copy_of:
+                last_of[n] = max([order[copy_of[n]]] + [last_computed(u) for u in n.users
+                                                        if u is not copy_of[n]])
+            elif n in deferred:
+                last_of[n] = max(last_computed(u) for u in n.users)
+            else:
+                last_of[n] = order[n]
+        return last_of[n]
+
     writes = [n for n in nodes if _writes(n)]
     write_at = [order[n] for n in writes]
-    found = set()
+    candidates = []
     for c in writes:
-        if c.target is not COPY_ or c.args[0].op != "placeholder" or not isinstance(c.args[1], fx.Node):
-            continue
-        src = c.args[1]
-        if src.op != "call_function" or not fusible(src) or \
+        src = c.args[1] if c.target is COPY_ and len(c.args) > 1 else None
+        if c.args[0].op != "placeholder" or not isinstance(src, fx.Node) or src in deferred or \
+                src.op != "call_function" or not fusible(src) or \
                 not all(u is c or u.op == "call_function" and u.target is not COPY_ and fusible(u)
                         for u in src.users):
             continue
+        candidates.append((src, c))
+    # the latest first: a node's consumers are decided before it
+    for src, c in sorted(candidates, key=lambda sc: -order[sc[0]]):
         read = inputs(src)
         between = writes[bisect.bisect_right(write_at, order[src]):bisect.bisect_left(write_at, order[c])]
         if all(m.target is COPY_ and m.args[0].op == "placeholder" and m.args[0] not in read
-               for m in between):
-            found.add(src)
-    return found
+               for m in between) and \
+                all(last_computed(u) < order[c] for u in src.users if u is not c):
+            copy_of[src] = c
+    return set(copy_of)
 
 
 def _computed_into(ctx, src, dst: TRef):
