@@ -133,12 +133,16 @@ def test_a_partition_keeps_the_programs_of_its_latest_shapes():
     assert list(sub.programs)[-1] == next(k for k in sub.programs if k[0][0] == tuple(shapes[0]))
 
 
-def test_programs_holding_replaced_temporaries_are_dropped():
+def test_programs_holding_replaced_temporaries_are_dropped(monkeypatch):
     """Growing shapes (a chat's longer prompts) make larger shared temporaries each time:
     the older programs that still hold replaced ones are dropped, least recently used
     first, until those are no larger than the newest program's; a dropped shape is built
     again and still right."""
-    shapes = [(n, 257) for n in (40, 90, 130, 190, 260, 600)]   # past earlier tests' sizes
+    from dynamo_vulkan.runtime import program
+    # shared temporaries of their own: earlier tests' larger ones would otherwise already
+    # fit these shapes (test_greedy's did), and none would be replaced
+    monkeypatch.setattr(program.Scratch, "_slots", {})
+    shapes = [(n, 257) for n in (40, 90, 130, 190, 260, 600)]
     c, sub = _programs(_rowwise_a, *shapes)
     progs = list(sub.programs.values())
     newest = progs[-1]
