@@ -206,13 +206,14 @@ class NormQKV(torch.nn.Module):
         return q(h), k(h), v(h) + r
 
 
-@pytest.mark.parametrize("name", TYPES)
-def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name):
+@pytest.mark.parametrize("name,cols", [(t, 512) for t in TYPES] + [("Q4_0", 800), ("Q8_0", 800)])
+def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name, cols):
     """Planned as for a GPU (where a norm folds into the mat-vecs that read it): the norm
-    is computed once, by the planes kernel, for all three mat-vecs."""
+    is computed once, by the planes kernel, for all three mat-vecs. 800 columns: a row
+    that the planes' sum of squares does not cover in whole steps of four loads."""
     torch.manual_seed(5)
-    model = NormQKV(name, 512)
-    x, r = torch.randn(1, 512) * 3, torch.randn(1, 8)
+    model = NormQKV(name, cols)
+    x, r = torch.randn(1, cols) * 3, torch.randn(1, 8)
     with torch.no_grad():
         expected = model(x, r)
         check(model, x, r, **_tol(torch.cat(expected, 1)))
