@@ -57,21 +57,12 @@ void main() {
     vec4 v = vec4(XLOAD(m, k0), XLOAD(m, k0 + de), XLOAD(m, k0 + 2u * de), XLOAD(m, k0 + 3u * de));
     float rn = 1.0;      // NORM: rsqrt(mean(x^2) + eps)
 #ifdef NORM
-    // four loads in flight per step (a row of thousands takes dozens of steps), summed apart
-    float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-    uint wgx = gl_WorkGroupSize.x, k = lid;
-    for (; k + 3u * wgx < 32u * NB; k += 4u * wgx) {
-        float a = XLOAD(m, k), b = XLOAD(m, k + wgx), c = XLOAD(m, k + 2u * wgx), d = XLOAD(m, k + 3u * wgx);
-        s0 += a * a;
-        s1 += b * b;
-        s2 += c * c;
-        s3 += d * d;
+    float ss = 0.0;
+    for (uint k = lid; k < 32u * NB; k += gl_WorkGroupSize.x) {
+        float xv = XLOAD(m, k);
+        ss += xv * xv;
     }
-    for (; k < 32u * NB; k += wgx) {
-        float a = XLOAD(m, k);
-        s0 += a * a;
-    }
-    rn = inversesqrt(wg_sum((s0 + s1) + (s2 + s3)) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
+    rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
     v *= vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
 #endif
     vec4 av = abs(v);
