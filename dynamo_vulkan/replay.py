@@ -101,6 +101,11 @@ class StepReplayer:
             raise
         return out[:n]
 
+    def prepare(self, k: int, n: int) -> None:
+        """Record the first-n-steps sequence of the k-step replay now (a warm-up), not at
+        the first call that asks for it."""
+        self._prefix(k, n)
+
     def forget(self) -> None:
         """Drop the replays built on the inputs bound so far."""
         self.programs.clear()

@@ -377,3 +377,28 @@ def test_padded_prompt_gives_the_unpadded_logits_and_steps(tiny):
     torch.testing.assert_close(got_step, want_step)
     with pytest.raises(ValueError, match=f"last must index one of the {len(ids) + 5} tokens"):
         model(pad, 0, last=len(ids) + 5)
+
+
+def test_warm_up_records_the_sequences_the_calls_take(tiny):
+    """With the warm-up, the replay's sequences of the calls' step counts (k, and the last
+    call's remainder) are recorded before the timed steps, which then record none."""
+    from dynamo_vulkan.replay import StepReplayer
+
+    model, tok, want = tiny
+    recorded = []
+    prepare, prefix = StepReplayer.prepare, StepReplayer._prefix
+
+    def timed_prefix(self, k, n):
+        if (k, n) not in self.prefixes and n not in (0, k):
+            recorded.append((k, n))
+        return prefix(self, k, n)
+    StepReplayer._prefix = timed_prefix
+    StepReplayer.prepare = lambda self, k, n: prefix(self, k, n)   # the warm-up's, not counted
+    try:
+        got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
+                       steps_per_call=4)
+    finally:
+        StepReplayer._prefix, StepReplayer.prepare = prefix, prepare
+    assert got.tokens == want.tokens[:12]
+    assert (4, 3) in step_replay(model, "vulkan").replayer.prefixes      # 11 steps: 4 + 4 + 3
+    assert recorded == [], f"timed calls recorded {recorded}"

@@ -472,8 +472,15 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
             steps = min(max_new_tokens - 1, room)
             if multi is not None and steps > 0:
                 multi.warm(ids[-1], len(ids), steps_per_call)
+                if multi.replays:
+                    # one replay (its whole sequence recorded, its time per step measured),
+                    # then the sequences of the calls the steps take: the step count that
+                    # time picks and the last call's remainder
+                    multi(ids[-1], len(ids), steps_per_call, min(steps_per_call, steps))
                 k = _steps_now(multi, steps_per_call, auto)
-                if not multi.replays and steps >= k:
+                if multi.replays:
+                    multi.prepare(steps_per_call, (k, steps % k))
+                elif steps >= k:
                     multi(ids[-1], len(ids), k)       # compiles the k-step graph
             # a replay also runs the last steps, fewer than steps_per_call; the k-step
             # graph leaves them to the one-step graph
