@@ -25,9 +25,9 @@ from .quants import QUANT_TYPES, quant_info, row_nbytes
 
 U8 = "u8"      # a packed-bytes buffer's kind (runtime/plan.py); with a layout: U8/<type>/<row bytes>
 PIECE_BYTES = 4 << 20   # bytes of rows gpu_rows regroups at a time, per thread
-# threads that regroup pieces at once (numpy releases the GIL in its array operations):
-# a 7B model's 4.7 GB took 19 s on one thread; each thread's temporaries are a few
-# times PIECE_BYTES, so the upload's host memory grows by about that much per thread
+# threads that regroup pieces at once (numpy releases the GIL in its array operations;
+# a 7B model's weights are seconds of work on one: docs/journal.md, session 31); each
+# thread's temporaries are a few times PIECE_BYTES, which the upload's host memory grows by
 MAX_THREADS = 8
 
 

@@ -477,11 +477,12 @@ def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, te
                     # then the sequences of the calls the steps take: the step count that
                     # time picks and the last call's remainder
                     multi(ids[-1], len(ids), steps_per_call, min(steps_per_call, steps))
-                k = _steps_now(multi, steps_per_call, auto)
-                if multi.replays:
+                    k = _steps_now(multi, steps_per_call, auto)
                     multi.prepare(steps_per_call, (k, steps % k))
-                elif steps >= k:
-                    multi(ids[-1], len(ids), k)       # compiles the k-step graph
+                else:
+                    k = _steps_now(multi, steps_per_call, auto)
+                    if steps >= k:
+                        multi(ids[-1], len(ids), k)       # compiles the k-step graph
             # a replay also runs the last steps, fewer than steps_per_call; the k-step
             # graph leaves them to the one-step graph
             if steps > 0 and (multi is None or not multi.replays and steps % k):

@@ -224,6 +224,16 @@ def foldable(expr: str, out, scatter, gather, accumulate, preamble) -> bool:
     return out is None and not (scatter or gather or accumulate or preamble) and "$i" not in expr
 
 
+def writes_in_place(n) -> bool:
+    """Whether node n writes a buffer in place: a copy_ (into a graph input), an index_put
+    (the planner may update it in place) or a mutating op. Fusions that move a read past
+    other nodes (a Lazy computed later, a norm folded into its mat-vec) stop at one."""
+    t = n.target
+    return n.op == "call_function" and (
+        t in (torch.ops.aten.copy_.default, torch.ops.aten.index_put.default) or
+        (isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable))
+
+
 def materialize(ctx, value):
     """A TRef for value, computing a Lazy or Deferred (anything else is returned as is)."""
     if isinstance(value, Deferred):

@@ -34,7 +34,7 @@ from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, cpu_lanes,
                    f32_bits, groups_for, host_matmul, k_splits, lowering, meta_view, spec_of)
 from .checks import index_check
 from .elementwise import add_slices, contiguous, ew
-from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader
+from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader, writes_in_place
 from .rowwise import RMS_NORM, NormedRows
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
@@ -600,10 +600,7 @@ def _nothing_written_between(a, b) -> bool:
     into an input, an index_put (the planner may update it in place) or a mutating op."""
     n = a.next
     while n is not b and n.op != "output":
-        t = n.target
-        if n.op == "call_function" and (
-                t in (torch.ops.aten.copy_.default, torch.ops.aten.index_put.default) or
-                (isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable)):
+        if writes_in_place(n):
             return False
         n = n.next
     return n is b

@@ -26,7 +26,7 @@ from dynamo_vulkan.shaders.families import ShaderDefineError
 from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
 from .core import Context
 from .elementwise import copy_to, ew
-from .fusion import Deferred, Lazy, materialize, residual_adds
+from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
 from .registry import Lowered, OpSpec, Request, spec_of
 
@@ -103,7 +103,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 dst_node = node.args[0]
                 if dst_node not in index_of:
                     raise LoweringError("copy_ into a value that is not a graph input")
-                dst = materialize(ctx, args_[0])
+                dst = values[dst_node]
                 src = _computed_into(ctx, args_[1], dst)
                 if not (isinstance(src, TRef) and src == dst):    # not already updated in place
                     copy_to(ctx, src, dst)
@@ -237,7 +237,7 @@ def _copied_into_inputs(gm: fx.GraphModule, fusible, deferred: set) -> set:
                 last_of[n] = order[n]
         return last_of[n]
 
-    writes = [n for n in nodes if _writes(n)]
+    writes = [n for n in nodes if writes_in_place(n)]
     write_at = [order[n] for n in writes]
     candidates = []
     for c in writes:
@@ -269,15 +269,6 @@ def _computed_into(ctx, src, dst: TRef):
             for o in src.operands) and tuple(src.shape) == tuple(dst.shape):
         return src
     return materialize(ctx, src)
-
-
-def _writes(n) -> bool:
-    """Whether node n writes a buffer in place (a copy_, an index_put the planner may
-    update in place, a mutating op)."""
-    t = n.target
-    return n.op == "call_function" and (
-        t in (COPY_, torch.ops.aten.index_put.default) or
-        (isinstance(t, torch._ops.OpOverload) and t._schema.is_mutable))
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:

@@ -43,7 +43,7 @@ def queue(mgr, dst, src, n: int, copy: bool) -> None:
     key = (id(dst), id(src), n, copy)
     got = _algorithms.get(key)
     if got is None:
-        key_src, source = shaders.kernel_source("accumulate", {})
+        _, source = shaders.kernel_source("accumulate", {})
         spv = shaders.compile_source(source, "accumulate")
         total = max(1, -(-n // GROUP))
         x = min(total, MAX_GROUPS)
