@@ -50,6 +50,11 @@
 #if defined(SPLIT3) && !defined(CM_BF16) && !defined(BF16_IN_F16)
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
+// ACC16 (float16 operands only): each K step's products accumulate in float16 matrices,
+// which are added into the fp32 accumulators once a step (BK / CM_K products deep)
+#if defined(ACC16) && (defined(CM_BF16) || defined(SPLIT3))
+#error ACC16 multiplies float16 operands only
+#endif
 #include "common.glsl"
 #include "coopmat_convert.glsl"
 #ifndef BM
@@ -334,6 +339,7 @@ void stash(uint tid, uint base) {
 #define FRAG_A coopmat<ET, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA>
 #define FRAG_B coopmat<ET, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB>
 #define FRAG_C coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
+#define FRAG_H coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>
 
 void main() {
     uint batch = gl_WorkGroupID.z / SPLITS, split_index = gl_WorkGroupID.z % SPLITS;
@@ -361,6 +367,11 @@ void main() {
         uint cur = (s & 1u) * STAGE;
         bool more = s + 1u < steps;
         if (more) fetch(tid, batch, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
+#ifdef ACC16
+        FRAG_H part[RM][RN];
+        [[unroll]] for (uint i = 0; i < RM; ++i)
+            [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = FRAG_H(0.0);
+#endif
         [[unroll]] for (uint kk = 0; kk < BK; kk += CM_K) {
             FRAG_A a[RM];
             FRAG_B b[RN];
@@ -384,9 +395,18 @@ void main() {
                     }
             }
 #endif
+#ifdef ACC16
+            [[unroll]] for (uint i = 0; i < RM; ++i)
+                [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = coopMatMulAdd(a[i], b[j], part[i][j]);
+#else
             [[unroll]] for (uint i = 0; i < RM; ++i)
                 [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]);
+#endif
         }
+#ifdef ACC16
+        [[unroll]] for (uint i = 0; i < RM; ++i)
+            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += FRAG_C(part[i][j]);
+#endif
         if (more) stash(tid, STAGE - cur);
         barrier();
     }
