@@ -23,14 +23,15 @@ import functools
 import json
 import logging
 import re
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from . import backend, cache, config, device, progress
-from .runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes,
-                                placeholder_spec, propagate_meta)
+from .runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes, node_values,
+                                placeholder_spec, propagate_meta, set_node_values)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class Capture:
     def __init__(self):
         self.sources: list[list[str]] = []      # per Dynamo graph, its placeholders' sources
         self.graphs: list[tuple] = []           # (kind, bytes, static, bumped) per AOT graph
+        self.values: list[bytes | None] = []     # per AOT graph, its nodes' values (node_values)
         self.why_not: str | None = None
 
     def dynamo_graph(self, gm) -> None:
@@ -66,6 +68,11 @@ class Capture:
         except GraphFormatError as e:
             self.why_not = str(e)
             self.graphs.append(None)
+        try:
+            self.values.append(node_values(gm))
+        except GraphFormatError as e:       # a later process propagates them (and stores them)
+            log.debug("%s: node values not stored (%s)", kind, e)
+            self.values.append(None)
 
 
 def _check_direct(meta, gm) -> None:
@@ -139,8 +146,30 @@ def fingerprint(module: torch.nn.Module) -> str:
     return cache.digest(*parts)
 
 
+_MARK = "_dynamo_vulkan_dynamic"     # the dims mark_dynamic recorded on a tensor
+
+
+def mark_dynamic(t: torch.Tensor, dim: int) -> None:
+    """Dynamo's maybe_mark_dynamic(t, dim) for a call of a Precompiled module, without
+    importing Dynamo (~1.2 s) where the call's graph comes from the disk cache: the dim is
+    recorded on the tensor, part of the call's signature, and Dynamo's mark is applied
+    when a call goes through torch.compile (at once if Dynamo is loaded already, as it is
+    wherever a torch.compile'd module exists)."""
+    setattr(t, _MARK, set(getattr(t, _MARK, ())) | {dim})
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
+def _apply_marks(args) -> None:
+    """Dynamo's marks for the dims mark_dynamic recorded (before a call traces)."""
+    for a in args:
+        for d in getattr(a, _MARK, ()):
+            torch._dynamo.maybe_mark_dynamic(a, d)
+
+
 def _dynamic_dims(t: torch.Tensor) -> set:
-    return set(getattr(t, "_dynamo_weak_dynamic_indices", ())) | set(getattr(t, "_dynamo_dynamic_indices", ()))
+    return (set(getattr(t, "_dynamo_weak_dynamic_indices", ())) | set(getattr(t, "_dynamo_dynamic_indices", ()))
+            | set(getattr(t, _MARK, ())))
 
 
 def signature(args) -> tuple:
@@ -203,6 +232,12 @@ class Precompiled:
             self._compiled = self._make_compiled()
         return self._compiled
 
+    def _through_compiled(self, args, kwargs=None):
+        """The call through torch.compile, with mark_dynamic's marks as Dynamo's."""
+        fn = self.compiled
+        _apply_marks(args)
+        return fn(*args, **(kwargs or {}))
+
     def key(self, sig) -> str:
         if self._fingerprint is None:
             self._fingerprint = fingerprint(self.module)
@@ -212,18 +247,18 @@ class Precompiled:
 
     def __call__(self, *args, **kwargs):
         if kwargs or torch.is_grad_enabled() or cache.cache_root(self.cfg) is None:
-            return self.compiled(*args, **kwargs)
+            return self._through_compiled(args, kwargs)
         try:
             sig = signature(args)
         except GraphFormatError:
-            return self.compiled(*args)
+            return self._through_compiled(args)
         runner = self.runners.get(sig, _UNKNOWN)
         if runner is _UNKNOWN or runner is _MISSED:
             key = self.key(sig)
             runner = self.runners[sig] = self._load(key, args) if runner is _UNKNOWN else None
             if runner is None:
                 return self._trace(key, args)
-        return self.compiled(*args) if runner is None else runner(args)
+        return self._through_compiled(args) if runner is None else runner(args)
 
     def prepare(self, *args) -> bool:
         """Compile the graph of a call with these arguments from the disk cache without
@@ -241,6 +276,33 @@ class Precompiled:
             self.runners[sig] = self._load(self.key(sig), args) or _MISSED
         return self.runners[sig] not in (None, _MISSED)
 
+    @staticmethod
+    def _values_key(key: str, args) -> str:
+        """The key of a stored graph's node values for these arguments' sizes."""
+        return cache.digest("values", key, [(tuple(a.shape), a.stride()) for a in args])
+
+    def _set_values(self, key: str, gm, specs, flat: list, args) -> None:
+        """Every node's meta["val"]: from the stored values for these sizes where they verify,
+        else propagated on fake tensors (Dynamo's import) and stored for the next process."""
+        vkey = self._values_key(key, args)
+        blob = cache.disk_get("values", vkey)
+        if blob is not None:
+            try:
+                set_node_values(gm, specs, flat, blob)
+                cache.count("values", "disk_hits")
+                return
+            except GraphFormatError as e:
+                log.warning("dynamo_vulkan cache entry values/%s does not fit its graph (%s); "
+                            "propagating the values again", vkey, e)
+                cache.count("values", "corrupt")
+        else:
+            cache.count("values", "misses")
+        propagate_meta(gm, specs, flat)
+        try:
+            cache.disk_put("values", vkey, node_values(gm))
+        except GraphFormatError as e:
+            log.debug("node values not stored (%s)", e)
+
     def _load(self, key: str, args) -> _Runner | None:
         blob = cache.disk_get("graph", key)
         if blob is None:
@@ -251,7 +313,8 @@ class Precompiled:
             entry = json.loads(blob)
             gm, specs = graph_from_bytes(entry["graph"].encode())
             runner = _Runner(self.module, None, entry["inputs"], entry["bumped"], entry["single"])
-            fakes = propagate_meta(gm, specs, runner.flat(args))
+            flat = runner.flat(args)
+            self._set_values(key, gm, specs, flat, args)
             inputs_meta = (set(entry["static"]), set(entry["bumped"]))
         except (GraphFormatError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
             log.warning("dynamo_vulkan cache entry graph/%s is not a valid graph for %s (%s); "
@@ -259,7 +322,7 @@ class Precompiled:
             cache.count("graph", "corrupt")
             return None
         cache.count("graph", "disk_hits")
-        runner.fn = backend.compile_graph(gm, fakes, self.cfg, entry["kind"], inputs_meta)
+        runner.fn = backend.compile_graph(gm, flat, self.cfg, entry["kind"], inputs_meta)
         progress.phase("%s: traced graph read from the cache (%d nodes, %.1f s)", type(self.module).__name__,
                        len(gm.graph.nodes), time.perf_counter() - t0)
         return runner
@@ -270,7 +333,7 @@ class Precompiled:
         cap = Capture()
         backend._graph_sinks.append(cap)
         try:
-            out = self.compiled(*args)
+            out = self._through_compiled(args)
         finally:
             backend._graph_sinks.remove(cap)
         try:
@@ -281,6 +344,8 @@ class Precompiled:
             return out
         if entry is not None:
             cache.disk_put("graph", key, json.dumps(entry).encode())
+            if cap.values and cap.values[0] is not None:
+                cache.disk_put("values", self._values_key(key, args), cap.values[0])
         return out
 
     def _entry(self, cap: Capture, out) -> dict | None:
@@ -305,4 +370,4 @@ class Precompiled:
                 "bumped": bumped, "single": single}
 
 
-__all__ = ["Precompiled", "signature", "fingerprint", "code_hash", "placeholder_spec"]
+__all__ = ["Precompiled", "mark_dynamic", "signature", "fingerprint", "code_hash", "placeholder_spec"]

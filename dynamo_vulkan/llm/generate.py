@@ -290,8 +290,9 @@ def prompt_args(model, ids: list[int], backend: str | None, start: int = 0):
     decoder again otherwise (docs/journal.md, session 29)."""
     padded = len(ids) if backend is None else prompt_bucket(len(ids), model.max_ctx - start)
     prompt_t = torch.tensor([ids + ids[-1:] * (padded - len(ids))], dtype=torch.int64)
-    if backend is not None:
-        torch._dynamo.maybe_mark_dynamic(prompt_t, 1)
+    if backend is not None:      # recorded; Dynamo's mark (and import) when a call traces
+        from dynamo_vulkan.precompiled import mark_dynamic
+        mark_dynamic(prompt_t, 1)
     return prompt_t, torch.tensor(start, dtype=torch.int64), torch.tensor(len(ids) - 1, dtype=torch.int64)
 
 

@@ -6,8 +6,13 @@ Nodes are stored in order with their targets by name: ATen and custom operators
 sizes. Arguments are nodes, numbers (floats as hex, exact), strings, dtypes, devices,
 layouts, memory formats and lists of these. Anything else makes the graph
 unstorable (GraphFormatError), never pickled. Placeholders keep their shapes, with a
-size symbol's name where a dimension is dynamic; the other nodes' metadata is
-propagated again on load (fake tensors), as the partitioner needs it.
+size symbol's name where a dimension is dynamic.
+
+The partitioner reads every node's value (meta["val"]: dtype, shape, strides). On load
+these come either from node_values' record of one call's values, stored apart per input
+sizes (set_node_values: meta tensors, no op run), or from running the graph on fake
+tensors (propagate_meta), which imports Dynamo (FakeTensorMode's constructor reads its
+config) and costs ~1.5 s for a decoder's two graphs on a second process's path.
 """
 from __future__ import annotations
 
@@ -195,24 +200,120 @@ def graph_from_bytes(blob: bytes) -> tuple[fx.GraphModule, list[dict]]:
     return gm, specs
 
 
-def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
-    """Set every node's meta["val"] from fake tensors of `args` (the real inputs of the
-    graph's first call), which must fit the specs; returns the fake inputs.
+def _concrete(x):
+    """x with a symbolic number replaced by its value in the traced call (its hint)."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        node = x.node
+        if not node.has_hint():
+            raise GraphFormatError(f"value {x} has no known value (data-dependent)")
+        x = node.hint
+    return x
 
-    The values are those of this call's shapes, static: the partitioner reads them for
-    its choices, as it reads a symbolic graph's size hints (the first call's), and the
-    planner specialises each Vulkan partition to every call's shapes itself, so a graph
-    traced with a dynamic size still runs for each value of it. Propagating symbolically
-    cost more than tracing (sympy on every size: ~5 s for SmolLM2's prompt graph).
-    GraphFormatError where `args` do not fit the specs."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+def _value_record(v):
+    """One node's value as data: a tensor's dtype, shape, strides and offset, a number,
+    None, or a list of these; GraphFormatError for anything else."""
+    if v is None:
+        return None
+    if isinstance(v, torch.Tensor):
+        return {"t": [str(v.dtype), [int(_concrete(d)) for d in v.shape],
+                      [int(_concrete(d)) for d in v.stride()], int(_concrete(v.storage_offset()))]}
+    if isinstance(v, (list, tuple)):
+        return {"seq": [_value_record(x) for x in v]}
+    v = _concrete(v)
+    if isinstance(v, bool):
+        return {"bool": v}
+    if isinstance(v, int):
+        return {"int": v}
+    if isinstance(v, float):
+        return {"float": v.hex()}
+    raise GraphFormatError(f"a node's value of type {type(v).__name__} cannot be stored")
+
+
+def node_values(gm: fx.GraphModule) -> bytes:
+    """Every node's meta["val"] but the output's, for the sizes of one call (a symbolic
+    size as its value in the traced call), as JSON bytes for set_node_values; GraphFormatError
+    where a node has none or one that cannot be stored."""
+    out = []
+    for n in gm.graph.nodes:
+        if n.op == "output":
+            continue
+        if "val" not in n.meta:
+            raise GraphFormatError(f"node {n.name} has no value")
+        out.append(_value_record(n.meta["val"]))
+    return json.dumps({"format": FORMAT, "values": out}, separators=(",", ":")).encode()
+
+
+def _meta_value(rec):
+    if rec is None:
+        return None
+    if not isinstance(rec, dict) or len(rec) != 1:
+        raise GraphFormatError(f"malformed value {rec!r}")
+    (kind, v), = rec.items()
+    if kind == "t":
+        dtype, shape, stride, offset = v
+        if dtype not in _DTYPES or len(shape) != len(stride) or \
+                not all(type(d) is int and d >= 0 for d in [*shape, offset]) or \
+                not all(type(d) is int for d in stride):
+            raise GraphFormatError(f"malformed tensor value {v!r}")
+        if offset == 0:
+            return torch.empty_strided(shape, stride, dtype=_DTYPES[dtype], device="meta")
+        extent = offset + sum((d - 1) * abs(s) for d, s in zip(shape, stride) if d > 0) + 1
+        base = torch.empty(extent, dtype=_DTYPES[dtype], device="meta")
+        return base.as_strided(shape, stride, offset)
+    if kind == "seq" and isinstance(v, list):
+        return [_meta_value(x) for x in v]
+    if kind == "int" and type(v) is int or kind == "bool" and type(v) is bool:
+        return v
+    if kind == "float" and isinstance(v, str):
+        try:
+            return float.fromhex(v)
+        except ValueError:
+            pass
+    raise GraphFormatError(f"malformed value {rec!r}")
+
+
+def _same_input(val, a) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(val, torch.Tensor) and val.dtype == a.dtype and val.shape == a.shape \
+            and val.stride() == a.stride()
+    return type(val) is type(a) and val == a
+
+
+def set_node_values(gm: fx.GraphModule, specs: list[dict], args: list, blob: bytes) -> None:
+    """Set every node's meta["val"] from node_values' bytes (meta tensors: dtype, shape and
+    strides, no data), after checking `args` against the specs as propagate_meta does and
+    each input's recorded value against its argument; GraphFormatError where the bytes
+    are malformed or do not fit the graph or the arguments."""
+    check_inputs(specs, args)
+    try:
+        doc = json.loads(blob)
+        if doc.get("format") != FORMAT:
+            raise GraphFormatError(f"values format {doc.get('format')!r}, not {FORMAT}")
+        records = doc["values"]
+        nodes = [n for n in gm.graph.nodes if n.op != "output"]
+        if not isinstance(records, list) or len(records) != len(nodes):
+            raise GraphFormatError(f"{len(records)} values for {len(nodes)} nodes")
+        vals = [_meta_value(r) for r in records]
+    except GraphFormatError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
+        raise GraphFormatError(f"not stored node values: {type(e).__name__}: {e}") from None
+    inputs = iter(args)
+    for n, v in zip(nodes, vals):
+        if n.op == "placeholder" and not _same_input(v, next(inputs)):
+            raise GraphFormatError(f"the value stored for input {n.name} is not its argument's")
+    for n, v in zip(nodes, vals):
+        if v is not None:
+            n.meta["val"] = v
+
+
+def check_inputs(specs: list[dict], args: list) -> None:
+    """GraphFormatError unless `args` fit the placeholders' specs (dtypes, shapes, strides,
+    one value per size symbol)."""
     if len(specs) != len(args):
         raise GraphFormatError(f"the graph takes {len(specs)} inputs, {len(args)} given")
-    mode = FakeTensorMode()
     sizes: dict[str, int] = {}
-    fakes: list = []
 
     def size_is(name: str, value: int, i: int) -> None:
         if sizes.setdefault(name, value) != value:
@@ -233,7 +334,6 @@ def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
             raise GraphFormatError(f"input {i} is not contiguous")
     for i, (spec, a) in enumerate(zip(specs, args)):
         if "dtype" in spec:
-            fakes.append(mode.from_tensor(a, static_shapes=True))
             continue
         if isinstance(a, bool) or not isinstance(a, int):
             raise GraphFormatError(f"input {i} is {type(a).__name__}, not a size")
@@ -243,7 +343,24 @@ def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
             size_is(spec["symint"], a, i)
         elif "int" not in spec or a != spec["int"]:
             raise GraphFormatError(f"input {i} is {a!r}, not {spec.get('int')!r}")
-        fakes.append(a)
+
+
+def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
+    """Set every node's meta["val"] from fake tensors of `args` (the real inputs of the
+    graph's first call), which must fit the specs; returns the fake inputs.
+
+    The values are those of this call's shapes, static: the partitioner reads them for
+    its choices, as it reads a symbolic graph's size hints (the first call's), and the
+    planner specialises each Vulkan partition to every call's shapes itself, so a graph
+    traced with a dynamic size still runs for each value of it. Propagating symbolically
+    cost more than tracing (sympy on every size: ~5 s for SmolLM2's prompt graph).
+    GraphFormatError where `args` do not fit the specs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    check_inputs(specs, args)
+    mode = FakeTensorMode()
+    fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
     with mode:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     for n, f in zip((n for n in gm.graph.nodes if n.op == "placeholder"), fakes):
