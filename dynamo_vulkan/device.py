@@ -2,14 +2,20 @@
 
 Devices are described through the loader (vkinfo.py: name, type, driver, limits,
 memory, extensions), and the subgroup size the kernels run with is measured with a
-one-dispatch probe shader, which is right on every driver. Without DYNAMO_VULKAN_DEVICE
-a GPU is preferred to a CPU implementation such as lavapipe.
+one-dispatch probe shader, which is right on every driver. The measurement is kept in
+the disk cache, keyed by the device and driver, so a later process creates no probe
+pipeline (the driver's first, ~1 s on NVIDIA's). Without DYNAMO_VULKAN_DEVICE a GPU is
+preferred to a CPU implementation such as lavapipe.
 """
 from __future__ import annotations
 
+import json
+import logging
 import threading
 
-from . import prerequisites, vkinfo
+from . import cache, prerequisites, vkinfo
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _managers: dict[int, object] = {}
@@ -177,6 +183,8 @@ def device_info(index: int | None = None) -> dict:
         mgr = manager(index)
     except VulkanUnavailable as e:
         return {"available": False, "reason": str(e)}
+    if index in _info:             # made while the manager was opened (set_fence_spin asks)
+        return _info[index]
     props = mgr.get_device_properties()
     info = dict(DEFAULT_LIMITS)
     info.update({
@@ -188,7 +196,7 @@ def device_info(index: int | None = None) -> dict:
         "timestamps_supported": bool(props.get("timestamps_supported", False)),
     })
     info.update(_described(index))
-    info["subgroup_size"] = _probe_subgroup_size(mgr)
+    info["subgroup_size"] = _subgroup_size(mgr, index)
     # shaderIntegerDotProduct enabled when the device was created (kp patch 7; the flag is
     # the last created device's, and manager() above created this one or found it made)
     import kp
@@ -223,17 +231,65 @@ def is_cpu(info: dict | None = None) -> bool:
     return "cpu" in str(info.get("device_type", "")).lower()
 
 
-def _probe_subgroup_size(mgr) -> int:
-    import numpy as np
-    from .runtime.shaders import compile_source
-    src = """#version 450
+_PROBE = """#version 450
 #extension GL_KHR_shader_subgroup_basic : require
 layout(local_size_x = 64) in;
 layout(binding = 0) buffer Out { uint o[]; };
 void main() { if (gl_LocalInvocationID.x == 0) o[0] = gl_SubgroupSize; }
 """
+# what a probe's answer depends on: the device, its driver and the probe itself
+_PROBE_KEYS = ("name", "vendor_id", "device_id", "driver_version", "driver_name", "driver_info",
+               "api_version", "pipeline_cache_uuid")
+
+
+def _identity(index: int) -> dict | None:
+    """What a probe's answer on device `index` depends on, or None where unknown."""
+    devices = physical_devices()
+    ident = {k: devices[index].get(k) for k in _PROBE_KEYS} if index < len(devices) else None
+    return None if ident is None or ident["pipeline_cache_uuid"] is None else ident
+
+
+def subgroup_key(index: int) -> str | None:
+    """The disk cache key of device `index`'s subgroup size: its identity and driver, the
+    kp build and the probe; None where the device has no identity to key it by."""
+    ident = _identity(index)
+    return None if ident is None else cache.digest("subgroup", ident, prerequisites.KP_VERSION, _PROBE)
+
+
+def _subgroup_size(mgr, index: int) -> int:
+    """The probe's subgroup size for device `index`, from the disk cache where an entry for
+    this device, driver, kp build and probe verifies (a damaged or out-of-range one is
+    measured again and replaced)."""
+    key = subgroup_key(index)
+    if key is None:
+        return _probe_subgroup_size(mgr)
+    blob = cache.disk_get("subgroup", key)
+    if blob is not None:
+        try:
+            doc = json.loads(blob)
+            size = doc["subgroup_size"]
+            if doc["device"] != _identity(index):
+                raise ValueError("an entry of another device")
+            if type(size) is int and 1 <= size <= 256 and size & (size - 1) == 0:
+                cache.count("subgroup", "disk_hits")
+                return size
+            raise ValueError(f"subgroup size {size!r}")
+        except (ValueError, KeyError, TypeError) as e:
+            log.warning("dynamo_vulkan cache entry subgroup/%s is not a subgroup size (%s); "
+                        "probing again", key, e)
+            cache.count("subgroup", "corrupt")
+    else:
+        cache.count("subgroup", "misses")
+    size = _probe_subgroup_size(mgr)
+    cache.disk_put("subgroup", key, json.dumps({"subgroup_size": size, "device": _identity(index)}).encode())
+    return size
+
+
+def _probe_subgroup_size(mgr) -> int:
+    import numpy as np
+    from .runtime.shaders import compile_source
     t = mgr.tensor_t(np.zeros(1, dtype=np.uint32))
-    algo = mgr.algorithm([t], compile_source(src, "subgroup_probe"), (1, 1, 1), [], [])
+    algo = mgr.algorithm([t], compile_source(_PROBE, "subgroup_probe"), (1, 1, 1), [], [])
     import kp
     mgr.sequence().record(kp.OpAlgoDispatch(algo)).record(kp.OpTensorSyncLocal([t])).eval()
     size = int(t.data()[0])

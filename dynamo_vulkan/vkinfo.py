@@ -248,6 +248,7 @@ def _describe(lib, handle, index: int, inst=None) -> dict:
         "device_id": props.deviceID,
         "api_version": version_string(props.apiVersion),
         "driver_version": props.driverVersion,
+        "pipeline_cache_uuid": bytes(props.pipelineCacheUUID).hex(),
         "memory": sum(h.size for h in heaps if h.flags & MEMORY_HEAP_DEVICE_LOCAL),
         "max_storage_buffer_range": lim.maxStorageBufferRange,
         "max_compute_shared_memory_size": lim.maxComputeSharedMemorySize,

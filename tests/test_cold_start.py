@@ -186,8 +186,9 @@ def test_warm_up_compiles_a_stored_prompt_without_running_it(cache_dir, tmp_path
 
 
 def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
-    """This process traces and stores; a new one traces nothing, builds no plan and
-    compiles no kernel, and generates the same tokens."""
+    """This process traces and stores; a new one traces nothing, builds no plan, compiles
+    no kernel, runs no subgroup probe, propagates no node values and never imports
+    Dynamo, and generates the same tokens."""
     script = textwrap.dedent(f"""
         import json, sys
         import dynamo_vulkan
@@ -203,11 +204,12 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
         path = sys.argv[1]
         model, tok = load_model(path, max_ctx={CTX}), GGUFTokenizer.from_file(path)
         res = generate(model, {PROMPT!r}, tok, max_new_tokens={TOKENS}, stop_at_eos=False, warmup=False)
-        print(json.dumps({{"tokens": res.tokens, "traced": len(traced),
+        print(json.dumps({{"tokens": res.tokens, "traced": len(traced), "dynamo": "torch._dynamo" in sys.modules,
                           "stats": dynamo_vulkan.cache_stats()}}))
     """)
-    from dynamo_vulkan import precompiled
+    from dynamo_vulkan import device, precompiled
     precompiled.code_hash.cache_clear()      # hashed now, as the new process will
+    device._info.clear()                     # the device asked again: its probe stored in this cache
     first, want = _run(files["a"])                       # this process traces and stores
     stats = dynamo_vulkan.cache_stats()
     assert stats["graph"].get("misses", 0) >= 2 and len(_entries(cache_dir)) == 2
@@ -216,13 +218,13 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
     assert r.returncode == 0, r.stderr[-3000:]
     second = json.loads(r.stdout.strip().splitlines()[-1])
     assert second["tokens"] == first == want
-    assert second["traced"] == 0
+    assert second["traced"] == 0 and second["dynamo"] is False
     stats = second["stats"]
     assert stats["graph"] == {"disk_hits": 2}
+    assert stats["values"] == {"disk_hits": 2}             # no FakeTensorProp
+    assert stats["subgroup"] == {"disk_hits": 1}           # no probe pipeline
     assert stats["plan"].get("misses", 0) == 0 and stats["plan"]["disk_hits"] >= 2
-    # every kernel from the disk but the device's subgroup probe, which this process
-    # compiled once, into an earlier test's cache directory
-    assert stats["spirv"].get("misses", 0) <= 1 and stats["spirv"]["disk_hits"] >= 8
+    assert stats["spirv"].get("misses", 0) == 0 and stats["spirv"]["disk_hits"] >= 8
 
 
 def _tiny_graph():
@@ -325,3 +327,116 @@ def test_cold_start_benchmark_times_new_processes(tmp_path, capsys):
     assert all("first token" in ln and "CPU" in ln for ln in lines[1:])
     with pytest.raises(RuntimeError, match=r"exit 2\).*no-such"):
         cold_start.one_run(str(tmp_path / "no-such.gguf"), 1, dict(os.environ), [])
+
+
+def test_subgroup_probe_is_stored_and_a_bad_entry_is_measured_again(cache_dir):
+    """The subgroup size is probed once per device and driver; a stored answer is used by
+    a later process, and one that verifies but is no power of two, or is another device's,
+    is measured again and replaced."""
+    from dynamo_vulkan import device
+
+    index = device.resolve_index()
+    key = device.subgroup_key(index)
+    assert key is not None
+    device._info.clear()
+    cache.reset_stats()
+    probed = device.device_info(index)["subgroup_size"]
+    assert cache.cache_stats()["subgroup"] == {"misses": 1}
+    device._info.clear()
+    assert device.device_info(index)["subgroup_size"] == probed
+    assert cache.cache_stats()["subgroup"] == {"misses": 1, "disk_hits": 1}
+    ident = json.loads(cache.disk_get("subgroup", key))["device"]
+    for bad in ({"subgroup_size": 48, "device": ident}, {"subgroup_size": probed, "device": {"name": "other"}},
+                {"size": probed}):
+        cache.disk_put("subgroup", key, json.dumps(bad).encode())
+        device._info.clear()
+        assert device.device_info(index)["subgroup_size"] == probed
+    assert cache.cache_stats()["subgroup"]["corrupt"] == 3
+    assert json.loads(cache.disk_get("subgroup", key))["subgroup_size"] == probed   # replaced
+
+
+def test_node_values_round_trip_and_refuse_what_does_not_fit():
+    """A traced graph's node values (a symbolic size at its traced value) set on the graph
+    read back give what propagating fake tensors gives; values that do not fit the graph
+    or its arguments are refused."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from dynamo_vulkan.runtime.graph_io import node_values, set_node_values
+
+    def f(x, y):
+        a = (x * 0.5).view(x.shape[0], -1)
+        m, i = a.max(1)
+        return a.t()[1:], m + y, i
+    x, y = torch.randn(5, 4, 3), torch.randn(5)
+    traced = make_fx(f, tracing_mode="symbolic")(x, y)
+    blob = node_values(traced)
+    gm, specs = graph_from_bytes(graph_to_bytes(traced))
+    set_node_values(gm, specs, [x, y], blob)
+    ref, _ = graph_from_bytes(graph_to_bytes(traced))
+    propagate_meta(ref, specs, [x, y])
+
+    def flat(v):
+        if isinstance(v, (list, tuple)):
+            return [w for u in v for w in flat(u)]
+        if isinstance(v, torch.Tensor):
+            return [(v.dtype, tuple(v.shape), v.stride(), v.storage_offset())]
+        return [v]
+    got = [flat(n.meta.get("val")) for n in gm.graph.nodes if n.op != "output"]
+    want = [flat(n.meta.get("val")) for n in ref.graph.nodes if n.op != "output"]
+    assert got == want and any(len(v) == 2 for v in got)        # max's pair included
+    assert node_values(gm) == blob                               # stored again, the same
+    doc = json.loads(blob)
+    for broken in (doc["values"][:-1], [{"t": ["torch.float32", [5, 4, 3], [12, 3], 0]}] + doc["values"][1:],
+                   [{"t": ["torch.float99", [5, 4, 3], [12, 3, 1], 0]}] + doc["values"][1:],
+                   [{"code": "x"}] + doc["values"][1:]):
+        with pytest.raises(GraphFormatError):
+            set_node_values(gm, specs, [x, y], json.dumps({"format": 1, "values": broken}).encode())
+    with pytest.raises(GraphFormatError):           # recorded for 5 rows, called with 6
+        set_node_values(gm, specs, [torch.randn(6, 4, 3), torch.randn(6)], blob)
+    with pytest.raises(GraphFormatError):
+        set_node_values(gm, specs, [x, y], b"\x00not json")
+
+
+def test_damaged_node_values_are_propagated_again(files, cache_dir):
+    """A values entry that verifies but does not fit its graph is refused: the values are
+    propagated on fake tensors, the tokens are eager's, and the entry is stored again."""
+    want = _run(files["a"])[1]
+    entries = sorted((cache_dir / "values").glob("*/*.bin"))
+    assert len(entries) == 2
+    for e in entries:
+        cache.disk_put("values", e.stem, json.dumps({"format": 1, "values": [None]}).encode())
+    cache.clear_cache(disk=False)
+    before = dict(dynamo_vulkan.cache_stats().get("values", {}))
+    got, _ = _run(files["a"])
+    assert got == want
+    after = dynamo_vulkan.cache_stats()["values"]
+    assert after.get("corrupt", 0) - before.get("corrupt", 0) == 2
+    for e in entries:
+        assert len(json.loads(cache.disk_get("values", e.stem))["values"]) > 1
+
+
+def test_a_wholly_supported_graph_is_the_partition_torch_proposes():
+    """partition() makes one partition of a graph whose every node Vulkan runs without
+    torch's partitioner; that is the partitioner's own proposal there (disconnected parts
+    and a tuple-returning op included)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from dynamo_vulkan.partition import _Support, partition
+
+    def f(x, y):
+        a = torch.ops.aten.mul.Tensor(x, 2.0)
+        v, m = torch.ops.aten.var_mean.correction(a, [1], correction=0, keepdim=True)
+        return a + v - m, y * 3.0
+    gm = make_fx(f)(torch.randn(3, 4), torch.randn(5))
+    support = _Support()
+    compute = [n for n in gm.graph.nodes if n.op == "call_function"]
+    assert all(support.is_node_supported(None, n) for n in compute)
+    proposed = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True).propose_partitions()
+    assert [sorted(n.name for n in p.nodes) for p in proposed] == [sorted(n.name for n in compute)]
+    names = sorted(n.name for n in compute)
+    fused, report = partition(gm, 0)
+    assert report.partitions == 1 and not report.cpu_nodes
+    sub = fused.get_submodule("fused_0")
+    assert sorted(n.name for n in sub.graph.nodes if n.op == "call_function") == names
+    x, y = torch.randn(3, 4), torch.randn(5)
+    for want, got in zip(f(x, y), fused(x, y)):
+        assert torch.equal(want, got)
