@@ -15,6 +15,7 @@ that each dispatch's GLSL is one of the package's shaders under its own name, be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import struct
@@ -256,6 +257,14 @@ def _name(hint) -> str:
     return getattr(hint, "__name__", None) or str(hint)
 
 
+@functools.lru_cache(maxsize=None)
+def _fields_of(cls) -> tuple[list[str], frozenset, dict]:
+    """A plan dataclass's field names (as a list and a set) and their resolved annotations
+    (typing.get_type_hints evaluates every string annotation again on each call)."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    return names, frozenset(names), typing.get_type_hints(cls)
+
+
 def _decode(v, hint, arrays: list, where: str):
     """`v` (parsed JSON) as a value of type `hint` (a field's annotation), or
     PlanFormatError naming the field. Plain data only: bool, int, float, str, None,
@@ -274,11 +283,10 @@ def _decode(v, hint, arrays: list, where: str):
                 pass
         raise PlanFormatError(f"{where}: expected {_name(hint)}, got {type(v).__name__} {v!r:.80}")
     if dataclasses.is_dataclass(hint):
-        names = [f.name for f in dataclasses.fields(hint)]
-        if not isinstance(v, dict) or set(v) != set(names):
+        names, fields, hints = _fields_of(hint)
+        if not isinstance(v, dict) or v.keys() != fields:
             raise PlanFormatError(f"{where}: expected the fields {names} of {hint.__name__}, "
                                   f"got {sorted(v) if isinstance(v, dict) else type(v).__name__}")
-        hints = typing.get_type_hints(hint)
         return hint(**{k: _decode(v[k], hints[k], arrays, f"{where}.{k}") for k in names})
     if hint is np.ndarray:
         if not (isinstance(v, dict) and set(v) == {"array"} and type(v["array"]) is int
