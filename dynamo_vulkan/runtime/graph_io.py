@@ -162,6 +162,18 @@ def graph_to_bytes(gm: fx.GraphModule) -> bytes:
     return json.dumps({"format": FORMAT, "nodes": out}, separators=(",", ":")).encode()
 
 
+def _graph_module(graph: fx.Graph) -> fx.GraphModule:
+    """A GraphModule of `graph` whose Python code is generated when first needed (torch's
+    lazy GraphModule, where this torch has it): the partitioner rewrites a loaded graph
+    before it runs, so code generated at once (40 ms for a decoder's prompt graph) would
+    be generated again."""
+    try:
+        from torch.fx._lazy_graph_module import _make_graph_module, _LazyGraphModule
+    except ImportError:
+        return fx.GraphModule(torch.nn.Module(), graph)
+    return _make_graph_module(torch.nn.Module(), graph, graph_module_cls=_LazyGraphModule)
+
+
 def graph_from_bytes(blob: bytes) -> tuple[fx.GraphModule, list[dict]]:
     """(GraphModule without metadata, its placeholders' specs) of graph_to_bytes' bytes;
     GraphFormatError for anything else."""
@@ -192,7 +204,7 @@ def graph_from_bytes(blob: bytes) -> tuple[fx.GraphModule, list[dict]]:
         if ops.count("output") != 1 or ops[-1] != "output":
             raise GraphFormatError("a stored graph ends with its one output")
         graph.lint()
-        gm = fx.GraphModule(torch.nn.Module(), graph)
+        gm = _graph_module(graph)
     except GraphFormatError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, RuntimeError, SyntaxError) as e:
