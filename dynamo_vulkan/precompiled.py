@@ -5,9 +5,11 @@ torch.compile traces a decoder with Dynamo and AOT autograd in every new process
 plans and SPIR-V being cached already). Precompiled wraps the torch.compile'd module:
 the first time a call signature compiles, the flat ATen graph that the backend received
 is stored in the disk cache as data (runtime/graph_io.py) with where each of its inputs
-comes from (an argument, a size of one, or a module tensor by name); a later process
-with the same key rebuilds that graph, propagates its shapes and hands it to the
-backend's compile_graph directly, without Dynamo or AOT tracing.
+comes from (an argument, a size of one, or a module tensor by name), and each node's
+value (dtype, shape, strides) for the call's input sizes; a later process with the same
+key rebuilds that graph, sets those values (or, for sizes not stored, propagates them on
+fake tensors) and hands it to the backend's compile_graph directly, without Dynamo or AOT
+tracing: a process whose calls all find their graphs and values never imports Dynamo.
 
 The key covers the module's structure (every submodule's class and plain attributes,
 every tensor's name, dtype and shape), the call signature, the package's and torch's
