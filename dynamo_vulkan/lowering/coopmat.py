@@ -36,6 +36,9 @@ SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
+# fp32 precisions multiplied as scaled fp16 (SCALED: operands scaled per row / column by
+# powers of two, fp16 partial sums over each K step, fp32 across steps): "medium"
+SCALED_FOR = {"medium": "f16"}
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
@@ -56,6 +59,7 @@ class Plan:
     bn: int
     bk: int
     subgroup: int
+    scaled: bool = False   # fp16 operands scaled by powers of two, fp16 partial sums (SCALED)
 
     def defines(self) -> dict:
         d = {"CM_BF16" if self.dtype == "bf16" else "CM_F16": 1,
@@ -64,12 +68,14 @@ class Plan:
              "CM_M": self.cm[0], "CM_N": self.cm[1], "CM_K": self.cm[2], "SUBGROUP": self.subgroup}
         if self.split3:
             d["SPLIT3"] = 1
+        if self.scaled:
+            d |= {"SCALED": 1, "ACC16": 1}
         return d
 
     @property
     def label(self) -> str:
         base = "bf16" if self.dtype == "bf16-in-f16" else self.dtype
-        kind = f"{base}x3" if self.split3 else base
+        kind = f"{base}x3" if self.split3 else f"{base} scaled" if self.scaled else base
         held = " held in fp16" if self.dtype == "bf16-in-f16" else ""
         return f"tensor cores {kind}{held} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk}"
 
@@ -90,15 +96,15 @@ def shared_bytes(bm: int, bn: int, bk: int, cm: tuple, split3: bool) -> int:
     return max(stages, 4 * SUBGROUPS[0] * SUBGROUPS[1] * cm[0] * cm[1])
 
 
-def _shape(caps: dict, dtype: str) -> tuple | None:
-    """The device's subgroup-scope matrix shape for dtype x dtype + f32 -> f32 that a
+def _shape(caps: dict, dtype: str, acc: str = "f32") -> tuple | None:
+    """The device's subgroup-scope matrix shape for dtype x dtype + acc -> acc that a
     subgroup's part of the tile holds whole, K dividing the K step, each side a multiple of
     8 (the shared tiles' 16-byte units): 16x16x16 first, else the largest."""
     found = []
     for entry in caps.get("cooperative_matrix_shapes", ()):
         s = dict(entry)
         if (s.get("a"), s.get("b"), s.get("c"), s.get("result"), s.get("scope")) != \
-                (dtype, dtype, "f32", "f32", "subgroup"):
+                (dtype, dtype, acc, acc, "subgroup"):
             continue
         cm = (int(s["m"]), int(s["n"]), int(s["k"]))
         if (TILE[0] // SUBGROUPS[0]) % cm[0] == 0 and (TILE[1] // SUBGROUPS[1]) % cm[1] == 0 \
@@ -130,17 +136,19 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
     """Whether this product runs on tensor cores, and how (module docstring)."""
     dtype = _tensor_dtype(ctx)
     caps = ctx.caps
+    split3 = False
     if dtype == torch.float16:
-        want, split3, why = "f16", False, "fp16 tensors"
+        want, scaled, why = "f16", True, "fp16 tensors"
     elif dtype == torch.bfloat16:
-        want, split3, why = "bf16", False, "bf16 tensors"
+        want, scaled, why = "bf16", False, "bf16 tensors"
     else:
         prec = precision(ctx)
         if prec not in PRECISIONS:
             raise core.LoweringError(f"torch float32 matmul precision {prec!r} is not one of {PRECISIONS}")
         if prec == "highest":
             return Choice(None, "")
-        want, split3, why = "bf16", prec == "high", f"precision {prec!r}"
+        scaled, why = prec in SCALED_FOR, f"precision {prec!r}"
+        want, split3 = ("f16", False) if scaled else ("bf16", prec == "high")
     if tensor_cores(ctx) == "off":
         return Choice(None, f"fp32 ({why}; tensor cores off: DYNAMO_VULKAN_TENSOR_CORES=off)")
     if not caps.get("cooperative_matrix"):
@@ -152,6 +160,8 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
     cm = _shape(caps, "f16" if want == "bf16-in-f16" else want)
     if cm is None:
         return Choice(None, f"fp32 ({why}; no {want} x {want} + f32 matrix shape the tiles hold)")
+    if scaled and _shape(caps, "f16", acc="f16") != cm:
+        return Choice(None, f"fp32 ({why}; no f16 x f16 + f16 matrix shape like the f32 one, {cm})")
     if shaders.coopmat_glslc() is None:
         return Choice(None, f"fp32 ({why}; no glslc for cooperative-matrix kernels: "
                             "scripts/glslc_coopmat.sh)")
@@ -162,7 +172,7 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
     for bk in BK_CHOICES:
         if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3) <= limit:
-            plan = Plan(want, split3, cm, bm, bn, bk, subgroup)
+            plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled)
             return Choice(plan, f"{plan.label} ({why})")
     return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
 
@@ -186,7 +196,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     a, b = bindings[1], bindings[2]
     defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
     tiles = (-(-n // plan.bn), -(-m // plan.bm))
-    packed = packed_operands(tiles[1], tiles[0]) if k else ""
+    packed = "AB" if plan.scaled else packed_operands(tiles[1], tiles[0]) if k else ""
     kp = -(-max(k, 1) // plan.bk) * plan.bk
     bindings = list(bindings)
     if "A" in packed:
