@@ -4,18 +4,26 @@ which 16-bit format, and with which tile.
 Precision is the user's, as torch defines it for CUDA: torch.get_float32_matmul_precision()
 at compile time (the config's matmul_precision, in the cache key) decides for fp32 tensors:
 - "highest": never; today's exact fp32 kernels;
-- "high": bf16x3, each operand split as bf16 hi + bf16 lo and hi*hi + hi*lo + lo*hi
-  accumulated in fp32 (about fp32's accuracy; the scheme torch documents for "high");
-- "medium": bf16, one product of bf16-rounded operands, accumulated in fp32.
-bf16 keeps fp32's exponent range, so no fp32 value overflows in the conversion. fp16
-and bf16 tensors use cooperative matrices of their own type always (their values convert
-exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
-no glslc compiles the kernel, the fp32 kernels run and the note says why; so they do
-everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
-TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES and BF16_IN_F16 below
-are read at lowering time (tests and benchmarks/coopmat_sweep.py set them); a cached plan
-keeps the choice it was made with. Operands that many tiles read are converted to 16 bits
-first (packed_operands, lowering/coopmat_pack.py).
+- "high" and "medium": scaled fp16 (SCALED): each row of A and each column of B is
+  multiplied by a power of two that brings its largest finite magnitude into [8, 16),
+  rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores with
+  fp16 partial sums over each K step (at most BK products below 256 each: no overflow for
+  any input) added into fp32 accumulators, and the result multiplied back by the powers
+  of two. Its error is TF32's class (within 2.5x of TF32's on the same inputs, tested;
+  1.3x on an H200),
+  below bf16's; fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver.
+  Where the device has no fp16-accumulator matrices of the fp32 ones' shape: bf16x3 for
+  "high" (each operand split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about
+  fp32's accuracy) and bf16 for "medium".
+fp16 tensors take scaled fp16 too (their values scale exactly unless tiny beside their
+row's largest); bf16 tensors bf16 with fp32 sums. Where the device lacks a needed shape or
+type, or no glslc compiles the kernel, the fp32 kernels run and the note says why; so they
+do everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
+TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES, SCALED_FOR and
+BF16_IN_F16 below are read at lowering time (tests and benchmarks/coopmat_sweep.py set
+them); a cached plan keeps the choice it was made with. Operands that many tiles read (and
+a scaled product's both operands) are converted to 16 bits first (packed_operands,
+lowering/coopmat_pack.py).
 """
 from __future__ import annotations
 
@@ -36,9 +44,8 @@ SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
-# fp32 precisions multiplied as scaled fp16 (SCALED: operands scaled per row / column by
-# powers of two, fp16 partial sums over each K step, fp32 across steps): "medium"
-SCALED_FOR = {"medium": "f16"}
+# fp32 precisions multiplied as scaled fp16 where the device has its matrices (docstring)
+SCALED_FOR = {"high": "f16", "medium": "f16"}
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
@@ -122,9 +129,9 @@ def precision(ctx) -> str:
 
 
 def tensor_cores(ctx) -> str:
-    """The compile's tensor-core setting (config): "off" (never: the default) or "auto"
-    (where the rules above allow them)."""
-    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "off"
+    """The compile's tensor-core setting (config): "auto" (where the rules above allow
+    them: the default) or "off" (never)."""
+    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "auto"
 
 
 def _tensor_dtype(ctx):
@@ -153,6 +160,13 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; tensor cores off: DYNAMO_VULKAN_TENSOR_CORES=off)")
     if not caps.get("cooperative_matrix"):
         return Choice(None, f"fp32 ({why}; the device has no cooperative matrices)")
+    if scaled:
+        cm = _shape(caps, "f16")
+        if cm is None or _shape(caps, "f16", acc="f16") != cm:
+            # no fp16 partial sums of the fp32 ones' shape: unscaled fp16 tensors, bf16(x3)
+            scaled = False
+            if want == "f16" and dtype == torch.float32:
+                want, split3 = "bf16", precision(ctx) == "high"
     if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
         if not BF16_IN_F16:
             return Choice(None, f"fp32 ({why}; the device has no bf16 cooperative matrices)")
@@ -160,8 +174,6 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
     cm = _shape(caps, "f16" if want == "bf16-in-f16" else want)
     if cm is None:
         return Choice(None, f"fp32 ({why}; no {want} x {want} + f32 matrix shape the tiles hold)")
-    if scaled and _shape(caps, "f16", acc="f16") != cm:
-        return Choice(None, f"fp32 ({why}; no f16 x f16 + f16 matrix shape like the f32 one, {cm})")
     if shaders.coopmat_glslc() is None:
         return Choice(None, f"fp32 ({why}; no glslc for cooperative-matrix kernels: "
                             "scripts/glslc_coopmat.sh)")

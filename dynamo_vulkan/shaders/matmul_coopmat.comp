@@ -51,7 +51,8 @@
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
 // ACC16 (float16 operands only): each K step's products accumulate in float16 matrices,
-// which are added into the fp32 accumulators once a step (BK / CM_K products deep)
+// which are added into the fp32 accumulators once a step (BK products deep), or, with
+// FOLD_EACH, once a matrix multiply (CM_K products deep)
 #if defined(ACC16) && (defined(CM_BF16) || defined(SPLIT3))
 #error ACC16 multiplies float16 operands only
 #endif
@@ -377,7 +378,7 @@ void main() {
         uint cur = (s & 1u) * STAGE;
         bool more = s + 1u < steps;
         if (more) fetch(tid, batch, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
-#ifdef ACC16
+#if defined(ACC16) && !defined(FOLD_EACH)
         FRAG_H part[RM][RN];
         [[unroll]] for (uint i = 0; i < RM; ++i)
             [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = FRAG_H(0.0);
@@ -405,7 +406,11 @@ void main() {
                     }
             }
 #endif
-#ifdef ACC16
+#if defined(ACC16) && defined(FOLD_EACH)
+            [[unroll]] for (uint i = 0; i < RM; ++i)
+                [[unroll]] for (uint j = 0; j < RN; ++j)
+                    acc[i][j] += FRAG_C(coopMatMulAdd(a[i], b[j], FRAG_H(0.0)));
+#elif defined(ACC16)
             [[unroll]] for (uint i = 0; i < RM; ++i)
                 [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = coopMatMulAdd(a[i], b[j], part[i][j]);
 #else
@@ -413,7 +418,7 @@ void main() {
                 [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]);
 #endif
         }
-#ifdef ACC16
+#if defined(ACC16) && !defined(FOLD_EACH)
         [[unroll]] for (uint i = 0; i < RM; ++i)
             [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += FRAG_C(part[i][j]);
 #endif
@@ -448,8 +453,10 @@ void main() {
 #ifdef SCALED
                 // times 2^s, s = -(e_m + e_n) in [-200, 248], as two halves that are floats;
                 // the partial product lies between v and the result, so it stays in range
-                int em = aexp[4u * (A_SB == 0u ? 1u : BATCHES) * A_PLANE + (A_SB == 0u ? 0u : batch) * A_ROWS_P + gm];
-                int en = bexp[4u * (B_SB == 0u ? 1u : BATCHES) * B_PLANE + (B_SB == 0u ? 0u : batch) * B_ROWS_P + gn];
+                // (the batch count: BATCHES is given with K splits only)
+                uint nbat = gl_NumWorkGroups.z / SPLITS;
+                int em = aexp[4u * (A_SB == 0u ? 1u : nbat) * A_PLANE + (A_SB == 0u ? 0u : batch) * A_ROWS_P + gm];
+                int en = bexp[4u * (B_SB == 0u ? 1u : nbat) * B_PLANE + (B_SB == 0u ? 0u : batch) * B_ROWS_P + gn];
                 int s = -(em + en), s1 = s / 2;
                 v = v * uintBitsToFloat(uint(s1 + 127) << 23) * uintBitsToFloat(uint(s - s1 + 127) << 23);
 #endif
