@@ -51,8 +51,8 @@
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
 // ACC16 (float16 operands only): each K step's products accumulate in float16 matrices,
-// which are added into the fp32 accumulators once a step (BK products deep), or, with
-// FOLD_EACH, once a matrix multiply (CM_K products deep)
+// which are added into the fp32 accumulators once a step (BK products deep: adding them
+// after every multiply costs half the kernel's speed, docs/journal.md)
 #if defined(ACC16) && (defined(CM_BF16) || defined(SPLIT3))
 #error ACC16 multiplies float16 operands only
 #endif
@@ -378,7 +378,7 @@ void main() {
         uint cur = (s & 1u) * STAGE;
         bool more = s + 1u < steps;
         if (more) fetch(tid, batch, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
-#if defined(ACC16) && !defined(FOLD_EACH)
+#ifdef ACC16
         FRAG_H part[RM][RN];
         [[unroll]] for (uint i = 0; i < RM; ++i)
             [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = FRAG_H(0.0);
@@ -406,11 +406,7 @@ void main() {
                     }
             }
 #endif
-#if defined(ACC16) && defined(FOLD_EACH)
-            [[unroll]] for (uint i = 0; i < RM; ++i)
-                [[unroll]] for (uint j = 0; j < RN; ++j)
-                    acc[i][j] += FRAG_C(coopMatMulAdd(a[i], b[j], FRAG_H(0.0)));
-#elif defined(ACC16)
+#ifdef ACC16
             [[unroll]] for (uint i = 0; i < RM; ++i)
                 [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = coopMatMulAdd(a[i], b[j], part[i][j]);
 #else
@@ -418,7 +414,7 @@ void main() {
                 [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = coopMatMulAdd(a[i], b[j], acc[i][j]);
 #endif
         }
-#if defined(ACC16) && !defined(FOLD_EACH)
+#ifdef ACC16
         [[unroll]] for (uint i = 0; i < RM; ++i)
             [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += FRAG_C(part[i][j]);
 #endif
