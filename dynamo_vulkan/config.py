@@ -32,7 +32,7 @@ FLAG_VALUES = {"1": True, "true": True, "yes": True, "on": True,
 CPU_MATMUL_MODES = ("host", "vulkan")
 INT_DOT_MODES = ("auto", "on", "off")
 MATMUL_PRECISIONS = ("highest", "high", "medium")
-TENSOR_CORE_MODES = ("off", "auto")   # off first: the default until they beat the fp32 kernels
+TENSOR_CORE_MODES = ("auto", "off")   # auto first: the default
 DEFAULT_CACHE_DIR = Path("~/.cache/dynamo_vulkan")
 
 
@@ -151,14 +151,14 @@ class Config:
         "(default), for every eligible mat-vec (an error without the feature), or never", key=True)
     matmul_precision: str = _setting(
         "DYNAMO_VULKAN_MATMUL_PRECISION", _matmul_precision, "highest\\|high\\|medium",
-        "fp32 matmuls: exact fp32 (highest), or, with tensor cores on and a device with bf16 ones, "
-        "bf16x3 (high) or bf16 (medium); default torch.get_float32_matmul_precision() at compile time",
+        "fp32 matmuls: exact fp32 (highest), or on a device's tensor cores fp16 scaled per row and "
+        "column with TF32-class error (high, medium; bf16x3 or bf16 where the device lacks fp16 "
+        "partial sums); default torch.get_float32_matmul_precision() at compile time",
         key=True)
     tensor_cores: str = _setting(
-        "DYNAMO_VULKAN_TENSOR_CORES", _mode(TENSOR_CORE_MODES), "off\\|auto",
-        "tensor-core (cooperative-matrix) matmuls: never (default; on the H100 they are correct but "
-        "not yet faster than the fp32 kernels), or where the device has them, for fp32 under "
-        "precision high or medium and for fp16/bf16 tensors", key=True)
+        "DYNAMO_VULKAN_TENSOR_CORES", _mode(TENSOR_CORE_MODES), "auto\\|off",
+        "tensor-core (cooperative-matrix) matmuls where the device has them, for fp32 under "
+        "precision high or medium and for fp16/bf16 tensors (default), or never", key=True)
     glslc_coopmat: Path | None = _setting(       # None: shaders.default_coopmat_glslc(), else PATH
         "DYNAMO_VULKAN_GLSLC_COOPMAT", _path(None), "FILE",
         "the glslc for tensor-core kernels (default: the one scripts/setup.sh puts in the venv, "

@@ -1,10 +1,13 @@
 """Tensor-core matmuls (lowering/coopmat.py, shaders/matmul_coopmat.comp).
 
-On a device with cooperative matrices: fp32 products under torch's "high" (bf16x3) and
-"medium" (bf16) precision and fp16 tensors' products against eager fp32, within the
-tolerances torch uses for TF32 and bf16, on odd shapes, tile edges (M, N past a tile; K
-not a multiple of the K step), interior tiles stored directly and through the scratch,
-size-1 dimensions, transposed and batched operands, K splits and fused bias and alpha.
+On a device with cooperative matrices: fp32 products under torch's "high" and "medium"
+precision (scaled fp16: within 2.5x of TF32's error on the same inputs; and bf16x3 / bf16
+where a device lacks fp16 partial sums, within the tolerances torch uses for TF32 and
+bf16) and fp16 tensors' products against eager fp32, on odd shapes, tile edges (M, N past
+a tile; K not a multiple of the K step), interior tiles stored directly and through the
+scratch, size-1 dimensions, transposed and batched operands, K splits and fused bias and
+alpha; the scaled kernels also on inputs of any range (1e±30, rows far apart, infinities
+and NaN where eager has them) and unbiased (fp16 rounding to nearest).
 Debian 12's lavapipe has none, and those skip, saying so; Debian sid's (Mesa 26.2) has fp16
 ones (8x8x8, subgroups of 8): there the fp16 tests run, and the bf16 ones with each bf16
 value held in fp16 (coopmat.BF16_IN_F16). What runs everywhere: the choice (never under
@@ -42,9 +45,15 @@ BF16_CAPS = {"cooperative_matrix": True, "bfloat16_cooperative_matrix": True, "s
                                "scope": "subgroup", "saturating": False}.items())) for t in ("f16", "bf16"))}
 
 
+SCALED_CAPS = dict(BF16_CAPS, cooperative_matrix_shapes=BF16_CAPS["cooperative_matrix_shapes"] + (
+    tuple(sorted({"m": 16, "n": 16, "k": 16, "a": "f16", "b": "f16", "c": "f16", "result": "f16",
+                  "scope": "subgroup", "saturating": False}.items())),))
+
+
 @pytest.fixture(autouse=True)
 def _tensor_cores_on(monkeypatch):
-    """The tensor-core kernels are opt-in (DYNAMO_VULKAN_TENSOR_CORES=auto): on here."""
+    """Tensor cores on (DYNAMO_VULKAN_TENSOR_CORES=auto, the default) whatever the caller's
+    environment says."""
     monkeypatch.setenv("DYNAMO_VULKAN_TENSOR_CORES", "auto")
 
 
@@ -85,6 +94,9 @@ def require_coopmat(dtype="bf16", monkeypatch=None, emulate=True):
                     ".venv/opt/glslc-coopmat, or set DYNAMO_VULKAN_GLSLC_COOPMAT")
     if dtype == "f16" and not has_f16:
         pytest.skip("the Vulkan device has no fp16 x fp16 + fp32 cooperative matrices")
+    if dtype == "scaled" and not any(dict(s).get("a") == "f16" and dict(s).get("c") == "f16"
+                                     for s in info.get("cooperative_matrix_shapes", ())):
+        pytest.skip("the Vulkan device has no fp16 x fp16 + fp16 cooperative matrices (scaled fp16)")
     if monkeypatch is not None:
         monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
 
@@ -112,24 +124,60 @@ def assert_near(got, want, k, prec):
     torch.testing.assert_close(got, want, rtol=ELEM[prec], atol=ELEM[prec] * max(k, 1) ** 0.5)
 
 
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to TF32 (10 mantissa bits, to nearest even), as an fp32 tensor."""
+    b = x.contiguous().view(torch.int32)
+    return ((b + 0xfff + ((b >> 13) & 1)) & ~0x1fff).view(torch.float32)
+
+
+def assert_scaled_near(got, fn, a, b):
+    """Scaled fp16: normwise within 2.5x of TF32's error on the same inputs (against fp64),
+    and each element within 2^-7 of its products' magnitudes (fn on |a|, |b|), the bound of
+    fp16 rounding and fp16 partial sums of 32 products."""
+    want = fn(a.double(), b.double())
+    base = (fn(tf32(a).double(), tf32(b).double()) - want).norm() / max(want.norm(), 1e-300)
+    err = (got.double() - want).norm() / max(want.norm(), 1e-300)
+    assert err <= 2.5 * base + 1e-7, f"relative error {err:.3g} against TF32's {base:.3g}"
+    bound = 2 ** -7 * fn(a.double().abs(), b.double().abs())
+    worst = ((got.double() - want).abs() - bound).max().item()
+    assert worst <= 0, f"an element off by {worst:.3g} more than 2^-7 of its products' magnitudes"
+
+
 # ------------------------------------------------------------------ on tensor cores
+MM = lambda x, y: x @ y
+
+
 @pytest.mark.parametrize("prec", ["high", "medium"])
 @pytest.mark.parametrize("m,k,n", SHAPES, ids=str)
 def test_mm(precision, plans, monkeypatch, prec, m, k, n):
+    require_coopmat("scaled", monkeypatch)
+    precision(prec)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    assert_scaled_near(compiled(MM)(a, b), MM, a, b)
+    notes = coopmat_notes(plans)
+    assert notes and all("f16 scaled" in s for s in notes), notes
+
+
+@pytest.mark.parametrize("prec", ["high", "medium"])
+@pytest.mark.parametrize("m,k,n", [(33, 7, 9), (129, 130, 131), (300, 101, 384)], ids=str)
+def test_mm_bf16(precision, plans, monkeypatch, prec, m, k, n):
+    """Where a device has no fp16 partial sums (SCALED_FOR emptied here): bf16x3 ("high")
+    and bf16 ("medium") within torch's TF32 and bf16 tolerances."""
+    monkeypatch.setattr(coopmat, "SCALED_FOR", {})
+    plan_apart(monkeypatch, "unscaled")
     require_coopmat("bf16", monkeypatch)
     precision(prec)
     a, b = torch.randn(m, k), torch.randn(k, n)
-    got = compiled(lambda x, y: x @ y)(a, b)
-    assert_near(got, a @ b, k, prec)
+    assert_near(compiled(MM)(a, b), a @ b, k, prec)
     notes = coopmat_notes(plans)
     assert notes and all(("bf16x3" if prec == "high" else "bf16 ") in s for s in notes), notes
 
 
 @pytest.mark.parametrize("prec", ["high", "medium"])
 def test_transposed_batched_bias(precision, plans, monkeypatch, prec):
-    """A^T and B^T read through their strides (the column-major shared layouts), a batch,
+    """A^T and B^T read through their strides (the packs' two thread orders), a batch,
     baddbmm's alpha, beta and broadcast bias fused, nn.Linear's x @ W^T + b."""
-    require_coopmat("bf16", monkeypatch)
+    require_coopmat("scaled", monkeypatch)
     precision(prec)
     a, b = torch.randn(3, 70, 65), torch.randn(3, 41, 70)
     bias = torch.randn(65, 1)
@@ -137,35 +185,64 @@ def test_transposed_batched_bias(precision, plans, monkeypatch, prec):
     def fn(x, y, c):
         return torch.baddbmm(c, x.transpose(1, 2), y.transpose(1, 2), beta=0.5, alpha=2.0)
     got = compiled(fn)(a, b, bias)
-    assert_near(got, fn(a, b, bias), 70, prec)
+    product = lambda x, y: 2.0 * torch.bmm(x.transpose(1, 2), y.transpose(1, 2))
+    assert_scaled_near(got - 0.5 * bias, product, a, b)
     x, w, wb = torch.randn(2, 37, 96), torch.randn(200, 96), torch.randn(200)
     lin = lambda x, w, wb: torch.nn.functional.linear(x, w, wb)
-    assert_near(compiled(lin)(x, w, wb), lin(x, w, wb), 96, prec)
+    assert_scaled_near(compiled(lin)(x, w, wb) - wb, lambda x, w: x @ w.transpose(-1, -2), x, w)
     assert len(coopmat_notes(plans)) >= 2
 
 
-def test_fp32_values_keep_their_range(precision, monkeypatch):
-    """bf16 keeps fp32's exponents: 1e30-sized operands stay finite and accurate."""
-    require_coopmat("bf16", monkeypatch, emulate=False)
+def test_scaled_inputs_of_any_range(precision, plans, monkeypatch):
+    """Each row of A and column of B is scaled apart: 1e20-sized and 1e-20-sized rows in
+    one operand, columns 1e30 apart in the other, values past fp16's range and below its
+    subnormals, all accurate; infinities and NaN give non-finite results where eager's are."""
+    require_coopmat("scaled", monkeypatch)
     precision("high")
-    a, b = torch.randn(40, 64) * 1e30, torch.randn(64, 24) * 1e-32
-    assert_near(compiled(lambda x, y: x @ y)(a, b), a @ b, 64, "high")
+    g = torch.Generator().manual_seed(1)
+    rows = torch.tensor([1e20, 1e-20, 1.0, 7e4, 3e-8] * 26)[:130, None]
+    cols = torch.tensor([1e-15, 1e15, 1.0, 1e-5] * 25)[None, :96]
+    a, b = torch.randn(130, 70, generator=g) * rows, torch.randn(70, 96, generator=g) * cols
+    got = compiled(MM)(a, b)
+    want = a.double() @ b.double()
+    per_element = (got.double() - want).abs() / (a.double().abs() @ b.double().abs())
+    assert torch.isfinite(got).all() and per_element.max() <= 2 ** -7, per_element.max()
+    a[3, 5], a[7, 0], b[2, 9] = float("inf"), float("nan"), float("-inf")
+    got, want = compiled(MM)(a, b), a @ b
+    assert torch.equal(torch.isfinite(got), torch.isfinite(want))
+    finite = torch.isfinite(want)
+    assert (((got - want).abs() <= 2 ** -7 * (a.abs() @ b.abs()).nan_to_num(posinf=0)) | ~finite).all()
 
 
-def assert_half_near(got, want):
-    """fp16 results of fp32 sums of exact products: within one fp16 rounding of eager's."""
+def test_scaled_rounding_is_unbiased(precision, monkeypatch):
+    """Positive operands (no cancellation): fp16 rounding to nearest leaves the products'
+    sum unbiased, where truncation would make every result low by about 2^-11."""
+    require_coopmat("scaled", monkeypatch)
+    precision("medium")
+    g = torch.Generator().manual_seed(2)
+    a, b = torch.rand(256, 512, generator=g) + 0.1, torch.rand(512, 128, generator=g) + 0.1
+    got, want = compiled(MM)(a, b).double(), a.double() @ b.double()
+    bias = ((got - want) / want).mean().item()
+    assert abs(bias) < 1e-4, f"mean relative error {bias:.3g}: biased rounding"
+
+
+def assert_half_near(got, want, mag):
+    """fp16 results of scaled fp16 products (fp16 sums over 32, fp32 beyond): each within
+    2^-7 of its products' magnitudes (mag: the product of the operands' magnitudes), and
+    the result's own fp16 rounding, of eager's fp32 sums (want)."""
     assert got.dtype == torch.float16
-    torch.testing.assert_close(got.float(), want.float(), rtol=1e-3, atol=1e-3)
+    excess = (got.float() - want.float()).abs() - (2 ** -7 * mag.float() + 2 ** -10 * want.float().abs())
+    assert excess.max() <= 0, f"an element off by {excess.max():.3g} more than its bound"
 
 
 @pytest.mark.parametrize("m,k,n", [(17, 9, 33), (129, 130, 131), (256, 80, 260), (300, 101, 384)], ids=str)
 def test_fp16_tensors(precision, plans, monkeypatch, m, k, n):
-    """fp16 tensors on fp16 tensor cores under any precision: exact products, fp32 sums."""
+    """fp16 tensors on fp16 tensor cores (scaled) under any precision."""
     require_coopmat("f16", monkeypatch)
     precision("highest")
     a, b = torch.randn(m, k).half(), torch.randn(k, n).half()
-    assert_half_near(compiled(lambda x, y: x @ y)(a, b), (a.float() @ b.float()).half())
-    assert any("f16" in s for s in coopmat_notes(plans))
+    assert_half_near(compiled(MM)(a, b), a.float() @ b.float(), a.float().abs() @ b.float().abs())
+    assert any("f16 scaled" in s for s in coopmat_notes(plans))
 
 
 def test_fp16_transposed_batched_bias_alpha(precision, plans, monkeypatch):
@@ -176,30 +253,31 @@ def test_fp16_transposed_batched_bias_alpha(precision, plans, monkeypatch):
     precision("highest")
     a, b = torch.randn(2, 70, 140).half(), torch.randn(2, 129, 70).half()
     bt = lambda x, y: torch.bmm(x.transpose(1, 2), y.transpose(1, 2))
-    assert_half_near(compiled(bt)(a, b), torch.bmm(a.float().transpose(1, 2), b.float().transpose(1, 2)).half())
+    assert_half_near(compiled(bt)(a, b), bt(a.float(), b.float()), bt(a.float().abs(), b.float().abs()))
     x, w, wb = torch.randn(2, 37, 96).half(), torch.randn(200, 96).half(), torch.randn(200).half()
     lin = lambda x, w, wb: torch.nn.functional.linear(x, w, wb)
-    assert_half_near(compiled(lin)(x, w, wb), (x.float() @ w.float().t() + wb.float()).half())
+    assert_half_near(compiled(lin)(x, w, wb), x.float() @ w.float().t() + wb.float(), x.float().abs() @ w.float().abs().t())
     am = lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0)
-    assert_half_near(compiled(am)(wb, x[0], w.t()), (0.5 * wb.float() + 2.0 * x[0].float() @ w.float().t()).half())
+    assert_half_near(compiled(am)(wb, x[0], w.t()), 0.5 * wb.float() + 2.0 * x[0].float() @ w.float().t(),
+                     2.0 * x[0].float().abs() @ w.float().abs().t())
     x, y, c = torch.randn(256, 40).half(), torch.randn(40, 256).half(), torch.randn(256).half()
     scaled = lambda c, x, y: torch.addmm(c, x, y, beta=0.0, alpha=0.25)
-    assert_half_near(compiled(scaled)(c, x, y), (0.25 * x.float() @ y.float()).half())
+    assert_half_near(compiled(scaled)(c, x, y), 0.25 * x.float() @ y.float(), 0.25 * x.float().abs() @ y.float().abs())
     assert len(coopmat_notes(plans)) >= 4, coopmat_notes(plans)
 
 
 def check_product(precision, monkeypatch, kind, a, b):
     """a @ b compiled against eager: "f16" as fp16 tensors (within one fp16 rounding),
-    "high" or "medium" as fp32 under that precision (assert_near's bound for it)."""
+    "high" or "medium" as fp32 under that precision (scaled fp16: assert_scaled_near)."""
     if kind == "f16":
         require_coopmat("f16", monkeypatch)
         precision("highest")
         a, b = a.half(), b.half()
-        assert_half_near(compiled(lambda x, y: x @ y)(a, b), (a.float() @ b.float()).half())
+        assert_half_near(compiled(MM)(a, b), a.float() @ b.float(), a.float().abs() @ b.float().abs())
     else:
-        require_coopmat("bf16", monkeypatch)
+        require_coopmat("scaled", monkeypatch)
         precision(kind)
-        assert_near(compiled(lambda x, y: x @ y)(a, b), a @ b, a.shape[1], kind)
+        assert_scaled_near(compiled(MM)(a, b), MM, a, b)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "high"])
@@ -230,7 +308,10 @@ def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
 def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     """Operands converted to 16 bits first (coopmat_pack.comp; FORCE_PACK): A and B read
     along k and along their rows (the pack's two thread orders), a batch, a batch-broadcast
-    operand (one packed copy), edges in M, N and K (the zero padding), K splits."""
+    operand (one packed copy), edges in M, N and K (the zero padding), K splits. fp16
+    tensors are scaled (both operands packed, scaled apart); fp32 here takes the unscaled
+    bf16 kernels (SCALED_FOR emptied), whose operands are packed as FORCE_PACK says."""
+    monkeypatch.setattr(coopmat, "SCALED_FOR", {})
     monkeypatch.setattr(coopmat, "FORCE_PACK", pack)
     monkeypatch.setattr(coopmat, "FORCE_SPLITS", splits)
     plan_apart(monkeypatch, f"pack {pack}, splits {splits}")
@@ -247,7 +328,7 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
         got = compiled(fn)(a, b)
         want = fn(a.float(), b.float())
         if half:
-            assert_half_near(got, want.half())
+            assert_half_near(got, want, fn(a.float().abs(), b.float().abs()))
         else:
             assert_near(got, want, a.shape[-1] if fn is not bt else a.shape[-2], kind)
     notes = coopmat_notes(plans)
@@ -271,11 +352,20 @@ def _ctx(dtype=torch.float32, prec="highest", caps=BF16_CAPS):
 
 
 def test_choice_follows_precision(monkeypatch):
-    """"highest" never takes tensor cores, even where the device has them; "high" takes
-    bf16x3, "medium" bf16, fp16 tensors fp16 always; without the device's support, fp32
-    kernels with the reason in the note."""
+    """"highest" never takes tensor cores, even where the device has them; with fp16 partial
+    sums (the H100's and H200's shapes) "high", "medium" and fp16 tensors take scaled fp16;
+    without them "high" takes bf16x3, "medium" bf16, fp16 tensors unscaled fp16; without
+    the device's support, fp32 kernels with the reason in the note."""
     monkeypatch.setattr(shaders, "coopmat_glslc", lambda: "/nonexistent/glslc-coopmat")
     assert coopmat.choose(_ctx(prec="highest"), 1, 512, 512, 512) == coopmat.Choice(None, "")
+    assert coopmat.choose(_ctx(prec="highest", caps=SCALED_CAPS), 1, 512, 512, 512) == coopmat.Choice(None, "")
+    for ctx in (_ctx(prec="high", caps=SCALED_CAPS), _ctx(prec="medium", caps=SCALED_CAPS),
+                _ctx(torch.float16, caps=SCALED_CAPS)):
+        plan = coopmat.choose(ctx, 1, 512, 512, 512).plan
+        assert (plan.dtype, plan.scaled, plan.split3, plan.bk) == ("f16", True, False, 32)
+        assert {"SCALED", "ACC16", "CM_F16"} <= set(plan.defines())
+    plan = coopmat.choose(_ctx(torch.bfloat16, caps=SCALED_CAPS), 1, 512, 512, 512).plan
+    assert (plan.dtype, plan.scaled) == ("bf16", False)
     high = coopmat.choose(_ctx(prec="high"), 1, 512, 512, 512).plan
     medium = coopmat.choose(_ctx(prec="medium"), 1, 512, 512, 512).plan
     assert (high.dtype, high.split3, medium.dtype, medium.split3) == ("bf16", True, "bf16", False)
@@ -323,6 +413,21 @@ COMPILED_PLANS = [("bf16", True, (16, 16, 16), 32, 16), ("bf16", False, (16, 16,
                   ("bf16", True, (16, 8, 16), 32, 16)]
 
 
+@pytest.mark.parametrize("cm,subgroup", [((16, 16, 16), 32), ((8, 8, 8), 8)], ids=str)
+def test_scaled_kernels_compile_with_the_second_glslc(cm, subgroup):
+    """The scaled fp16 matmul (both operands packed, with and without bias) and its pack
+    (along k and along rows)."""
+    if shaders.coopmat_glslc() is None:
+        pytest.skip("no glslc for cooperative-matrix kernels here (scripts/glslc_coopmat.sh installs one)")
+    plan = coopmat.Plan("f16", False, cm, *coopmat.TILE, 32, subgroup, True)
+    packed = {"A_PACKED": 1, "A_ALONG_K": 1, "B_PACKED": 1, "B_ALONG_K": 1}
+    sources = [("matmul_coopmat", packed | extra | plan.defines()) for extra in ({}, {"HAS_BIAS": 1})]
+    sources += [("coopmat_pack", {"CM_F16": 1, "SCALED": 1} | extra) for extra in ({}, {"ALONG_ROWS": 1})]
+    for name, defines in sources:
+        _, src = kernel_source(name, defines)
+        assert compile_source(src, name)[:4] == b"\x03\x02\x23\x07", defines
+
+
 @pytest.mark.parametrize("index", range(len(COMPILED_PLANS)),
                          ids=["bf16x3", "bf16", "f16", "f16-8x8x8", "bf16x3-16x8x16"])
 def test_kernel_compiles_with_the_second_glslc(index):
@@ -360,12 +465,13 @@ def test_tensor_cores_off(monkeypatch, precision, plans):
     assert any(n.startswith("matmul:") for n in names) and not any("coopmat" in n for n in names), names
 
 
-def test_tensor_cores_are_off_by_default(monkeypatch):
-    """Unless DYNAMO_VULKAN_TENSOR_CORES=auto asks for them, "high" and fp16 matmuls keep
-    the fp32 kernels (the tensor-core ones are correct but not yet faster)."""
+def test_tensor_cores_are_on_by_default(monkeypatch):
+    """Without DYNAMO_VULKAN_TENSOR_CORES, "high" matmuls take tensor cores where the device
+    has them, and "highest" (torch's default) never does."""
     monkeypatch.delenv("DYNAMO_VULKAN_TENSOR_CORES")
-    assert config.load().tensor_cores == "off"
-    ctx = _ctx(prec="high")
-    ctx.cfg = config.load({"matmul_precision": "high"})
-    c = coopmat.choose(ctx, 1, 256, 256, 256)
-    assert c.plan is None and "DYNAMO_VULKAN_TENSOR_CORES=off" in c.note
+    monkeypatch.setattr(shaders, "coopmat_glslc", lambda: "/nonexistent/glslc-coopmat")
+    assert config.load().tensor_cores == "auto"
+    for prec, taken in (("high", True), ("highest", False)):
+        ctx = _ctx(prec=prec, caps=SCALED_CAPS)
+        ctx.cfg = config.load({"matmul_precision": prec})
+        assert (coopmat.choose(ctx, 1, 256, 256, 256).plan is not None) == taken

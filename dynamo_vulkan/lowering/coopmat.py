@@ -4,18 +4,26 @@ which 16-bit format, and with which tile.
 Precision is the user's, as torch defines it for CUDA: torch.get_float32_matmul_precision()
 at compile time (the config's matmul_precision, in the cache key) decides for fp32 tensors:
 - "highest": never; today's exact fp32 kernels;
-- "high": bf16x3, each operand split as bf16 hi + bf16 lo and hi*hi + hi*lo + lo*hi
-  accumulated in fp32 (about fp32's accuracy; the scheme torch documents for "high");
-- "medium": bf16, one product of bf16-rounded operands, accumulated in fp32.
-bf16 keeps fp32's exponent range, so no fp32 value overflows in the conversion. fp16
-and bf16 tensors use cooperative matrices of their own type always (their values convert
-exactly; products accumulate in fp32). Where the device lacks a needed shape or type, or
-no glslc compiles the kernel, the fp32 kernels run and the note says why; so they do
-everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
-TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES and BF16_IN_F16 below
-are read at lowering time (tests and benchmarks/coopmat_sweep.py set them); a cached plan
-keeps the choice it was made with. Operands that many tiles read are converted to 16 bits
-first (packed_operands, lowering/coopmat_pack.py).
+- "high" and "medium": scaled fp16 (SCALED): each row of A and each column of B is
+  multiplied by a power of two that brings its largest finite magnitude into [8, 16),
+  rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores with
+  fp16 partial sums over each K step (at most BK products below 256 each: no overflow for
+  any input) added into fp32 accumulators, and the result multiplied back by the powers
+  of two. Its error is TF32's class (within 2.5x of TF32's on the same inputs, tested;
+  1.3x on an H200),
+  below bf16's; fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver.
+  Where the device has no fp16-accumulator matrices of the fp32 ones' shape: bf16x3 for
+  "high" (each operand split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about
+  fp32's accuracy) and bf16 for "medium".
+fp16 tensors take scaled fp16 too (their values scale exactly unless tiny beside their
+row's largest); bf16 tensors bf16 with fp32 sums. Where the device lacks a needed shape or
+type, or no glslc compiles the kernel, the fp32 kernels run and the note says why; so they
+do everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
+TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES, SCALED_FOR and
+BF16_IN_F16 below are read at lowering time (tests and benchmarks/coopmat_sweep.py set
+them); a cached plan keeps the choice it was made with. Operands that many tiles read (and
+a scaled product's both operands) are converted to 16 bits first (packed_operands,
+lowering/coopmat_pack.py).
 """
 from __future__ import annotations
 
@@ -36,6 +44,8 @@ SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
+# fp32 precisions multiplied as scaled fp16 where the device has its matrices (docstring)
+SCALED_FOR = {"high": "f16", "medium": "f16"}
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
@@ -56,6 +66,7 @@ class Plan:
     bn: int
     bk: int
     subgroup: int
+    scaled: bool = False   # fp16 operands scaled by powers of two, fp16 partial sums (SCALED)
 
     def defines(self) -> dict:
         d = {"CM_BF16" if self.dtype == "bf16" else "CM_F16": 1,
@@ -64,12 +75,14 @@ class Plan:
              "CM_M": self.cm[0], "CM_N": self.cm[1], "CM_K": self.cm[2], "SUBGROUP": self.subgroup}
         if self.split3:
             d["SPLIT3"] = 1
+        if self.scaled:
+            d |= {"SCALED": 1, "ACC16": 1}
         return d
 
     @property
     def label(self) -> str:
         base = "bf16" if self.dtype == "bf16-in-f16" else self.dtype
-        kind = f"{base}x3" if self.split3 else base
+        kind = f"{base}x3" if self.split3 else f"{base} scaled" if self.scaled else base
         held = " held in fp16" if self.dtype == "bf16-in-f16" else ""
         return f"tensor cores {kind}{held} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk}"
 
@@ -90,15 +103,15 @@ def shared_bytes(bm: int, bn: int, bk: int, cm: tuple, split3: bool) -> int:
     return max(stages, 4 * SUBGROUPS[0] * SUBGROUPS[1] * cm[0] * cm[1])
 
 
-def _shape(caps: dict, dtype: str) -> tuple | None:
-    """The device's subgroup-scope matrix shape for dtype x dtype + f32 -> f32 that a
+def _shape(caps: dict, dtype: str, acc: str = "f32") -> tuple | None:
+    """The device's subgroup-scope matrix shape for dtype x dtype + acc -> acc that a
     subgroup's part of the tile holds whole, K dividing the K step, each side a multiple of
     8 (the shared tiles' 16-byte units): 16x16x16 first, else the largest."""
     found = []
     for entry in caps.get("cooperative_matrix_shapes", ()):
         s = dict(entry)
         if (s.get("a"), s.get("b"), s.get("c"), s.get("result"), s.get("scope")) != \
-                (dtype, dtype, "f32", "f32", "subgroup"):
+                (dtype, dtype, acc, acc, "subgroup"):
             continue
         cm = (int(s["m"]), int(s["n"]), int(s["k"]))
         if (TILE[0] // SUBGROUPS[0]) % cm[0] == 0 and (TILE[1] // SUBGROUPS[1]) % cm[1] == 0 \
@@ -116,9 +129,9 @@ def precision(ctx) -> str:
 
 
 def tensor_cores(ctx) -> str:
-    """The compile's tensor-core setting (config): "off" (never: the default) or "auto"
-    (where the rules above allow them)."""
-    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "off"
+    """The compile's tensor-core setting (config): "auto" (where the rules above allow
+    them: the default) or "off" (never)."""
+    return getattr(getattr(ctx, "cfg", None), "tensor_cores", None) or "auto"
 
 
 def _tensor_dtype(ctx):
@@ -130,21 +143,30 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
     """Whether this product runs on tensor cores, and how (module docstring)."""
     dtype = _tensor_dtype(ctx)
     caps = ctx.caps
+    split3 = False
     if dtype == torch.float16:
-        want, split3, why = "f16", False, "fp16 tensors"
+        want, scaled, why = "f16", True, "fp16 tensors"
     elif dtype == torch.bfloat16:
-        want, split3, why = "bf16", False, "bf16 tensors"
+        want, scaled, why = "bf16", False, "bf16 tensors"
     else:
         prec = precision(ctx)
         if prec not in PRECISIONS:
             raise core.LoweringError(f"torch float32 matmul precision {prec!r} is not one of {PRECISIONS}")
         if prec == "highest":
             return Choice(None, "")
-        want, split3, why = "bf16", prec == "high", f"precision {prec!r}"
+        scaled, why = prec in SCALED_FOR, f"precision {prec!r}"
+        want, split3 = ("f16", False) if scaled else ("bf16", prec == "high")
     if tensor_cores(ctx) == "off":
         return Choice(None, f"fp32 ({why}; tensor cores off: DYNAMO_VULKAN_TENSOR_CORES=off)")
     if not caps.get("cooperative_matrix"):
         return Choice(None, f"fp32 ({why}; the device has no cooperative matrices)")
+    if scaled:
+        cm = _shape(caps, "f16")
+        if cm is None or _shape(caps, "f16", acc="f16") != cm:
+            # no fp16 partial sums of the fp32 ones' shape: unscaled fp16 tensors, bf16(x3)
+            scaled = False
+            if want == "f16" and dtype == torch.float32:
+                want, split3 = "bf16", precision(ctx) == "high"
     if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
         if not BF16_IN_F16:
             return Choice(None, f"fp32 ({why}; the device has no bf16 cooperative matrices)")
@@ -162,7 +184,7 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
     for bk in BK_CHOICES:
         if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3) <= limit:
-            plan = Plan(want, split3, cm, bm, bn, bk, subgroup)
+            plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled)
             return Choice(plan, f"{plan.label} ({why})")
     return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
 
@@ -186,7 +208,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     a, b = bindings[1], bindings[2]
     defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
     tiles = (-(-n // plan.bn), -(-m // plan.bm))
-    packed = packed_operands(tiles[1], tiles[0]) if k else ""
+    packed = "AB" if plan.scaled else packed_operands(tiles[1], tiles[0]) if k else ""
     kp = -(-max(k, 1) // plan.bk) * plan.bk
     bindings = list(bindings)
     if "A" in packed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import core
 
 WG = 256    # coopmat_pack.comp's workgroup
+SCALED_ROWS = 32    # rows a workgroup scales (coopmat_pack.comp's SROWS; rows_p is a multiple)
 
 
 def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
@@ -15,12 +16,15 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
     batches = nb if sb else 1
     planes = 2 if plan.split3 else 1
     octets = batches * rows_p * kp // 8
-    dst = ctx.empty((planes * octets * 4,), "f32")    # 16 bytes an octet
+    # 16 bytes an octet; SCALED: then each row's exponent (one word a row)
+    dst = ctx.empty((planes * octets * 4 + (batches * rows_p if plan.scaled else 0),), "f32")
     defines = {"VARIANT": plan.dtype, **{n: v for n, v in plan.defines().items()
-                                         if n in ("CM_BF16", "CM_F16", "BF16_IN_F16", "SPLIT3")}}
+                                         if n in ("CM_BF16", "CM_F16", "BF16_IN_F16", "SPLIT3", "SCALED")}}
     if sr == 1 and sk != 1:
         defines["ALONG_ROWS"] = 1
+    # SCALED: a workgroup a group of SCALED_ROWS rows; else an invocation an octet
+    count = batches * rows_p // SCALED_ROWS * WG if plan.scaled else octets
     ctx.dispatch("coopmat_pack", defines, [dst, ref], [0],
                  [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
-                 core.groups_for(octets, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
+                 core.groups_for(count, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
     return dst

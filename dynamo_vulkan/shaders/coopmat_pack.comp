@@ -4,7 +4,14 @@
 // whole tiles) of KP elements along k (K rounded up to whole K steps), zeros in the
 // padding; two elements a word (coopmat_convert.glsl), 16 bytes an octet of 8 along k;
 // with SPLIT3 each batch's lo plane follows its hi plane.
-// One invocation an octet. ALONG_ROWS: the source's unit stride runs along the rows (B of
+// SCALED (fp16): each row is multiplied by a power of two 2^e, e chosen from the row's
+// largest magnitude so that every scaled value lies below 16 (and e within [-124, 100]);
+// the exponents follow the data, one int a row (per batch, ROWS_P of them), and the matmul
+// multiplies its result by 2^-(e_row + e_col) (exactly, as powers of two). With both
+// operands below 16, a product is below 256 and a K step's fp16 partial sum (ACC16) below
+// 65504: no overflow whatever the inputs' range. A workgroup takes SROWS rows: SLANES
+// invocations a row, each over every SLANES-th octet, for the maximum and then the stores.
+// One invocation an octet (not SCALED). ALONG_ROWS: the source's unit stride runs along the rows (B of
 // x @ W with W [K, N]), so neighbouring invocations take neighbouring rows of one octet
 // column (their reads coalesce); else neighbouring octets of one row.
 #extension GL_EXT_control_flow_attributes : enable
@@ -23,6 +30,63 @@ layout(constant_id = 9) const uint KP = 8;
 layout(set = 0, binding = 0) writeonly buffer Buf0 { uvec4 dst[]; };
 IN_BUFFER(1, src)
 
+#ifdef SCALED
+#define SROWS 32u
+#define SLANES 8u
+shared float row_max[SROWS * SLANES];
+layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
+
+// 8 elements of row r from octet o on (zeros beyond K)
+void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
+    vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        uint k = o * 8u + i;
+        if (k < K) x[i / 4u][i % 4u] = ld_f32(src[base + k * SK]);
+    }
+    x0 = x[0];
+    x1 = x[1];
+}
+
+void main() {
+    uint ko = KP / 8u, groups = ROWS_P / SROWS;
+    uint wg = flat_workgroup(), lid = gl_LocalInvocationID.x;
+    uint b = wg / groups;
+    if (b >= BATCHES) return;
+#ifdef ALONG_ROWS
+    uint rl = lid % SROWS, lane = lid / SROWS;
+#else
+    uint rl = lid / SLANES, lane = lid % SLANES;
+#endif
+    uint r = (wg % groups) * SROWS + rl, base = OFF + b * SB + r * SR;
+    float m = 0.0;
+    if (r < ROWS)
+        for (uint o = lane; o < ko; o += SLANES) {
+            vec4 x0, x1;
+            load8(base, o, x0, x1);
+            // the largest finite magnitude: infinities stay infinite when scaled, NaN NaN
+            const vec4 inf = vec4(uintBitsToFloat(0x7f800000u));
+            vec4 a0 = abs(x0), a1 = abs(x1);
+            vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
+            m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+    row_max[rl * SLANES + lane] = m;
+    barrier();
+    m = 0.0;
+    [[unroll]] for (uint i = 0u; i < SLANES; ++i) m = max(m, row_max[rl * SLANES + i]);
+    // m < 2^x with x = exponent + 1: scaled values below 2^4
+    int e = m > 0.0 ? clamp(3 - (int((floatBitsToUint(m) >> 23) & 0xffu) - 127), -124, 100) : 0;
+    float scale = uintBitsToFloat(uint(e + 127) << 23);
+    uint at = (b * ROWS_P + r) * ko;
+    for (uint o = lane; o < ko; o += SLANES) {
+        vec4 x0 = vec4(0.0), x1 = vec4(0.0);
+        if (r < ROWS) load8(base, o, x0, x1);
+        uvec4 hi, lo;
+        convert(x0 * scale, x1 * scale, hi, lo);
+        dst[at + o] = hi;
+    }
+    if (lane == 0u) dst_exp[4u * BATCHES * ROWS_P * ko + b * ROWS_P + r] = e;
+}
+#else
 void main() {
     uint ko = KP / 8u, count = BATCHES * ROWS_P * ko;
     uint e = flat_invocation();
@@ -50,3 +114,4 @@ void main() {
 #endif
     dst[at] = hi;
 }
+#endif

@@ -51,9 +51,16 @@
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
 // ACC16 (float16 operands only): each K step's products accumulate in float16 matrices,
-// which are added into the fp32 accumulators once a step (BK / CM_K products deep)
+// which are added into the fp32 accumulators once a step (BK products deep: adding them
+// after every multiply costs half the kernel's speed, docs/journal.md)
 #if defined(ACC16) && (defined(CM_BF16) || defined(SPLIT3))
 #error ACC16 multiplies float16 operands only
+#endif
+// SCALED: both operands packed with a power-of-two scale per row of A and per column of B
+// (coopmat_pack.comp), which keeps every fp16 partial sum finite; the epilogue multiplies
+// each result by 2^-(e_m + e_n).
+#if defined(SCALED) && !(defined(ACC16) && defined(A_PACKED) && defined(B_PACKED))
+#error SCALED takes ACC16 and both operands packed
 #endif
 #include "common.glsl"
 #include "coopmat_convert.glsl"
@@ -112,6 +119,10 @@ layout(set = 0, binding = 1) readonly buffer Buf1p { uvec4 apk[]; };
 #endif
 #ifdef B_PACKED
 layout(set = 0, binding = 2) readonly buffer Buf2p { uvec4 bpk[]; };
+#endif
+#ifdef SCALED
+layout(set = 0, binding = 1) readonly buffer Buf1e { int aexp[]; };
+layout(set = 0, binding = 2) readonly buffer Buf2e { int bexp[]; };
 #endif
 
 // ---- shared memory: element offsets of one stage's tiles; uvec4 index = element / 8
@@ -413,7 +424,7 @@ void main() {
 
     float alpha = uintBitsToFloat(ALPHA_BITS);
     uint obase = (split_index * BATCHES + batch) * M;
-#ifndef HAS_BIAS
+#if !defined(HAS_BIAS) && !defined(SCALED)
     if (m0 + BM <= M && n0 + BN <= N && (N & 3u) == 0u) {
         [[unroll]] for (uint i = 0; i < RM; ++i)
             [[unroll]] for (uint j = 0; j < RN; ++j) {
@@ -435,6 +446,16 @@ void main() {
                 uint gm = m0 + wm + i * CM_M + e / CM_N, gn = n0 + wn + j * CM_N + e % CM_N;
                 if (gm >= M || gn >= N) continue;
                 float v = alpha * uintBitsToFloat(sm[scratch + e / 4u][e % 4u]);
+#ifdef SCALED
+                // times 2^s, s = -(e_m + e_n) in [-200, 248], as two halves that are floats;
+                // the partial product lies between v and the result, so it stays in range
+                // (the batch count: BATCHES is given with K splits only)
+                uint nbat = gl_NumWorkGroups.z / SPLITS;
+                int em = aexp[4u * (A_SB == 0u ? 1u : nbat) * A_PLANE + (A_SB == 0u ? 0u : batch) * A_ROWS_P + gm];
+                int en = bexp[4u * (B_SB == 0u ? 1u : nbat) * B_PLANE + (B_SB == 0u ? 0u : batch) * B_ROWS_P + gn];
+                int s = -(em + en), s1 = s / 2;
+                v = v * uintBitsToFloat(uint(s1 + 127) << 23) * uintBitsToFloat(uint(s - s1 + 127) << 23);
+#endif
 #ifdef HAS_BIAS
                 if (split_index == 0u)
                     v += uintBitsToFloat(BETA_BITS) * ld_f32(cb[C_OFF + batch * C_SB + gm * C_SM + gn * C_SN]);
