@@ -440,3 +440,23 @@ def test_a_wholly_supported_graph_is_the_partition_torch_proposes():
     x, y = torch.randn(3, 4), torch.randn(5)
     for want, got in zip(f(x, y), fused(x, y)):
         assert torch.equal(want, got)
+
+
+def test_prompt_length_mark_reaches_dynamo_without_the_disk_cache(tmp_path, traces, monkeypatch):
+    """generate records the prompt's dynamic length without importing Dynamo
+    (precompiled.mark_dynamic); where the call goes through torch.compile (here the disk
+    cache is off) Dynamo gets the mark, so a second prompt length is not traced again."""
+    from dynamo_vulkan.precompiled import mark_dynamic, signature
+
+    monkeypatch.setenv("DYNAMO_VULKAN_CACHE", "0")
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    t = torch.zeros(1, 5, dtype=torch.int64)
+    mark_dynamic(t, 1)
+    assert signature([t])[0][0][1] == (1, ("dyn", 2))
+    path = write_tiny_model(tmp_path / "m.gguf", "llama", n_layers=1, seed=0)
+    model, tok = load_model(path, max_ctx=64), GGUFTokenizer.from_file(path)
+    for prompt in (PROMPT, " ".join([PROMPT] * 4)):
+        want = generate(model, prompt, tok, max_new_tokens=2, backend=None, stop_at_eos=False)
+        got = generate(model, prompt, tok, max_new_tokens=2, stop_at_eos=False, warmup=False)
+        assert got.tokens == want.tokens
+    assert traces.dynamo == 2          # the prompt's graph (both lengths) and the decode step's
