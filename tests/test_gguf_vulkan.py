@@ -155,7 +155,7 @@ def test_when_w_is_decoded_first():
     from types import SimpleNamespace
     m, n, k = gguf_lowering.DECODE_FIRST_M, 4096, 1024
     gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
-                                "max_storage_buffer_range": 4 * n * k})
+                                "max_storage_buffer_range": 4 * n * k}, node=None)
     cpu = SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU"))
     assert gguf_lowering._decode_first(gpu, m, n, k, 0, n)
     assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)

@@ -200,9 +200,12 @@ def packed_operands(tiles_m: int, tiles_n: int) -> str:
     return ("A" if tiles_n >= PACK_MIN_READS else "") + ("B" if tiles_m >= PACK_MIN_READS else "")
 
 
-def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note) -> None:
+def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note,
+         pack_b=None) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
-    to fill the GPU), after the 16-bit copies of the operands that many tiles read."""
+    to fill the GPU), after the 16-bit copies of the operands that many tiles read.
+    pack_b(plan, rows_p, kp), where given, makes B's 16-bit copy instead (a GGUF weight's,
+    decoded from its blocks)."""
     from .coopmat_pack import pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
@@ -216,7 +219,12 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
-    if "B" in packed:
+    if pack_b is not None:
+        if "B" not in packed or nb != 1:
+            raise core.LoweringError("a B packed by its producer needs a scaled, unbatched product")
+        bindings[2] = pack_b(plan, tiles[0] * plan.bn, kp)
+        defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
+    elif "B" in packed:
         bindings[2] = pack_operand(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
         defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     else:

@@ -28,3 +28,18 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
                  [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
                  core.groups_for(count, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
     return dst
+
+
+def pack_gguf(ctx, plan, w, qdefines: dict, n: int, k: int, row_bytes: int, rows_p: int, kp: int):
+    """The scaled fp16 copy of a GGUF weight W [n, k] (qdefines: its VARIANT and QTYPE_),
+    decoded from its blocks by coopmat_pack.comp (GGUF), laid out as pack_operand's B of
+    x @ W^T: rows_p rows of kp elements, then each row's exponent."""
+    if not plan.scaled:
+        raise ValueError("GGUF weights are packed for the scaled fp16 kernels only")
+    dst = ctx.empty((rows_p * kp // 2 + rows_p,), "f32")
+    defines = {**qdefines, "CM_F16": 1, "SCALED": 1, "GGUF": 1}
+    ctx.dispatch("coopmat_pack", defines, [dst, w], [0],
+                 [WG, n, k, 0, 0, 0, 1, 1, rows_p, kp, row_bytes],
+                 core.groups_for(rows_p // SCALED_ROWS * WG, WG),
+                 note=f"{qdefines['VARIANT']}[{n}x{k}] decoded to 16 bits for {plan.label}")
+    return dst

@@ -91,6 +91,7 @@ DEQUANT_WG = 256
 # rows of x and elements of W: where it measured faster (7B shapes at 512 rows), not where
 # it measured slower (SmolLM2's and Gemma 3's 128-row prompts: docs/journal.md, session 29)
 DECODE_FIRST_M = 512
+TC_DECODE_FIRST_M = 128
 DECODE_FIRST_WEIGHTS = 4 << 20
 TILE = 64
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
@@ -391,23 +392,41 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
 
 
 def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int) -> bool:
-    """Whether a prompt's GGUF linear decodes W whole into a temporary fp32 matrix first
-    and then runs the plain matmul kernels (larger tiles, tensor cores where the matmul
-    precision allows) instead of the tiled GGUF kernel, whose every row-tile of the
-    prompt decodes W's tiles again: on a GPU, for prompts of DECODE_FIRST_M rows or
-    more and weights of DECODE_FIRST_WEIGHTS elements or more, W in one buffer writing
-    all of out, the decoded W within one buffer."""
+    """Whether a prompt's GGUF linear decodes W whole first and then runs the plain matmul
+    kernels (larger tiles, tensor cores where the matmul precision allows) instead of the
+    tiled GGUF kernel, whose every row-tile of the prompt decodes W's tiles again: on a
+    GPU, for weights of DECODE_FIRST_WEIGHTS elements or more, W in one buffer writing all
+    of out, the decoded W within one buffer, and prompts of DECODE_FIRST_M rows or more
+    (W decoded to a temporary fp32 matrix), or of TC_DECODE_FIRST_M rows or more where the
+    scaled fp16 tensor cores take the product (W decoded straight into their fp16 copy)."""
+    if device.is_cpu(ctx.caps) or n * k < DECODE_FIRST_WEIGHTS or row0 != 0 or out_rows != n:
+        return False
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
-    return not device.is_cpu(ctx.caps) and m >= DECODE_FIRST_M and n * k >= DECODE_FIRST_WEIGHTS and \
-        row0 == 0 and out_rows == n and 4 * n * k <= limit
+    if m >= TC_DECODE_FIRST_M and _scaled_plan(ctx, m, n, k) is not None:
+        return 2 * n * k <= limit
+    return m >= DECODE_FIRST_M and 4 * n * k <= limit
+
+
+def _scaled_plan(ctx: Context, m: int, n: int, k: int):
+    """The scaled fp16 tensor-core plan of x @ W^T, where the matmul would take one."""
+    from . import coopmat
+    plan = coopmat.choose(ctx, 1, m, n, k).plan
+    return plan if plan is not None and plan.scaled else None
 
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
                          k: int, rb: int, note: str) -> None:
-    """gguf_dequant (W decoded into a temporary [n, k]), then out = x2 @ W^T by the
-    matmul lowering (lowering/matmul.py), written into out."""
+    """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out, after
+    W is decoded: into the scaled fp16 tensor-core kernel's copy (coopmat_pack.comp) where
+    that kernel takes the product, else by gguf_dequant into a temporary fp32 [n, k]."""
+    from .coopmat_pack import pack_gguf
     from .matmul import matmul
 
+    m = x2.shape[0]
+    if _scaled_plan(ctx, m, n, k) is not None:
+        matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), out=out,     # W's layout only
+               pack_b=lambda plan, rows_p, kp: pack_gguf(ctx, plan, w, defines, n, k, rb, rows_p, kp))
+        return
     wf = ctx.empty((n, k), "f32")
     ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],
                  groups_for(n * (k // 8), DEQUANT_WG), note=f"{defines['VARIANT']}[{n}x{k}] decoded for {note}")

@@ -28,7 +28,19 @@ layout(constant_id = 7) const uint BATCHES = 1;   // batches packed
 layout(constant_id = 8) const uint ROWS_P = 1;
 layout(constant_id = 9) const uint KP = 8;
 layout(set = 0, binding = 0) writeonly buffer Buf0 { uvec4 dst[]; };
+#ifdef GGUF
+// the operand is a GGUF weight [ROWS, K] (one QTYPE_<name>), decoded here: a prompt's GGUF
+// linear packs W straight from its blocks, without an fp32 copy
+#ifndef SCALED
+#error GGUF packs scaled fp16 only
+#endif
+layout(constant_id = 10) const uint ROW_BYTES = 0;
+#define WQ_BINDING 1
+BUFFER(WQ_BINDING, wq)
+#include "gguf_blocks.glsl"
+#else
 IN_BUFFER(1, src)
+#endif
 
 #ifdef SCALED
 #define SROWS 32u
@@ -36,8 +48,14 @@ IN_BUFFER(1, src)
 shared float row_max[SROWS * SLANES];
 layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
 
-// 8 elements of row r from octet o on (zeros beyond K)
+// 8 elements of a row from octet o on (zeros beyond K): at word base, or GGUF, the row
+// at byte base
 void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
+#ifdef GGUF
+    x0 = vec4(0.0);
+    x1 = vec4(0.0);
+    if (o * 8u < K) deq8r(base, o, x0, x1);      // GGUF rows are whole chunks of 8
+#else
     vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
         uint k = o * 8u + i;
@@ -45,6 +63,7 @@ void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
     }
     x0 = x[0];
     x1 = x[1];
+#endif
 }
 
 void main() {
@@ -57,7 +76,11 @@ void main() {
 #else
     uint rl = lid / SLANES, lane = lid % SLANES;
 #endif
+#ifdef GGUF
+    uint r = (wg % groups) * SROWS + rl, base = r * ROW_BYTES;
+#else
     uint r = (wg % groups) * SROWS + rl, base = OFF + b * SB + r * SR;
+#endif
     float m = 0.0;
     if (r < ROWS)
         for (uint o = lane; o < ko; o += SLANES) {
