@@ -244,15 +244,13 @@ def _value_record(v):
 
 def node_values(gm: fx.GraphModule) -> bytes:
     """Every node's meta["val"] but the output's, for the sizes of one call (a symbolic
-    size as its value in the traced call), as JSON bytes for set_node_values; GraphFormatError
-    where a node has none or one that cannot be stored."""
+    size as its value in the traced call; a node without one as null, left without one on
+    load, as the partitioner saw it), as JSON bytes for set_node_values; GraphFormatError
+    where a value cannot be stored."""
     out = []
     for n in gm.graph.nodes:
-        if n.op == "output":
-            continue
-        if "val" not in n.meta:
-            raise GraphFormatError(f"node {n.name} has no value")
-        out.append(_value_record(n.meta["val"]))
+        if n.op != "output":
+            out.append(_value_record(n.meta.get("val")))
     return json.dumps({"format": FORMAT, "values": out}, separators=(",", ":")).encode()
 
 
