@@ -6,7 +6,9 @@ from __future__ import annotations
 from . import core
 
 WG = 256    # coopmat_pack.comp's workgroup
-SCALED_ROWS = 32    # rows a workgroup scales (coopmat_pack.comp's SROWS; rows_p is a multiple)
+# rows a workgroup scales (coopmat_pack.comp's SROWS; rows_p is a multiple of 32): along its
+# rows (ALONG_ROWS) or along k
+SCALED_ROWS = {True: 32, False: 8}
 
 
 def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
@@ -23,7 +25,7 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
     if sr == 1 and sk != 1:
         defines["ALONG_ROWS"] = 1
     # SCALED: a workgroup a group of SCALED_ROWS rows; else an invocation an octet
-    count = batches * rows_p // SCALED_ROWS * WG if plan.scaled else octets
+    count = batches * rows_p // SCALED_ROWS["ALONG_ROWS" in defines] * WG if plan.scaled else octets
     ctx.dispatch("coopmat_pack", defines, [dst, ref], [0],
                  [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
                  core.groups_for(count, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
@@ -40,6 +42,6 @@ def pack_gguf(ctx, plan, w, qdefines: dict, n: int, k: int, row_bytes: int, rows
     defines = {**qdefines, "CM_F16": 1, "SCALED": 1, "GGUF": 1}
     ctx.dispatch("coopmat_pack", defines, [dst, w], [0],
                  [WG, n, k, 0, 0, 0, 1, 1, rows_p, kp, row_bytes],
-                 core.groups_for(rows_p // SCALED_ROWS * WG, WG),
+                 core.groups_for(rows_p // SCALED_ROWS[False] * WG, WG),
                  note=f"{qdefines['VARIANT']}[{n}x{k}] decoded to 16 bits for {plan.label}")
     return dst

@@ -10,7 +10,8 @@
 // multiplies its result by 2^-(e_row + e_col) (exactly, as powers of two). With both
 // operands below 16, a product is below 256 and a K step's fp16 partial sum (ACC16) below
 // 65504: no overflow whatever the inputs' range. A workgroup takes SROWS rows: SLANES
-// invocations a row, each over every SLANES-th octet, for the maximum and then the stores.
+// invocations a row, each over every SLANES-th octet, for the maximum and then the stores
+// (ROWS_P is a multiple of 32).
 // One invocation an octet (not SCALED). ALONG_ROWS: the source's unit stride runs along the rows (B of
 // x @ W with W [K, N]), so neighbouring invocations take neighbouring rows of one octet
 // column (their reads coalesce); else neighbouring octets of one row.
@@ -43,8 +44,13 @@ IN_BUFFER(1, src)
 #endif
 
 #ifdef SCALED
-#define SROWS 32u
+#ifdef ALONG_ROWS
+#define SROWS 32u       // neighbouring invocations on neighbouring rows (their reads coalesce)
 #define SLANES 8u
+#else
+#define SROWS 8u        // a row's 32 invocations on its neighbouring octets
+#define SLANES 32u
+#endif
 shared float row_max[SROWS * SLANES];
 layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
 
