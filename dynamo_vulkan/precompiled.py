@@ -208,9 +208,13 @@ class _Runner:
 
     def __call__(self, args):
         flat = self.flat(args)
-        out = self.fn(flat)
+        # before the call, as aot_autograd's wrapper does: a program that keeps a mutated
+        # input on the GPU (a KV cache) takes a version one past the one it left as that
+        # wrapper's bump, not as a write on the host; bumped after, the next program
+        # uploaded the stale host copy over the GPU's (the prompt's cache entries lost)
         for i in self.bumped:          # one call each: older torch's takes one tensor
             torch.autograd.graph.increment_version(flat[i])
+        out = self.fn(flat)
         return out[0] if self.single else tuple(out)
 
 
