@@ -106,7 +106,8 @@ def test_new_decoder_loads_graphs_and_a_rewritten_file_is_right(cache_dir, trace
     assert traces.dynamo == 2 and traces.aot == 2           # prompt and decode step traced
     assert len(_entries(cache_dir)) == 2
     first = _phases(caplog)
-    assert first.count("Decoder: tracing with Dynamo") == 2 and "compiling" in first, first
+    # the prompt's graph and the decode step's (on a GPU the step is GreedySteps', replayed)
+    assert first.count(": tracing with Dynamo") == 2 and "compiling" in first, first
     caplog.clear()
     write_tiny_model(path, "llama", n_layers=1, seed=1)
     before = _graph_stats()
@@ -116,7 +117,23 @@ def test_new_decoder_loads_graphs_and_a_rewritten_file_is_right(cache_dir, trace
     assert traces.aot == 4             # the stored graphs went through the backend's compile_graph
     assert _graph_stats().get("disk_hits", 0) - before.get("disk_hits", 0) == 2
     second = _phases(caplog)
-    assert second.count("Decoder: traced graph read from the cache") == 2 and "tracing" not in second
+    assert second.count(": traced graph read from the cache") == 2 and "tracing" not in second, second
+
+
+def test_stored_prompt_graph_fills_a_fresh_kv_cache_kept_on_the_gpu(files, cache_dir, as_gpu):
+    """Planned as for a GPU, a decoder's KV cache stays on the device between calls. A new
+    decoder, whose cache no eager run has filled, runs the stored prompt graph and then
+    the decode steps: they read the prompt's entries from the device, so every token is
+    eager's, not only the first."""
+    _run(files["a"])                                     # traces and stores
+    before = _graph_stats()
+    model, tok = load_model(files["a"], max_ctx=CTX), GGUFTokenizer.from_file(files["a"])
+    got = generate(model, PROMPT, tok, max_new_tokens=TOKENS + 1, backend="vulkan", stop_at_eos=False,
+                   warmup=False)
+    assert _graph_stats().get("disk_hits", 0) - before.get("disk_hits", 0) >= 1
+    eager = generate(load_model(files["a"], max_ctx=CTX), PROMPT, tok, max_new_tokens=TOKENS + 1,
+                     backend=None, stop_at_eos=False)
+    assert got.tokens == eager.tokens
 
 
 def test_changed_structure_or_setting_is_a_new_entry(files, cache_dir, monkeypatch):
@@ -164,21 +181,23 @@ def test_warm_up_compiles_a_stored_prompt_without_running_it(cache_dir, tmp_path
     """With nothing stored, Precompiled.prepare says the call must run to compile. With the
     graphs stored, a new decoder's warm-up compiles the prompt's graph from the disk cache
     without running it, so the prompt runs once (not twice), torch.compile is never called
-    (no Dynamo), and the tokens are eager's."""
+    (no Dynamo), and the tokens are eager's. One decode step per call, as on a CPU device,
+    so that each step is a call of the stored graph on a GPU too (not a replay)."""
     from dynamo_vulkan import precompiled
 
     path = write_tiny_model(tmp_path / "m.gguf", "llama", n_layers=1, seed=0)
     fresh = Precompiled(load_model(path, max_ctx=CTX), make_compiled=lambda: pytest.fail("compiled"))
     with torch.no_grad():
         assert fresh.prepare(torch.tensor([[1, 2, 3]]), torch.tensor(0), torch.tensor(2)) is False
-    _run(path)                                           # stores both graphs
+    _run(path, steps_per_call=1)                         # stores both graphs
     runs = []
     call = precompiled._Runner.__call__
     monkeypatch.setattr(precompiled._Runner, "__call__",
                         lambda self, args: runs.append(tuple(args[0].shape)) or call(self, args))
     model, tok = load_model(path, max_ctx=CTX), GGUFTokenizer.from_file(path)
     eager = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend=None, stop_at_eos=False)
-    got = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend="vulkan", stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=1)
     assert got.tokens == eager.tokens
     assert sum(shape[1] > 1 for shape in runs) == 1, runs        # the prompt ran once
     assert sum(shape == (1, 1) for shape in runs) == TOKENS, runs  # a warm-up step, then the steps

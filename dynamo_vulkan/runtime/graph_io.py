@@ -368,11 +368,22 @@ def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+    class ValueProp(FakeTensorProp):
+        """FakeTensorProp that also records plain numbers: with static shapes a size
+        node's value is an int, which torch 2.11's FakeTensorProp leaves out of meta (the
+        partitioner then took arithmetic on sizes for host code)."""
+
+        def run_node(self, n):
+            result = super().run_node(n)
+            if "val" not in n.meta and isinstance(result, (int, float, bool)):
+                n.meta["val"] = result
+            return result
+
     check_inputs(specs, args)
     mode = FakeTensorMode()
     fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
     with mode:
-        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fakes)
+        ValueProp(gm, mode).propagate_dont_convert_inputs(*fakes)
     for n, f in zip((n for n in gm.graph.nodes if n.op == "placeholder"), fakes):
         n.meta["val"] = f
     return fakes
