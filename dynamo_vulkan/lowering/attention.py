@@ -176,7 +176,8 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         return out
     bq = _tiled_rows(ctx, hq, t, d, dv)
     if bq and q_lazy is None:
-        ctx.dispatch("attention_tiled", {"BQ": bq, "BK": TILED_BK, "D": d, "DV": dv},
+        vw_t = 4 if d % 4 == 0 and dv % 4 == 0 else 1
+        ctx.dispatch("attention_tiled", {"BQ": bq, "BK": TILED_BK, "D": d, "DV": dv, "VW": vw_t},
                      [out, q, k, v, mask], [0], spec, groups_for(hq * _ceil_div(t, bq)),
                      note=note + f", tiled {bq} rows x {TILED_BK} keys")
         return out

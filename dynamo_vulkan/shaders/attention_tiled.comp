@@ -8,8 +8,9 @@
 // block's first and last unmasked ones are found first, so a causal prompt's block skips
 // the chunks past its last row. A masked key scores -inf; a row with no unmasked key
 // gets NaN, as eager's softmax gives. SOFTCAP_BITS > 0: a score s becomes
-// tanh(s / cap) * cap before the mask and the softmax (Gemma 2). The specialisation
-// constants are attention.comp's; lowering/attention.py derives BQ, BK, D and DV.
+// tanh(s / cap) * cap before the mask and the softmax (Gemma 2). VW = 4 (D and DV
+// multiples of 4): the tiles are read from shared memory as vec4s. The specialisation
+// constants are attention.comp's; lowering/attention.py derives BQ, BK, D, DV and VW.
 #include "common.glsl"
 #define TPR 8u
 #define WG (BQ * TPR)
@@ -43,16 +44,38 @@ IN_BUFFER(3, vb)
 IN_BUFFER(4, mb)
 #include "wg_reduce.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
-// rows padded by one word, so that the rows a subgroup reads at once fall in different banks
-#define QLD (D + 1u)
-#define KLD (D + 1u)
+#if VW == 4
+#define VT vec4
+#define DOTV(a, b) dot(a, b)
+#else
+#define VT float
+#define DOTV(a, b) ((a) * (b))
+#endif
+#define DW (D / VW)                     // a q or K row, in VTs
+#define DVW (DV / VW)                   // a V row, in VTs
+// rows padded by one VT, so that the rows a subgroup reads at once fall in different banks
+#define QLD (DW + 1u)
+#define KLD (DW + 1u)
 #define PLD (BK + 1u)
-#define DPT ((DV + TPR - 1u) / TPR)     // output lanes per invocation
+#define DPT ((DVW + TPR - 1u) / TPR)    // output VTs per invocation
 #define KPT (BK / TPR)                  // keys per invocation and chunk
-shared float qs[BQ * QLD];
-shared float ks[BK * KLD];
-shared float vs[BK * DV];
+shared VT qs[BQ * QLD];
+shared VT ks[BK * KLD];
+shared VT vs[BK * DVW];
 shared float ps[BQ * PLD];
+
+// VW consecutive elements along the last dim from word o on (stride sd)
+VT ldv(uint o, uint sd, bool in_range, uint which) {
+#if VW == 4
+    if (!in_range) return vec4(0.0);
+    if (which == 0u) return vec4(ld_f32(qb[o]), ld_f32(qb[o + sd]), ld_f32(qb[o + 2u * sd]), ld_f32(qb[o + 3u * sd]));
+    if (which == 1u) return vec4(ld_f32(kb[o]), ld_f32(kb[o + sd]), ld_f32(kb[o + 2u * sd]), ld_f32(kb[o + 3u * sd]));
+    return vec4(ld_f32(vb[o]), ld_f32(vb[o + sd]), ld_f32(vb[o + 2u * sd]), ld_f32(vb[o + 3u * sd]));
+#else
+    if (!in_range) return 0.0;
+    return ld_f32(which == 0u ? qb[o] : which == 1u ? kb[o] : vb[o]);
+#endif
+}
 
 float capped(float s) {
     if (SOFTCAP_BITS == 0u) return s;
@@ -78,24 +101,24 @@ void main() {
     lo_f = -wg_max(-lo_f);
     hi_f = wg_max(hi_f);
     uint k0 = uint(lo_f), k1 = max(k0, uint(hi_f));
-    for (uint e = lid; e < BQ * D; e += WG) {
-        uint qr = e / D, i = e % D;
-        qs[qr * QLD + i] = t0 + qr < T ? ld_f32(qb[Q_OFF + h * Q_SH + (t0 + qr) * Q_ST + i * Q_SD]) : 0.0;
+    for (uint e = lid; e < BQ * DW; e += WG) {
+        uint qr = e / DW, i = e % DW;
+        qs[qr * QLD + i] = ldv(Q_OFF + h * Q_SH + (t0 + qr) * Q_ST + i * VW * Q_SD, Q_SD, t0 + qr < T, 0u);
     }
     float scale = uintBitsToFloat(SCALE_BITS);
     float m = NEG_INF, l = 0.0;
-    float acc[DPT];
-    for (uint j = 0u; j < DPT; ++j) acc[j] = 0.0;
+    VT acc[DPT];
+    for (uint j = 0u; j < DPT; ++j) acc[j] = VT(0.0);
     for (uint c0 = k0; c0 < k1; c0 += BK) {
         uint keys = min(BK, k1 - c0);
         barrier();                                   // the last chunk's K, V and p are read
-        for (uint e = lid; e < BK * D; e += WG) {
-            uint kr = e / D, i = e % D;
-            ks[kr * KLD + i] = kr < keys ? ld_f32(kb[K_OFF + kvh * K_SH + (c0 + kr) * K_SC + i * K_SD]) : 0.0;
+        for (uint e = lid; e < BK * DW; e += WG) {
+            uint kr = e / DW, i = e % DW;
+            ks[kr * KLD + i] = ldv(K_OFF + kvh * K_SH + (c0 + kr) * K_SC + i * VW * K_SD, K_SD, kr < keys, 1u);
         }
-        for (uint e = lid; e < BK * DV; e += WG) {
-            uint vr = e / DV, i = e % DV;
-            vs[e] = vr < keys ? ld_f32(vb[V_OFF + kvh * V_SH + (c0 + vr) * V_SC + i * V_SD]) : 0.0;
+        for (uint e = lid; e < BK * DVW; e += WG) {
+            uint vr = e / DVW, i = e % DVW;
+            vs[e] = ldv(V_OFF + kvh * V_SH + (c0 + vr) * V_SC + i * VW * V_SD, V_SD, vr < keys, 2u);
         }
         barrier();
         // scores of this invocation's keys (sub, sub + TPR, ...), their row max
@@ -103,10 +126,10 @@ void main() {
         float cm = NEG_INF;
         for (uint q = 0u; q < KPT; ++q) {
             uint kj = sub + q * TPR, c = c0 + kj;
-            float dot = 0.0;
-            for (uint i = 0u; i < D; ++i) dot += qs[r * QLD + i] * ks[kj * KLD + i];
+            float qk = 0.0;
+            for (uint i = 0u; i < DW; ++i) qk += DOTV(qs[r * QLD + i], ks[kj * KLD + i]);
             bool live = row_in && kj < keys && ld_b(mb[M_OFF + min(t, T - 1u) * M_ST + min(c, C - 1u) * M_SC]);
-            s[q] = live ? capped(dot * scale) : NEG_INF;
+            s[q] = live ? capped(qk * scale) : NEG_INF;
             cm = max(cm, s[q]);
         }
         ps[r * PLD + sub] = cm;
@@ -124,16 +147,23 @@ void main() {
         for (uint q = 0u; q < BK; ++q) rs += ps[r * PLD + q];
         l = l * alpha + rs;
         for (uint j = 0u; j < DPT; ++j) {
-            uint d = sub + j * TPR;
-            if (d >= DV) break;
-            float a = acc[j] * alpha;
-            for (uint q = 0u; q < keys; ++q) a += ps[r * PLD + q] * vs[q * DV + d];
+            uint g = sub + j * TPR;
+            if (g >= DVW) break;
+            VT a = acc[j] * alpha;
+            for (uint q = 0u; q < keys; ++q) a += ps[r * PLD + q] * vs[q * DVW + g];
             acc[j] = a;
         }
     }
     if (!row_in) return;
     for (uint j = 0u; j < DPT; ++j) {
-        uint d = sub + j * TPR;
-        if (d < DV) outb[(h * T + t) * DV + d] = st_f32(acc[j] / l);     // l = 0 (all masked): NaN
+        uint g = sub + j * TPR;
+        if (g >= DVW) break;
+        VT a = acc[j] / l;                                  // l = 0 (all masked): NaN
+        uint o = (h * T + t) * DV + g * VW;
+#if VW == 4
+        outb[o] = st_f32(a.x); outb[o + 1u] = st_f32(a.y); outb[o + 2u] = st_f32(a.z); outb[o + 3u] = st_f32(a.w);
+#else
+        outb[o] = st_f32(a);
+#endif
     }
 }
