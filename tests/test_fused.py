@@ -101,6 +101,45 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
 
+# prompts (16 rows or more) on a GPU: the tiled kernel; rows past a block of 32 (or 16),
+# keys past a chunk of 16, GQA, odd dims, a value dim past 8 lanes of 32
+TILED = [(4, 2, 40, 70, 64, 64), (7, 1, 17, 300, 128, 128), (2, 2, 33, 33, 5, 300), (3, 3, 16, 16, 16, 24)]
+
+
+@pytest.mark.parametrize("hq,hkv,t,c,d,dv", TILED, ids=str)
+@pytest.mark.parametrize("softcap", [0.0, 2.5])
+def test_tiled_attention_as_gpu(as_gpu, plans, monkeypatch, hq, hkv, t, c, d, dv, softcap):
+    """A prompt's attention tiled (attention_tiled.comp) against eager: causal, the
+    soft-cap, and a mask with windows, holes and a row with no live key (NaN). (Any
+    number of workgroups here: TILED_MIN_BLOCKS lowered.)"""
+    monkeypatch.setattr(att_lowering, "TILED_MIN_BLOCKS", 1)
+    g = torch.Generator().manual_seed(t + c + d)
+    q, k, v = torch.randn(hq, t, d, generator=g), torch.randn(hkv, c, d, generator=g), \
+        torch.randn(hkv, c, dv, generator=g)
+    holes = (torch.rand(t, c, generator=g) > 0.3) & _causal(t, c, c - t)
+    holes[1, :] = False
+    for mask in (_causal(t, c, c - t), holes):
+        torch._dynamo.reset()                            # the same code: compiled again
+        check(lambda q, k, v, m: attention(q, k, v, m, 0.2, softcap), q, k, v, mask, rtol=1e-5, atol=1e-5)
+    assert _names(plans) == ["attention_tiled"] * 2
+    assert "tiled" in plans[-1].dispatches[0].note
+
+
+def test_when_attention_is_tiled():
+    """On a GPU, prompts of TILED_MIN_ROWS rows in TILED_MIN_BLOCKS workgroups or more,
+    32 rows a block where its tiles fit the shared memory, else 16; never on a CPU device."""
+    from types import SimpleNamespace
+    gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
+                                "max_compute_shared_memory_size": 49152, "max_compute_work_group_invocations": 1024})
+    rows = att_lowering._tiled_rows
+    assert rows(gpu, 28, 512, 128, 128) == 32 and rows(gpu, 28, 128, 128, 128) == 32
+    assert rows(gpu, 9, 128, 64, 64) == 0                  # 36 blocks: the row kernel
+    assert rows(gpu, 28, 8, 128, 128) == 0                 # decode-sized
+    assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=32768)), 28, 512, 128, 128) == 16
+    assert rows(gpu, 28, 512, 512, 512) == 0               # no tile fits
+    assert rows(SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU")), 28, 512, 128, 128) == 0
+
+
 @pytest.mark.parametrize("plan_as", ["device", "as_gpu"])
 @pytest.mark.parametrize("t,c", [(1, 700), (1, 40), (5, 300)], ids=str)
 def test_attention_masks_with_windows_and_holes(request, plan_as, t, c):

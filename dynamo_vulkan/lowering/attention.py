@@ -26,6 +26,12 @@ CPU_WG = 32
 CPU_ROWS = 8     # query rows per subgroup in the CPU_LANES variant (prompts on a CPU device)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
+# a prompt's attention on a GPU from this many query rows: tiles of TILED_BQ rows (8
+# invocations a row) and chunks of TILED_BK keys in shared memory (attention_tiled.comp)
+TILED_MIN_ROWS = 16
+TILED_MIN_BLOCKS = 64
+TILED_BQ = (32, 16)
+TILED_BK = 16
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
@@ -40,6 +46,24 @@ def cpu_lanes(caps: dict, rows: int) -> bool:
     with subgroups of 8 lanes or more (faster there than a workgroup per query row:
     docs/journal.md, session 29)."""
     return rows > 1 and has_cpu_lanes(caps)
+
+
+def _tiled_rows(ctx, heads: int, rows: int, d: int, dv: int) -> int:
+    """The query rows per workgroup of the tiled kernel (attention_tiled.comp) for a
+    prompt's attention, or 0 where it does not run: on a GPU, from TILED_MIN_ROWS query
+    rows, the largest of TILED_BQ whose shared tiles fit the device, where it makes
+    TILED_MIN_BLOCKS workgroups or more (fewer leave a GPU idle: the row-per-workgroup
+    kernel runs)."""
+    if device.is_cpu(ctx.caps) or rows < TILED_MIN_ROWS:
+        return 0
+    for bq in TILED_BQ:
+        if heads * _ceil_div(rows, bq) < TILED_MIN_BLOCKS:
+            return 0
+        smem = 4 * (bq * (d + 1) + TILED_BK * (d + 1) + TILED_BK * dv + bq * (TILED_BK + 1) + 64)
+        if smem <= ctx.caps.get("max_compute_shared_memory_size", 16384) and \
+                bq * 8 <= ctx.caps.get("max_compute_work_group_invocations", 128):
+            return bq
+    return 0
 
 
 def workgroup_size(caps: dict) -> int:
@@ -149,6 +173,13 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         ctx.dispatch("attention", {"CPU_LANES": 1, "VARIANT": "lanes", "WG": 8, "AR": CPU_ROWS,
                                    "D": d, "DV": dv, "SPLITS": 1},
                      [out, q, k, v, mask], [0], spec, groups_for(blocks), note=note + ", lanes")
+        return out
+    bq = _tiled_rows(ctx, hq, t, d, dv)
+    if bq and q_lazy is None:
+        vw_t = 4 if d % 4 == 0 and dv % 4 == 0 else 1
+        ctx.dispatch("attention_tiled", {"BQ": bq, "BK": TILED_BK, "D": d, "DV": dv, "VW": vw_t},
+                     [out, q, k, v, mask], [0], spec, groups_for(hq * _ceil_div(t, bq)),
+                     note=note + f", tiled {bq} rows x {TILED_BK} keys")
         return out
     wg = workgroup_size(ctx.caps)
     dvlp = min(dv // vw, wg)

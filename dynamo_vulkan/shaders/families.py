@@ -51,6 +51,7 @@ FAMILIES: dict[str, Family] = {
     "accumulate": _f(),
     "argreduce": _f("INNER_INDEX LOAD OUTER_INDEX SPEC_DECLS STORE VAL_T",
                     "CHUNK SPLITS IS_FLOAT LARGEST PAIRS WANT_VALUES", "SMALLEST"),
+    "attention_tiled": _f("BK BQ D DV VW"),
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
                         "K_NEW K_RPH K_W LIVE_RANGE PARTS PENDING Q_LAZY Q_RPH Q_W "
                         "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
