@@ -164,7 +164,18 @@ def environment(argv: list[str]) -> dict:
                      "iree_base_runtime": _version("iree-base-runtime"),
                      "iree_base_compiler": _version("iree-base-compiler")},
         "git": git_commit(src),
+        "settings": _settings(),
     }
+
+
+def _settings() -> dict:
+    """The settings that change a compiled program (the config's key fields), as this run
+    reads them: the tables say which precision and paths their figures were made under."""
+    import dataclasses
+
+    from dynamo_vulkan import config
+    cfg = config.load()
+    return {f.name: str(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.metadata.get("key")}
 
 
 def write_json(path: Path, env: dict, probes: dict, rows: list[Row], targets: list[TargetResult],

@@ -80,6 +80,8 @@ def header(env: dict, probes: dict) -> str:
              f"machine: {env['machine']['cpu']}, {env['machine']['cpu_count']} CPUs; "
              f"torch {env['versions']['torch']}, kp {env['versions']['kp']}; commit {env['git'].get('commit')}"
              + (" (dirty)" if env['git'].get('dirty') else "")]
+    if env.get("settings"):
+        lines.append("settings: " + ", ".join(f"{k} {v}" for k, v in env["settings"].items()))
     if env.get("cuda") and env["cuda"].get("name"):
         lines.append(f"torch CUDA device: {env['cuda']['name']}")
     lim = []
