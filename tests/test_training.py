@@ -393,6 +393,36 @@ def test_gradients_of_micro_batches_accumulate_on_the_gpu(micro, summed):
         torch.testing.assert_close(q, p, rtol=RTOL, atol=ATOL, msg=name)
 
 
+def test_accumulators_and_their_kernels_go_with_their_parameter():
+    """A parameter's GPU accumulator and the kernels queued into it (which hold the source
+    buffers alive) are dropped when the parameter is collected, and when the accumulator is
+    remade for a new size: nothing of a deleted model stays on the GPU through them."""
+    import gc
+
+    import kp
+    import numpy as np
+
+    from dynamo_vulkan import device
+    from dynamo_vulkan.runtime import accumulate
+    mgr = device.manager()
+    held = []
+    p = torch.zeros(3)
+    acc = accumulate.accumulator(mgr, p, 64, lambda owner, n: held.append(n))
+    src = mgr.tensor_t(np.ones(64, np.uint32), tensor_type=kp.TensorTypes.storage)
+    accumulate.queue(mgr, acc, src, 64, copy=True)
+    accumulate.flush()
+    assert held == [256] and any(v[1] is acc for v in accumulate._algorithms.values())
+    bigger = accumulate.accumulator(mgr, p, 128, lambda owner, n: held.append(n))
+    assert bigger is not acc and not any(v[1] is acc for v in accumulate._algorithms.values())
+    accumulate.queue(mgr, bigger, src, 64, copy=False)
+    accumulate.flush()
+    pid = id(p)
+    del p
+    gc.collect()
+    assert pid not in accumulate._accumulators
+    assert not any(v[1] is bigger for v in accumulate._algorithms.values())
+
+
 def test_a_kept_gradient_summed_with_an_eager_one_raises_then_goes_to_the_host():
     """A parameter of a kept optimizer that eager code also uses gets two gradients, which
     autograd sums on the host before the parameter's hooks see them: the compiled one, left

@@ -12,24 +12,8 @@ distinct weights to defeat the L2 cache and runs them one after another on one
 stream (each waits on the one before: chained); a CUDA graph replays them, so
 launch costs are the GPU's own, and CUDA events time each round.
 
-On an H100 (2026-11-24, the best of CONFIGS each), in us per mat-vec, beside
-benchmarks/gguf_matvec.py's Vulkan kernel run right after it (whose figures then
-carried kp's per-dispatch timestamps, about 1.1 us each; it no longer writes them);
-"of copy": of torch's copy
-bandwidth measured on an H100 that day, 2,955 GB/s.
-
-    type  shape       Triton  (of copy)  Vulkan
-    Q4_0  4096x4096     7.86  0.41        9.86
-    Q4_0  4096x14336   22.66  0.49       22.78
-    Q4_0  14336x4096   19.60  0.57       22.27
-    Q4_1  4096x4096     8.81  0.40       10.43
-    Q4_1  4096x14336   24.44  0.51       23.34
-    Q4_1  14336x4096   22.60  0.55       23.38
-    Q8_0  4096x4096     9.08  0.66       11.24
-    Q8_0  4096x14336   25.14  0.84       28.22
-    Q8_0  14336x4096   24.50  0.86       27.71
-
-So neither compiler gets a 4-bit mat-vec to 0.7 of copy with fp32 arithmetic here.
+Its figures on an H100, beside our Vulkan kernel's, are in docs/journal.md (session 32,
+"figures moved from benchmarks docstrings").
 
     python -m dynamo_vulkan.benchmarks.cuda_matvec [--types Q4_0,Q8_0] [--shapes 4096x4096]
 """

@@ -40,7 +40,7 @@ void main() {
 """
 COPY_SHADER = STREAM_SHADER
 READ_SHADER = STREAM_SHADER.replace("#version 450\n", "#version 450\n#define READ_ONLY 1\n", 1)
-READ_GROUPS = 4096      # workgroups of the read floor at most (H100: 1056-4224 alike)
+READ_GROUPS = 4096      # workgroups of the read floor at most (more read no faster)
 
 
 def _seconds_per_op(seq, ops: int, period_ns: float) -> float:
@@ -104,7 +104,7 @@ class ChainedRead:
     def heat(self, seconds: float) -> None:
         """Keep the GPU reading for `seconds` (back to back submits of up to 4 GB each),
         so its clocks are up for what is timed next: sparse submits (a timed call, then
-        the host's work) left an H100 at 345 MHz (Q4_0 14336x4096 mat-vec: 107 us, not 21)."""
+        the host's work) leave a GPU at its idle clock (docs/journal.md has an H100's)."""
         if self.busy is None:            # the same reads many times over, no timestamps
             rounds = min((4 << 30) // (self.nbytes * self.copies), 2048 // self.copies)
             self.busy = self._sequence(max(1, rounds), 0)

@@ -20,7 +20,9 @@ GROUP = 256            # the kernel's local size
 MAX_GROUPS = 65535     # workgroups along x before the grid folds into y
 
 _queue: list = []      # (manager, kp algorithm, dst kp tensor) to submit
-_algorithms: dict = {}   # (id(dst), id(src), words, copy) -> (kp algorithm, dst, src)
+# (id(dst), id(src), words, copy) -> (kp algorithm, dst, src): dst is an accumulator, whose
+# entries go with its parameter (_forget); the entry holds src (a program's buffer) alive
+_algorithms: dict = {}
 _accumulators: dict = {}   # id(parameter) -> its kp tensor, while the parameter lives
 
 
@@ -31,11 +33,26 @@ def accumulator(mgr, p: torch.Tensor, words: int, count):
     if acc is None or acc.size() != words:
         import kp
         if acc is None:
-            weakref.finalize(p, _accumulators.pop, id(p), None)
+            weakref.finalize(p, _forget, id(p))
+        else:
+            _drop_algorithms(acc)
         acc = mgr.tensor_t(np.zeros(words, np.uint32), tensor_type=kp.TensorTypes.storage)
         _accumulators[id(p)] = acc
         count(acc, 4 * words)
     return acc
+
+
+def _forget(pid: int) -> None:
+    """A parameter is gone: its accumulator and the kernels that write it go too (with
+    the buffers they held)."""
+    acc = _accumulators.pop(pid, None)
+    if acc is not None:
+        _drop_algorithms(acc)
+
+
+def _drop_algorithms(dst) -> None:
+    for key in [k for k, v in _algorithms.items() if v[1] is dst]:
+        del _algorithms[key]
 
 
 def queue(mgr, dst, src, n: int, copy: bool) -> None:
