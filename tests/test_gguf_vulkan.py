@@ -165,6 +165,25 @@ def test_when_w_is_decoded_first():
     assert not gguf_lowering._decode_first(cpu, m, n, k, 0, n)
 
 
+def test_when_w_is_packed_for_tensor_cores(monkeypatch):
+    """Where the scaled fp16 tensor cores take the product: from TC_DECODE_FIRST_M rows,
+    the fp16 copy (rows and K rounded up to whole tiles and steps, an exponent a row)
+    within the device's buffer limit."""
+    from types import SimpleNamespace
+
+    from dynamo_vulkan.lowering import coopmat
+    plan = coopmat.Plan("f16", False, (16, 16, 16), 128, 128, 32, 32, True)
+    monkeypatch.setattr(gguf_lowering, "_scaled_plan", lambda ctx, m, n, k: plan)
+    m, n, k = gguf_lowering.TC_DECODE_FIRST_M, 4200, 1000          # rows_p 4224, kp 1024
+    need = 2 * 4224 * 1024 + 4 * 4224
+    gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
+                                "max_storage_buffer_range": need}, node=None)
+    assert gguf_lowering._decode_first(gpu, m, n, k, 0, n)
+    assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)
+    gpu.caps["max_storage_buffer_range"] = need - 4
+    assert not gguf_lowering._decode_first(gpu, m, n, k, 0, n)   # 2 * n * k fits; the copy does not
+
+
 @pytest.mark.parametrize("n,sg,wg", [(576, 8, 48), (192, 8, 16), (3072, 8, 64), (960, 8, 40), (5, 8, 8),
                                      (576, 16, 48)])
 def test_cpu_lanes_workgroup_computes_the_fewest_columns_past_n(n, sg, wg):

@@ -402,8 +402,10 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     if device.is_cpu(ctx.caps) or n * k < DECODE_FIRST_WEIGHTS or row0 != 0 or out_rows != n:
         return False
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
-    if m >= TC_DECODE_FIRST_M and _scaled_plan(ctx, m, n, k) is not None:
-        return 2 * n * k <= limit
+    plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
+    if plan is not None:        # the fp16 copy: whole tiles of rows, whole K steps, exponents
+        rows_p, kp = -(-n // plan.bn) * plan.bn, -(-k // plan.bk) * plan.bk
+        return 2 * rows_p * kp + 4 * rows_p <= limit
     return m >= DECODE_FIRST_M and 4 * n * k <= limit
 
 
