@@ -76,6 +76,8 @@ class Plan:
         if self.split3:
             d["SPLIT3"] = 1
         if self.scaled:
+            if self.bk > 128:       # a K step's fp16 sum of products below 256 stays finite
+                raise core.LoweringError(f"scaled fp16 K steps hold at most 128 products, not {self.bk}")
             d |= {"SCALED": 1, "ACC16": 1}
         return d
 
