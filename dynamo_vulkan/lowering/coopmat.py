@@ -9,9 +9,9 @@ at compile time (the config's matmul_precision, in the cache key) decides for fp
   rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores with
   fp16 partial sums over each K step (at most BK products below 256 each: no overflow for
   any input) added into fp32 accumulators, and the result multiplied back by the powers
-  of two. Its error is TF32's class (within 2.5x of TF32's on the same inputs, tested;
-  1.3x on an H200),
-  below bf16's; fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver.
+  of two. Its error is TF32's class (tested within 2.5x of TF32's on the same inputs),
+  below bf16's; fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver
+  (docs/journal.md, session 32).
   Where the device has no fp16-accumulator matrices of the fp32 ones' shape: bf16x3 for
   "high" (each operand split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about
   fp32's accuracy) and bf16 for "medium".
