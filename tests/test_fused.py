@@ -137,6 +137,9 @@ def test_when_attention_is_tiled():
     assert rows(gpu, 28, 8, 128, 128) == 0                 # decode-sized
     assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=32768)), 28, 512, 128, 128) == 16
     assert rows(gpu, 28, 512, 512, 512) == 0               # no tile fits
+    # vec4 tiles pad each q and K row by 4 floats: 35,968 bytes at 32 rows of 128
+    assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=35967)), 28, 512, 128, 128) == 16
+    assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=35968)), 28, 512, 128, 128) == 32
     assert rows(SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU")), 28, 512, 128, 128) == 0
 
 

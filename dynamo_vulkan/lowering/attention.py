@@ -48,6 +48,11 @@ def cpu_lanes(caps: dict, rows: int) -> bool:
     return rows > 1 and has_cpu_lanes(caps)
 
 
+def tiled_width(d: int, dv: int) -> int:
+    """attention_tiled.comp's VW: vec4 tiles where both head dims are multiples of 4."""
+    return 4 if d % 4 == 0 and dv % 4 == 0 else 1
+
+
 def _tiled_rows(ctx, heads: int, rows: int, d: int, dv: int) -> int:
     """The query rows per workgroup of the tiled kernel (attention_tiled.comp) for a
     prompt's attention, or 0 where it does not run: on a GPU, from TILED_MIN_ROWS query
@@ -59,7 +64,8 @@ def _tiled_rows(ctx, heads: int, rows: int, d: int, dv: int) -> int:
     for bq in TILED_BQ:
         if heads * _ceil_div(rows, bq) < TILED_MIN_BLOCKS:
             return 0
-        smem = 4 * (bq * (d + 1) + TILED_BK * (d + 1) + TILED_BK * dv + bq * (TILED_BK + 1) + 64)
+        vw = tiled_width(d, dv)         # q and K rows padded by one vec of vw (the kernel's)
+        smem = 4 * (bq * (d + vw) + TILED_BK * (d + vw) + TILED_BK * dv + bq * (TILED_BK + 1) + 64)
         if smem <= ctx.caps.get("max_compute_shared_memory_size", 16384) and \
                 bq * 8 <= ctx.caps.get("max_compute_work_group_invocations", 128):
             return bq
@@ -176,8 +182,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         return out
     bq = _tiled_rows(ctx, hq, t, d, dv)
     if bq and q_lazy is None:
-        vw_t = 4 if d % 4 == 0 and dv % 4 == 0 else 1
-        ctx.dispatch("attention_tiled", {"BQ": bq, "BK": TILED_BK, "D": d, "DV": dv, "VW": vw_t},
+        ctx.dispatch("attention_tiled", {"BQ": bq, "BK": TILED_BK, "D": d, "DV": dv, "VW": tiled_width(d, dv)},
                      [out, q, k, v, mask], [0], spec, groups_for(hq * _ceil_div(t, bq)),
                      note=note + f", tiled {bq} rows x {TILED_BK} keys")
         return out

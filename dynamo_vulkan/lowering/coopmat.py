@@ -167,8 +167,8 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         if cm is None or _shape(caps, "f16", acc="f16") != cm:
             # no fp16 partial sums of the fp32 ones' shape: unscaled fp16 tensors, bf16(x3)
             scaled = False
-            if want == "f16" and dtype == torch.float32:
-                want, split3 = "bf16", precision(ctx) == "high"
+            if dtype != torch.float16:
+                want, split3 = "bf16", prec == "high"
     if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
         if not BF16_IN_F16:
             return Choice(None, f"fp32 ({why}; the device has no bf16 cooperative matrices)")

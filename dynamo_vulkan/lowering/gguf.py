@@ -368,8 +368,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     else:
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
-        if _decode_first(ctx, m, n, k, row0, out_rows):
-            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note)
+        first = _decode_first(ctx, m, n, k, row0, out_rows)
+        if first:
+            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first)
             return
         groups = (-(-n // TILE), -(-m // TILE), 1)
         lanes = cpu_lanes(ctx.caps, n)
@@ -391,21 +392,22 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
 
 
-def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int) -> bool:
+def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int):
     """Whether a prompt's GGUF linear decodes W whole first and then runs the plain matmul
     kernels (larger tiles, tensor cores where the matmul precision allows) instead of the
     tiled GGUF kernel, whose every row-tile of the prompt decodes W's tiles again: on a
     GPU, for weights of DECODE_FIRST_WEIGHTS elements or more, W in one buffer writing all
     of out, the decoded W within one buffer, and prompts of DECODE_FIRST_M rows or more
     (W decoded to a temporary fp32 matrix), or of TC_DECODE_FIRST_M rows or more where the
-    scaled fp16 tensor cores take the product (W decoded straight into their fp16 copy)."""
+    scaled fp16 tensor cores take the product (W decoded straight into their fp16 copy).
+    Returns False, True (the fp32 matrix) or the tensor cores' plan."""
     if device.is_cpu(ctx.caps) or n * k < DECODE_FIRST_WEIGHTS or row0 != 0 or out_rows != n:
         return False
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
     plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
     if plan is not None:        # the fp16 copy: whole tiles of rows, whole K steps, exponents
         rows_p, kp = -(-n // plan.bn) * plan.bn, -(-k // plan.bk) * plan.bk
-        return 2 * rows_p * kp + 4 * rows_p <= limit
+        return plan if 2 * rows_p * kp + 4 * rows_p <= limit else False
     return m >= DECODE_FIRST_M and 4 * n * k <= limit
 
 
@@ -417,15 +419,15 @@ def _scaled_plan(ctx: Context, m: int, n: int, k: int):
 
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
-                         k: int, rb: int, note: str) -> None:
+                         k: int, rb: int, note: str, how) -> None:
     """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out, after
-    W is decoded: into the scaled fp16 tensor-core kernel's copy (coopmat_pack.comp) where
-    that kernel takes the product, else by gguf_dequant into a temporary fp32 [n, k]."""
+    W is decoded (how: _decode_first's answer): into the scaled fp16 tensor-core kernel's
+    copy (coopmat_pack.comp) where that kernel takes the product, else by gguf_dequant
+    into a temporary fp32 [n, k]."""
     from .coopmat_pack import pack_gguf
     from .matmul import matmul
 
-    m = x2.shape[0]
-    if _scaled_plan(ctx, m, n, k) is not None:
+    if how is not True:
         matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), out=out,     # W's layout only
                pack_b=lambda plan, rows_p, kp: pack_gguf(ctx, plan, w, defines, n, k, rb, rows_p, kp))
         return

@@ -89,7 +89,7 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: 
     new contiguous output (or `out`, contiguous from offset 0: a GGUF linear's); the
     kernel is chosen by the rows of a and b's layout. pack_b: b's 16-bit copy for the
     scaled tensor-core kernels, made by the caller (coopmat.emit); b then gives only the
-    layout, and the caller has checked that those kernels take the product."""
+    layout, and the product takes those kernels (an error where they do not take it)."""
     if a.ndim == 2:
         a = a.with_layout((1,) + a.shape, (0,) + a.strides, a.offset)
         b = b.with_layout((1,) + b.shape, (0,) + b.strides, b.offset)
@@ -114,11 +114,9 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: 
         defines["HAS_BIAS"] = 1
         bindings.append(c)
     note = f"[{nb}x{m}x{k}] @ [{k}x{n}]"
-    if pack_b is not None and m <= SKINNY_M:
-        raise LoweringError(f"{note}: B was packed for tensor cores, which take more than {SKINNY_M} rows")
-    if m <= COLS_M and _along_n(b, n) and (m > SKINNY_M or k * n >= COLS_MIN_WEIGHT):
+    if pack_b is None and m <= COLS_M and _along_n(b, n) and (m > SKINNY_M or k * n >= COLS_MIN_WEIGHT):
         _cols(ctx, defines, bindings, spec, nb, m, n, k, note)
-    elif m <= SKINNY_M:
+    elif pack_b is None and m <= SKINNY_M:
         _rows(ctx, defines, bindings, spec, nb, m, n, k, note)
     else:
         choice = coopmat.choose(ctx, nb, m, n, k)
