@@ -221,18 +221,8 @@ class VulkanSubgraph(torch.nn.Module):
         if plan is not None:
             cache.count("plan", "memory_hits")
         else:
-            blob = cache.disk_get("plan", pkey)
-            if blob is not None:
-                try:
-                    plan = plan_from_bytes(blob)
-                    cache.count("plan", "disk_hits")
-                except PlanFormatError as e:     # verified bytes that are no plan: rebuild
-                    log.warning("dynamo_vulkan cache entry plan/%s is not a valid plan (%s); "
-                                "rebuilding it", pkey, e)
-                    cache.count("plan", "corrupt")
-                    plan = None
+            plan = cache.disk_load("plan", pkey, plan_from_bytes, (PlanFormatError,), "a valid plan")
             if plan is None:
-                cache.count("plan", "misses")
                 planner.specialise(self.gm, args)
                 plan = planner.lower(self.gm, args, resident, info, self.cfg)
                 cache.disk_put("plan", pkey, plan_to_bytes(plan))

@@ -180,6 +180,24 @@ def disk_get(level: str, key: str) -> bytes | None:
     return blob[head:]
 
 
+def disk_load(level: str, key: str, decode, errors: tuple, what: str):
+    """An entry's payload as decode(payload) makes it, counted as a disk hit; or None,
+    counted as a miss: none stored, damaged, or refused by decode (one of `errors`: then
+    also counted corrupt, with a warning that it is not `what`), and the caller rebuilds it."""
+    blob = disk_get(level, key)
+    if blob is not None:
+        try:
+            value = decode(blob)
+        except errors as e:
+            log.warning("dynamo_vulkan cache entry %s/%s is not %s (%s); rebuilding it", level, key, what, e)
+            count(level, "corrupt")
+        else:
+            count(level, "disk_hits")
+            return value
+    count(level, "misses")
+    return None
+
+
 def disk_put(level: str, key: str, payload: bytes) -> None:
     """Store an entry atomically; a failure (read-only or full disk) is a warning, and
     the temporary file is removed on every way out, an interrupt included."""

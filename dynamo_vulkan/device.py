@@ -10,12 +10,9 @@ preferred to a CPU implementation such as lavapipe.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 
 from . import cache, prerequisites, vkinfo
-
-log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _managers: dict[int, object] = {}
@@ -263,23 +260,18 @@ def _subgroup_size(mgr, index: int) -> int:
     key = subgroup_key(index)
     if key is None:
         return _probe_subgroup_size(mgr)
-    blob = cache.disk_get("subgroup", key)
-    if blob is not None:
-        try:
-            doc = json.loads(blob)
-            size = doc["subgroup_size"]
-            if doc["device"] != _identity(index):
-                raise ValueError("an entry of another device")
-            if type(size) is int and 1 <= size <= 256 and size & (size - 1) == 0:
-                cache.count("subgroup", "disk_hits")
-                return size
+
+    def decode(blob: bytes) -> int:
+        doc = json.loads(blob)
+        size = doc["subgroup_size"]
+        if doc["device"] != _identity(index):
+            raise ValueError("an entry of another device")
+        if not (type(size) is int and 1 <= size <= 256 and size & (size - 1) == 0):
             raise ValueError(f"subgroup size {size!r}")
-        except (ValueError, KeyError, TypeError) as e:
-            log.warning("dynamo_vulkan cache entry subgroup/%s is not a subgroup size (%s); "
-                        "probing again", key, e)
-            cache.count("subgroup", "corrupt")
-    else:
-        cache.count("subgroup", "misses")
+        return size
+    size = cache.disk_load("subgroup", key, decode, (ValueError, KeyError, TypeError), "a subgroup size")
+    if size is not None:
+        return size
     size = _probe_subgroup_size(mgr)
     cache.disk_put("subgroup", key, json.dumps({"subgroup_size": size, "device": _identity(index)}).encode())
     return size

@@ -291,18 +291,9 @@ class Precompiled:
         """Every node's meta["val"]: from the stored values for these sizes where they verify,
         else propagated on fake tensors (Dynamo's import) and stored for the next process."""
         vkey = self._values_key(key, args)
-        blob = cache.disk_get("values", vkey)
-        if blob is not None:
-            try:
-                set_node_values(gm, specs, flat, blob)
-                cache.count("values", "disk_hits")
-                return
-            except GraphFormatError as e:
-                log.warning("dynamo_vulkan cache entry values/%s does not fit its graph (%s); "
-                            "propagating the values again", vkey, e)
-                cache.count("values", "corrupt")
-        else:
-            cache.count("values", "misses")
+        if cache.disk_load("values", vkey, lambda blob: set_node_values(gm, specs, flat, blob) or True,
+                           (GraphFormatError,), "node values that fit their graph"):
+            return
         propagate_meta(gm, specs, flat)
         try:
             cache.disk_put("values", vkey, node_values(gm))
