@@ -43,17 +43,6 @@ BUFFER(WQ_BINDING, wq)
 IN_BUFFER(1, src)
 #endif
 
-#ifdef SCALED
-#ifdef ALONG_ROWS
-#define SROWS 32u       // neighbouring invocations on neighbouring rows (their reads coalesce)
-#define SLANES 8u
-#else
-#define SROWS 8u        // a row's 32 invocations on its neighbouring octets
-#define SLANES 32u
-#endif
-shared float row_max[SROWS * SLANES];
-layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
-
 // 8 elements of a row from octet o on (zeros beyond K): at word base, or GGUF, the row
 // at byte base
 void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
@@ -71,6 +60,18 @@ void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
     x1 = x[1];
 #endif
 }
+
+#ifdef SCALED
+#ifdef ALONG_ROWS
+#define SROWS 32u       // neighbouring invocations on neighbouring rows (their reads coalesce)
+#define SLANES 8u
+#else
+#define SROWS 8u        // a row's 32 invocations on its neighbouring octets
+#define SLANES 32u
+#endif
+shared float row_max[SROWS * SLANES];
+layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
+
 
 void main() {
     uint ko = KP / 8u, groups = ROWS_P / SROWS;
@@ -125,16 +126,10 @@ void main() {
 #else
     uint o = e % ko, r = (e / ko) % ROWS_P, b = e / (ko * ROWS_P);
 #endif
-    vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
-    if (r < ROWS) {
-        uint base = OFF + b * SB + r * SR;
-        [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-            uint k = o * 8u + i;
-            if (k < K) x[i / 4u][i % 4u] = ld_f32(src[base + k * SK]);
-        }
-    }
+    vec4 x0 = vec4(0.0), x1 = vec4(0.0);
+    if (r < ROWS) load8(OFF + b * SB + r * SR, o, x0, x1);
     uvec4 hi, lo;
-    convert(x[0], x[1], hi, lo);
+    convert(x0, x1, hi, lo);
 #ifdef SPLIT3
     uint at = (b * 2u * ROWS_P + r) * ko + o;
     dst[at + ROWS_P * ko] = lo;
