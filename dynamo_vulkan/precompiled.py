@@ -6,10 +6,12 @@ plans and SPIR-V being cached already). Precompiled wraps the torch.compile'd mo
 the first time a call signature compiles, the flat ATen graph that the backend received
 is stored in the disk cache as data (runtime/graph_io.py) with where each of its inputs
 comes from (an argument, a size of one, or a module tensor by name), and each node's
-value (dtype, shape, strides) for the call's input sizes; a later process with the same
-key rebuilds that graph, sets those values (or, for sizes not stored, propagates them on
-fake tensors) and hands it to the backend's compile_graph directly, without Dynamo or AOT
-tracing: a process whose calls all find their graphs and values never imports Dynamo.
+value (dtype, shape, strides) for the call's input sizes, and with the graph each node's
+value with its sizes as expressions of the graph's size symbols (the prompt length); a
+later process with the same key rebuilds that graph, sets those values (for sizes not
+stored, from the expressions; where there are none, propagated on fake tensors) and hands
+it to the backend's compile_graph directly, without Dynamo or AOT tracing: a process
+whose calls all find their graphs and values never imports Dynamo.
 
 The key covers the module's structure (every submodule's class and plain attributes,
 every tensor's name, dtype and shape), the call signature, the package's and torch's
@@ -32,8 +34,8 @@ from pathlib import Path
 import torch
 
 from . import backend, cache, config, device, progress
-from .runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes, node_values,
-                                placeholder_spec, propagate_meta, set_node_values)
+from .runtime.graph_io import (GraphFormatError, graph_from_bytes, graph_to_bytes, node_value_exprs,
+                                node_values, placeholder_spec, propagate_meta, set_node_values)
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class Capture:
         self.sources: list[list[str]] = []      # per Dynamo graph, its placeholders' sources
         self.graphs: list[tuple] = []           # (kind, bytes, static, bumped) per AOT graph
         self.values: list[bytes | None] = []     # per AOT graph, its nodes' values (node_values)
+        self.value_exprs: list[bytes | None] = []    # per AOT graph, node_value_exprs
         self.why_not: str | None = None
 
     def dynamo_graph(self, gm) -> None:
@@ -75,6 +78,11 @@ class Capture:
         except GraphFormatError as e:       # a later process propagates them (and stores them)
             log.debug("%s: node values not stored (%s)", kind, e)
             self.values.append(None)
+        try:
+            self.value_exprs.append(node_value_exprs(gm))
+        except GraphFormatError as e:       # each new size is propagated
+            log.debug("%s: node values not stored as expressions of sizes (%s)", kind, e)
+            self.value_exprs.append(None)
 
 
 def _check_direct(meta, gm) -> None:
@@ -287,13 +295,24 @@ class Precompiled:
         """The key of a stored graph's node values for these arguments' sizes."""
         return cache.digest("values", key, [(tuple(a.shape), a.stride()) for a in args])
 
-    def _set_values(self, key: str, gm, specs, flat: list, args) -> None:
+    def _set_values(self, key: str, gm, specs, flat: list, args, exprs: str | None) -> None:
         """Every node's meta["val"]: from the stored values for these sizes where they verify,
+        else from the graph's values as expressions of its sizes (`exprs`, node_value_exprs),
         else propagated on fake tensors (Dynamo's import) and stored for the next process."""
         vkey = self._values_key(key, args)
         if cache.disk_load("values", vkey, lambda blob: set_node_values(gm, specs, flat, blob) or True,
                            (GraphFormatError,), "node values that fit their graph"):
             return
+        if exprs is not None:
+            try:
+                set_node_values(gm, specs, flat, exprs.encode())
+            except GraphFormatError as e:
+                log.warning("dynamo_vulkan cache entry graph/%s: its node values as expressions of "
+                            "sizes do not fit %s (%s); propagating them", key, [tuple(a.shape) for a in args], e)
+                cache.count("values", "exprs_refused")
+            else:
+                cache.count("values", "from_exprs")
+                return
         propagate_meta(gm, specs, flat)
         try:
             cache.disk_put("values", vkey, node_values(gm))
@@ -311,7 +330,7 @@ class Precompiled:
             gm, specs = graph_from_bytes(entry["graph"].encode())
             runner = _Runner(self.module, None, entry["inputs"], entry["bumped"], entry["single"])
             flat = runner.flat(args)
-            self._set_values(key, gm, specs, flat, args)
+            self._set_values(key, gm, specs, flat, args, entry.get("value_exprs"))
             inputs_meta = (set(entry["static"]), set(entry["bumped"]))
         except (GraphFormatError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
             log.warning("dynamo_vulkan cache entry graph/%s is not a valid graph for %s (%s); "
@@ -363,8 +382,9 @@ class Precompiled:
         if not (single and n_out == 1 or isinstance(out, tuple) and len(out) == n_out and
                 all(isinstance(o, torch.Tensor) for o in out)):
             raise GraphFormatError(f"the module returns {type(out).__name__}, the graph {n_out} outputs")
+        exprs = cap.value_exprs[0] if cap.value_exprs else None
         return {"graph": blob.decode(), "kind": kind, "inputs": refs, "static": static,
-                "bumped": bumped, "single": single}
+                "bumped": bumped, "single": single, "value_exprs": exprs and exprs.decode()}
 
 
 __all__ = ["Precompiled", "mark_dynamic", "signature", "fingerprint", "code_hash", "placeholder_spec"]

@@ -9,10 +9,12 @@ unstorable (GraphFormatError), never pickled. Placeholders keep their shapes, wi
 size symbol's name where a dimension is dynamic.
 
 The partitioner reads every node's value (meta["val"]: dtype, shape, strides). On load
-these come either from node_values' record of one call's values, stored apart per input
-sizes (set_node_values: meta tensors, no op run), or from running the graph on fake
-tensors (propagate_meta), which imports Dynamo (FakeTensorMode's constructor reads its
-config) and costs ~1.5 s for a decoder's two graphs on a second process's path.
+these come from node_values' record of one call's values, stored apart per input sizes,
+or from node_value_exprs' record of the traced values with each size as an expression
+of the graph's size symbols (the prompt length), which fits every call the graph takes
+(set_node_values: meta tensors, no op run, either record); else from running the graph
+on fake tensors (propagate_meta), which imports Dynamo (FakeTensorMode's constructor
+reads its config) and costs ~1.5 s for a decoder's two graphs on a second process's path.
 """
 from __future__ import annotations
 
@@ -222,17 +224,82 @@ def _concrete(x):
     return x
 
 
-def _value_record(v):
+# sympy's and torch's integer functions an expression of sizes may hold, by the
+# names stored for them (torch.utils._sympy.functions; Python's // and % semantics)
+_EXPR_FUNCS = {"Add": "+", "Mul": "*", "Pow": "**", "PowByNatural": "**", "FloorDiv": "//",
+               "CleanDiv": "//", "PythonMod": "%", "Max": "max", "Min": "min",
+               "ModularIndexing": "modidx", "Identity": "id"}
+
+
+def _expr_data(e):
+    """A sympy integer expression of size symbols as data: an int, a symbol's name, or
+    [op, operand...]; GraphFormatError for what _eval_expr cannot compute exactly."""
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        return str(e)
+    op = _EXPR_FUNCS.get(type(e).__name__)
+    if op is None:
+        raise GraphFormatError(f"size expression {e} uses {type(e).__name__}")
+    if op == "**" and not (e.args[1].is_Integer and int(e.args[1]) >= 0):
+        raise GraphFormatError(f"size expression {e} has a power that is not a natural number")
+    return [op, *(_expr_data(a) for a in e.args)]
+
+
+def _eval_expr(x, sizes: dict):
+    """The value of _expr_data's data for the size symbols' values in `sizes`."""
+    if type(x) is int:
+        return x
+    if isinstance(x, str):
+        if x not in sizes:
+            raise GraphFormatError(f"size symbol {x} is no input's size")
+        return sizes[x]
+    if not isinstance(x, list) or not x or x[0] not in _EXPR_OPS:
+        raise GraphFormatError(f"malformed size expression {x!r}")
+    args = [_eval_expr(a, sizes) for a in x[1:]]
+    try:
+        return _EXPR_OPS[x[0]](*args)
+    except (TypeError, ZeroDivisionError, ValueError) as e:
+        raise GraphFormatError(f"size expression {x!r} at {sizes}: {e}") from None
+
+
+def _natural_mod(a, b):
+    if a < 0 or b <= 0:
+        raise ValueError("a modulus of negative numbers")
+    return a % b
+
+
+_EXPR_OPS = {
+    "+": lambda *a: sum(a), "*": lambda *a: math.prod(a), "**": lambda a, b: a ** b,
+    "//": lambda a, b: a // b, "%": lambda a, b: a % b, "max": max, "min": min,
+    "modidx": lambda a, b, c: _natural_mod(a // b, c), "id": lambda a: a,
+}
+
+
+def _size_record(d, symbolic: bool):
+    """A size in a value record: an int, or with symbolic=True the expression a symbolic
+    size is of the graph's size symbols (_expr_data)."""
+    if isinstance(d, torch.SymInt) and symbolic:
+        return _expr_data(d.node.expr)
+    if isinstance(d, (torch.SymFloat, torch.SymBool)) and symbolic and not d.node.expr.is_number:
+        raise GraphFormatError(f"value {d} is a symbolic {type(d).__name__}, not a size")
+    return _concrete(d)
+
+
+def _value_record(v, symbolic: bool = False):
     """One node's value as data: a tensor's dtype, shape, strides and offset, a number,
     None, or a list of these; GraphFormatError for anything else."""
     if v is None:
         return None
     if isinstance(v, torch.Tensor):
-        return {"t": [str(v.dtype), [int(_concrete(d)) for d in v.shape],
-                      [int(_concrete(d)) for d in v.stride()], int(_concrete(v.storage_offset()))]}
+        return {"t": [str(v.dtype), [_size_record(d, symbolic) for d in v.shape],
+                      [_size_record(d, symbolic) for d in v.stride()],
+                      _size_record(v.storage_offset(), symbolic)]}
     if isinstance(v, (list, tuple)):
-        return {"seq": [_value_record(x) for x in v]}
-    v = _concrete(v)
+        return {"seq": [_value_record(x, symbolic) for x in v]}
+    if isinstance(v, torch.SymInt) and symbolic:
+        return {"int": _size_record(v, True)}
+    v = _size_record(v, symbolic)
     if isinstance(v, bool):
         return {"bool": v}
     if isinstance(v, int):
@@ -242,24 +309,47 @@ def _value_record(v):
     raise GraphFormatError(f"a node's value of type {type(v).__name__} cannot be stored")
 
 
+def _values_doc(gm: fx.GraphModule, symbolic: bool) -> bytes:
+    out = []
+    for n in gm.graph.nodes:
+        if n.op != "output":
+            out.append(_value_record(n.meta.get("val"), symbolic))
+    return json.dumps({"format": FORMAT, "symbolic": symbolic, "values": out}, separators=(",", ":")).encode()
+
+
 def node_values(gm: fx.GraphModule) -> bytes:
     """Every node's meta["val"] but the output's, for the sizes of one call (a symbolic
     size as its value in the traced call; a node without one as null, left without one on
     load, as the partitioner saw it), as JSON bytes for set_node_values; GraphFormatError
     where a value cannot be stored."""
-    out = []
-    for n in gm.graph.nodes:
-        if n.op != "output":
-            out.append(_value_record(n.meta.get("val")))
-    return json.dumps({"format": FORMAT, "values": out}, separators=(",", ":")).encode()
+    return _values_doc(gm, False)
 
 
-def _meta_value(rec):
+def node_value_exprs(gm: fx.GraphModule) -> bytes:
+    """node_values of a graph traced with symbolic sizes, each size kept as its expression
+    of the size symbols the placeholders name (placeholder_spec), so set_node_values
+    gives any call's values from it, as propagating that call's shapes would; the traced
+    call's ops decided every branch on sizes, and a call of the graph meets the guards
+    that made them. GraphFormatError where a value is no integer expression of those
+    symbols that it can compute exactly (then each new size is propagated)."""
+    return _values_doc(gm, True)
+
+
+def _meta_value(rec, sizes: dict | None = None):
+    """The value a record stands for; `sizes` (size symbol -> value) evaluates the sizes
+    of a symbolic record (node_value_exprs), None takes plain numbers only."""
     if rec is None:
         return None
     if not isinstance(rec, dict) or len(rec) != 1:
         raise GraphFormatError(f"malformed value {rec!r}")
     (kind, v), = rec.items()
+    if sizes is not None and kind in ("t", "int"):
+        if kind == "int":
+            return _eval_expr(v, sizes)
+        if not isinstance(v, list) or len(v) != 4 or not isinstance(v[1], list) or not isinstance(v[2], list):
+            raise GraphFormatError(f"malformed tensor value {v!r}")
+        v = [v[0], [_eval_expr(d, sizes) for d in v[1]], [_eval_expr(d, sizes) for d in v[2]],
+             _eval_expr(v[3], sizes)]
     if kind == "t":
         dtype, shape, stride, offset = v
         if dtype not in _DTYPES or len(shape) != len(stride) or \
@@ -272,7 +362,7 @@ def _meta_value(rec):
         base = torch.empty(extent, dtype=_DTYPES[dtype], device="meta")
         return base.as_strided(shape, stride, offset)
     if kind == "seq" and isinstance(v, list):
-        return [_meta_value(x) for x in v]
+        return [_meta_value(x, sizes) for x in v]
     if kind == "int" and type(v) is int or kind == "bool" and type(v) is bool:
         return v
     if kind == "float" and isinstance(v, str):
@@ -291,11 +381,12 @@ def _same_input(val, a) -> bool:
 
 
 def set_node_values(gm: fx.GraphModule, specs: list[dict], args: list, blob: bytes) -> None:
-    """Set every node's meta["val"] from node_values' bytes (meta tensors: dtype, shape and
-    strides, no data), after checking `args` against the specs as propagate_meta does and
-    each input's recorded value against its argument; GraphFormatError where the bytes
-    are malformed or do not fit the graph or the arguments."""
-    check_inputs(specs, args)
+    """Set every node's meta["val"] from node_values' or node_value_exprs' bytes (meta
+    tensors: dtype, shape and strides, no data), after checking `args` against the specs
+    as propagate_meta does and each input's recorded value against its argument;
+    GraphFormatError where the bytes are malformed or do not fit the graph or the
+    arguments."""
+    sizes = check_inputs(specs, args)
     try:
         doc = json.loads(blob)
         if doc.get("format") != FORMAT:
@@ -304,7 +395,10 @@ def set_node_values(gm: fx.GraphModule, specs: list[dict], args: list, blob: byt
         nodes = [n for n in gm.graph.nodes if n.op != "output"]
         if not isinstance(records, list) or len(records) != len(nodes):
             raise GraphFormatError(f"{len(records)} values for {len(nodes)} nodes")
-        vals = [_meta_value(r) for r in records]
+        symbolic = doc.get("symbolic", False)
+        if not isinstance(symbolic, bool):
+            raise GraphFormatError(f"malformed symbolic flag {symbolic!r}")
+        vals = [_meta_value(r, sizes if symbolic else None) for r in records]
     except GraphFormatError:
         raise
     except (ValueError, KeyError, TypeError, AttributeError, RuntimeError) as e:
@@ -318,9 +412,9 @@ def set_node_values(gm: fx.GraphModule, specs: list[dict], args: list, blob: byt
             n.meta["val"] = v
 
 
-def check_inputs(specs: list[dict], args: list) -> None:
-    """GraphFormatError unless `args` fit the placeholders' specs (dtypes, shapes, strides,
-    one value per size symbol)."""
+def check_inputs(specs: list[dict], args: list) -> dict[str, int]:
+    """The value of each size symbol in `args`; GraphFormatError unless `args` fit the
+    placeholders' specs (dtypes, shapes, strides, one value per size symbol)."""
     if len(specs) != len(args):
         raise GraphFormatError(f"the graph takes {len(specs)} inputs, {len(args)} given")
     sizes: dict[str, int] = {}
@@ -353,6 +447,7 @@ def check_inputs(specs: list[dict], args: list) -> None:
             size_is(spec["symint"], a, i)
         elif "int" not in spec or a != spec["int"]:
             raise GraphFormatError(f"input {i} is {a!r}, not {spec.get('int')!r}")
+    return sizes
 
 
 def propagate_meta(gm: fx.GraphModule, specs: list[dict], args: list) -> list:
