@@ -116,6 +116,7 @@ def manager(index: int | None = None):
     if index in _managers:
         return _managers[index]
     reason = None if index in _failures else unavailable_reason(index)
+    identity = _identity(index) if reason is None else None     # asked outside the lock
     with _lock:
         if index in _managers:
             return _managers[index]
@@ -131,6 +132,9 @@ def manager(index: int | None = None):
             _failures[index] = f"Vulkan device {index} could not be opened: {e}"
             raise VulkanUnavailable(_failures[index]) from e
         _managers[index] = mgr
+        # before its first pipeline (the subgroup probe's, in device_info below)
+        from .runtime import pipeline_cache
+        pipeline_cache.seed(mgr, index, identity)
     set_fence_spin(config.current().fence_spin_us, index)   # outside the lock: it asks device_info
     return mgr
 

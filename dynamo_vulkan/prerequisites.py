@@ -13,7 +13,7 @@ import shutil
 # kp.dynamo_vulkan_patches of the kp this runtime is written against: the marker the last of
 # packaging/kp-dynamo-vulkan/patches/ sets (tests/test_install.py checks that the two, and
 # pyproject's kp pin, agree)
-KP_PATCHES = 12
+KP_PATCHES = 13
 # what each patch adds that Python can see (01, 04, 05, 11 and 12 change kp's C++ only), by patch
 # file: a kp that lacks one was built without that patch (tests/test_install.py checks
 # each name against the patch's added lines)
@@ -24,6 +24,8 @@ KP_PATCH_ATTRS = {
     "07-integer-dot-product": ("integer_dot_product",),
     "08-algorithms-without-gil": ("Manager.algorithm_nogil",),
     "10-optional-device-features": ("enabled_features",),
+    "13-pipeline-cache-data": ("pipelines_built", "Manager.pipeline_cache_header", "Manager.seed_pipeline_cache",
+                               "Manager.pipeline_cache_data"),
 }
 KP_VERSION = f"0.9.0+dynamovulkan.{KP_PATCHES}"
 KP_BUILD = ("from a dynamo-vulkan checkout: pip install ./packaging/kp-dynamo-vulkan (it builds "

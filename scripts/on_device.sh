@@ -14,7 +14,8 @@ if ls .device-kit/glslc-coopmat/glslc_*.deb >/dev/null 2>&1; then
     echo "on_device: sid's glslc did not run: tensor-core kernels off" >&2
   fi
 fi
-if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp; assert kp.dynamo_vulkan_patches >= 12' 2>/dev/null; then
+KP_PATCHES=$(python3 scripts/patch_kp.py --patch-set)
+if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp, sys; assert kp.dynamo_vulkan_patches == int(sys.argv[1])' "$KP_PATCHES" 2>/dev/null; then
   rm -rf /tmp/kpb && mkdir -p /tmp/kpb && tar xzf .device-kit/kp-0.9.0.tar.gz -C /tmp/kpb
   python3 scripts/patch_kp.py /tmp/kpb/kp-0.9.0
   KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
