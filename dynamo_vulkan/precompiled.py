@@ -312,8 +312,13 @@ class Precompiled:
                 cache.count("values", "exprs_refused")
             else:
                 cache.count("values", "from_exprs")
+                self._put_values(vkey, gm)     # replaces a refused entry; read as before next time
                 return
         propagate_meta(gm, specs, flat)
+        self._put_values(vkey, gm)
+
+    @staticmethod
+    def _put_values(vkey: str, gm) -> None:
         try:
             cache.disk_put("values", vkey, node_values(gm))
         except GraphFormatError as e:

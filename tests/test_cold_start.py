@@ -21,7 +21,7 @@ pytest.importorskip("tokenizers")
 
 import dynamo_vulkan  # noqa: E402
 from dynamo_vulkan import backend, cache  # noqa: E402
-from dynamo_vulkan.llm.generate import compile_decoder, generate  # noqa: E402
+from dynamo_vulkan.llm.generate import compile_decoder, generate, prompt_bucket  # noqa: E402
 from dynamo_vulkan.llm.tokenizer import GGUFTokenizer  # noqa: E402
 from dynamo_vulkan.llm.models import load_model  # noqa: E402
 from dynamo_vulkan.precompiled import Precompiled, fingerprint  # noqa: E402
@@ -204,10 +204,13 @@ def test_warm_up_compiles_a_stored_prompt_without_running_it(cache_dir, tmp_path
     assert got.extra["compiled"]._compiled is None                # torch.compile never made
 
 
-def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
+def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir, monkeypatch):
     """This process traces and stores; a new one traces nothing, builds no plan, compiles
     no kernel, runs no subgroup probe, propagates no node values and never imports
-    Dynamo, and generates the same tokens."""
+    Dynamo, and generates the same tokens. A prompt of a length no process ran takes its
+    graph's node values from their expressions of the prompt length and plans with them:
+    no Dynamo either, eager's tokens, and the plans the planner makes from propagated
+    fake tensors."""
     script = textwrap.dedent(f"""
         import json, sys
         import dynamo_vulkan
@@ -220,9 +223,9 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
             def dynamo_graph(self, gm): traced.append(1)
             def aot_graph(self, *a): pass
         backend._graph_sinks.append(Sink())
-        path = sys.argv[1]
+        path, prompt = sys.argv[1], sys.argv[2]
         model, tok = load_model(path, max_ctx={CTX}), GGUFTokenizer.from_file(path)
-        res = generate(model, {PROMPT!r}, tok, max_new_tokens={TOKENS}, stop_at_eos=False, warmup=False)
+        res = generate(model, prompt, tok, max_new_tokens={TOKENS}, stop_at_eos=False, warmup=False)
         print(json.dumps({{"tokens": res.tokens, "traced": len(traced), "dynamo": "torch._dynamo" in sys.modules,
                           "stats": dynamo_vulkan.cache_stats()}}))
     """)
@@ -232,10 +235,13 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
     first, want = _run(files["a"])                       # this process traces and stores
     stats = dynamo_vulkan.cache_stats()
     assert stats["graph"].get("misses", 0) >= 2 and len(_entries(cache_dir)) == 2
-    r = subprocess.run([sys.executable, "-c", script, str(files["a"])], env=dict(os.environ),
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    second = json.loads(r.stdout.strip().splitlines()[-1])
+
+    def new_process(prompt: str) -> dict:
+        r = subprocess.run([sys.executable, "-c", script, str(files["a"]), prompt], env=dict(os.environ),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    second = new_process(PROMPT)
     assert second["tokens"] == first == want
     assert second["traced"] == 0 and second["dynamo"] is False
     stats = second["stats"]
@@ -244,6 +250,29 @@ def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir):
     assert stats["subgroup"] == {"disk_hits": 1}           # no probe pipeline
     assert stats["plan"].get("misses", 0) == 0 and stats["plan"]["disk_hits"] >= 2
     assert stats["spirv"].get("misses", 0) == 0 and stats["spirv"]["disk_hits"] >= 8
+
+    longer = " ".join([PROMPT] * 2)
+    model, tok = load_model(files["a"], max_ctx=CTX), GGUFTokenizer.from_file(files["a"])
+    assert prompt_bucket(len(tok.encode(longer))) != prompt_bucket(len(tok.encode(PROMPT)))
+    eager = generate(model, longer, tok, max_new_tokens=TOKENS, backend=None, stop_at_eos=False)
+    third = new_process(longer)
+    assert third["tokens"] == eager.tokens
+    assert third["traced"] == 0 and third["dynamo"] is False
+    # the prompt graph's values for the new length from its expressions; the step's stored
+    assert third["stats"]["values"] == {"misses": 1, "from_exprs": 1, "disk_hits": 1}
+    assert third["stats"]["plan"]["misses"] >= 1         # the new length planned, specialise skipped
+
+    # the same plans where the planner propagates fake tensors again (as a traced graph does)
+    plans = {p.name: p.read_bytes() for p in (cache_dir / "plan").glob("*/*.bin")}
+    for p in (cache_dir / "plan").glob("*/*.bin"):
+        p.unlink()
+    cache.clear_cache(disk=False)
+    from dynamo_vulkan.lowering import planner
+    monkeypatch.setattr(planner, "_values_fit", lambda gm, args: False)
+    model = load_model(files["a"], max_ctx=CTX)
+    assert generate(model, longer, tok, max_new_tokens=TOKENS, stop_at_eos=False, warmup=False).tokens == eager.tokens
+    again = {p.name: p.read_bytes() for p in (cache_dir / "plan").glob("*/*.bin")}
+    assert len(again.keys() & plans.keys()) >= 2 and all(again[k] == plans[k] for k in again.keys() & plans.keys())
 
 
 def _tiny_graph():
@@ -415,9 +444,56 @@ def test_node_values_round_trip_and_refuse_what_does_not_fit():
         set_node_values(gm, specs, [x, y], b"\x00not json")
 
 
+def test_node_value_exprs_give_the_values_propagation_gives_at_every_size():
+    """A graph traced with symbolic sizes keeps its node values as expressions of its size
+    symbols: evaluated for sizes other than the traced ones they are exactly what
+    propagating those sizes' fake tensors gives (views, slices by a floor division, a
+    product of two symbolic sizes, a pair of outputs); expressions that name no input's
+    size or hold an unknown operation are refused."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from dynamo_vulkan.runtime.graph_io import node_value_exprs, set_node_values
+
+    def f(x, y):
+        a = (x * 0.5).view(x.shape[0], -1)
+        s = a @ a.t()                                   # (n, n): strides of n
+        half = s[: x.shape[0] // 2, 1:]
+        m, i = a.max(1)
+        return half.t().contiguous(), torch.cat([a, y], 1)[::2], m + 1, i
+    traced = make_fx(f, tracing_mode="symbolic")(torch.randn(5, 4, 3), torch.randn(5, 2))
+    blob = node_value_exprs(traced)
+    sizes = [d for r in json.loads(blob)["values"] if r and "t" in r for d in r["t"][1] + r["t"][2]]
+    assert any(isinstance(d, list) for d in sizes) and any(isinstance(d, str) for d in sizes)
+
+    def flat(v):
+        if isinstance(v, (list, tuple)):
+            return [w for u in v for w in flat(u)]
+        if isinstance(v, torch.Tensor):
+            return [(v.dtype, tuple(v.shape), v.stride(), v.storage_offset())]
+        return [v]
+    for n in (2, 3, 5, 9, 16):
+        args = [torch.randn(n, 4, 3), torch.randn(n, 2)]
+        gm, specs = graph_from_bytes(graph_to_bytes(traced))
+        set_node_values(gm, specs, args, blob)
+        ref, _ = graph_from_bytes(graph_to_bytes(traced))
+        propagate_meta(ref, specs, args)
+        got = [flat(x.meta.get("val")) for x in gm.graph.nodes if x.op != "output"]
+        want = [flat(x.meta.get("val")) for x in ref.graph.nodes if x.op != "output"]
+        assert got == want, n
+    doc = json.loads(blob)
+    sym = next(d for r in doc["values"] if r and "t" in r for d in r["t"][1] if isinstance(d, str))
+    for bad in ("s_unknown", ["sqrt", sym], ["//", sym, 0], {"x": 1}):
+        broken = json.loads(blob)
+        rec = next(r for r in broken["values"] if r and "t" in r and sym in r["t"][1])
+        rec["t"][1][rec["t"][1].index(sym)] = bad
+        gm, specs = graph_from_bytes(graph_to_bytes(traced))
+        with pytest.raises(GraphFormatError):
+            set_node_values(gm, specs, [torch.randn(5, 4, 3), torch.randn(5, 2)], json.dumps(broken).encode())
+
+
 def test_damaged_node_values_are_propagated_again(files, cache_dir):
-    """A values entry that verifies but does not fit its graph is refused: the values are
-    propagated on fake tensors, the tokens are eager's, and the entry is stored again."""
+    """A values entry that verifies but does not fit its graph is refused: the values come
+    from the graph's expressions of its sizes, the tokens are eager's, and the entry is
+    stored again."""
     want = _run(files["a"])[1]
     entries = sorted((cache_dir / "values").glob("*/*.bin"))
     assert len(entries) == 2
@@ -429,6 +505,7 @@ def test_damaged_node_values_are_propagated_again(files, cache_dir):
     assert got == want
     after = dynamo_vulkan.cache_stats()["values"]
     assert after.get("corrupt", 0) - before.get("corrupt", 0) == 2
+    assert after.get("from_exprs", 0) - before.get("from_exprs", 0) == 2
     for e in entries:
         assert len(json.loads(cache.disk_get("values", e.stem))["values"]) > 1
 

@@ -24,17 +24,17 @@ PACKAGING = ROOT / "packaging" / "kp-dynamo-vulkan"
 KP_SDISTS = [ROOT.parent / "shared" / "device" / "kp-0.9.0.tar.gz", ROOT / ".device-kit" / "kp-0.9.0.tar.gz"]
 KP_SDIST = next((p for p in KP_SDISTS if p.is_file()), None)
 needs_sdist = pytest.mark.skipif(KP_SDIST is None, reason="no kp-0.9.0.tar.gz at hand (shared/device, .device-kit)")
-# the patched files that kp 0.9.0+dynamovulkan.12 is built from: a patch that changes them
+# the patched files that kp 0.9.0+dynamovulkan.13 is built from: a patch that changes them
 # must raise the marker (99-patch-set-marker.patch, prerequisites.KP_PATCHES) and these
 PATCHED_SHA256 = {
     "setup.py": "f9d11ccd5797cae8addd7e93b930a84fdf7c11163a61f91611f41e6bde9f0ccd",
-    "python/src/main.cpp": "f63ec426f853dec3cd94efac9d1e483936189d4b8a022d96d77a711ea636e4e4",
-    "src/Algorithm.cpp": "b534fa1328e61e0346013ac031f7385a6b625482dd3d7dd8c3b87e672c74151b",
-    "src/Manager.cpp": "2c80711b88aafc3bb17df415b3c43f918c8991bf59bb11641c098cd675e8baaa",
+    "python/src/main.cpp": "101a2174bed18ecb6618d12032f592846b81894ca7b0af459f083c3e562fbc2e",
+    "src/Algorithm.cpp": "d3821dce5c1ed8a2dd30c184438cf75937f5831181e6b91eeccad3963dfb8c64",
+    "src/Manager.cpp": "93096ef8588ace33c1f4e41cdccd4a4311010f36db55894a1c6585ade2626e9e",
     "src/Sequence.cpp": "af4c9b7eb457fd0c1e9ebd6bcb877c80dc701717254694cda129479c7fb35f0d",
     "src/Tensor.cpp": "9702bc1cc77940b8eed2ccbe618a3714f5c977f2f51ed9c4127ad6f3474d94b3",
     "src/include/kompute/Algorithm.hpp": "c273705da4e0b8445b10d25da84b0cf7f8abfc1d286d89af00c225bf8c07b3e9",
-    "src/include/kompute/Manager.hpp": "b609b9a84fb7486f4a750e623a3d27dc188829db91c15b55c32d4ca9f505288e",
+    "src/include/kompute/Manager.hpp": "7eda04dba41569742003816af55775ef9785d3d68124aa9308129bd929dc384f",
     "src/include/kompute/Sequence.hpp": "2fe43f9eb0fad165f129c6b10d8a006969d555f1459ef8c3856e83be4a87e7c6",
     "src/include/kompute/Tensor.hpp": "20ec957ed8214097e720e2293f4a7b94f1f331c5a25617aa8b986e39af7d3d1c",
 }
@@ -335,7 +335,7 @@ def test_applier_refuses_other_sources(tmp_path):
 
 @needs_sdist
 def test_patches_apply_to_the_sdist(tmp_path):
-    """The real sdist: the patches apply exactly and give the sources kp 0.9.0+dynamovulkan.12
+    """The real sdist: the patches apply exactly and give the sources kp 0.9.0+dynamovulkan.13
     is built from; again, they change nothing; a tree patched otherwise is refused."""
     kpp = _kp_patches()
     src = kpp.unpack(KP_SDIST, tmp_path)
@@ -344,7 +344,7 @@ def test_patches_apply_to_the_sdist(tmp_path):
     assert kpp.apply(src) == "already applied"
     assert {rel: kpp._sha256((src / rel).read_bytes()) for rel in PATCHED_SHA256} == PATCHED_SHA256
     main = src / "python" / "src" / "main.cpp"
-    main.write_text(main.read_text().replace("= 12;", "= 13;"))
+    main.write_text(main.read_text().replace("= 13;", "= 14;"))
     with pytest.raises(kpp.PatchError, match="python/src/main.cpp differ"):
         kpp.apply(src)
 

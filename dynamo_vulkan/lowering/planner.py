@@ -33,8 +33,40 @@ from .registry import Lowered, OpSpec, Request, spec_of
 log = logging.getLogger(__name__)
 
 
+def _values_fit(gm: fx.GraphModule, args: list) -> bool:
+    """Whether every node's meta['val'] is a concrete value (a meta tensor, a number, as a
+    stored graph's are: runtime/graph_io.set_node_values) and the placeholders' are the
+    args' dtypes, shapes and strides: the values are then these args', which
+    propagating them again would give (and import Dynamo, FakeTensorMode's import)."""
+    nodes = [n for n in gm.graph.nodes if n.op != "output"]
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    if len(placeholders) != len(args):
+        return False
+
+    def concrete(v) -> bool:
+        if isinstance(v, (list, tuple)):
+            return all(concrete(x) for x in v)
+        if isinstance(v, torch.Tensor):
+            return v.device.type == "meta" and all(type(d) is int for d in (*v.shape, *v.stride()))
+        return v is None or type(v) in (int, float, bool)
+    if not all("val" in n.meta and concrete(n.meta["val"]) for n in nodes):
+        return False
+    for n, a in zip(placeholders, args):
+        v = n.meta["val"]
+        if isinstance(a, torch.Tensor):
+            if not (isinstance(v, torch.Tensor) and v.dtype == a.dtype and tuple(v.shape) == tuple(a.shape)
+                    and v.stride() == a.stride()):
+                return False
+        elif type(v) is not type(a) or v != a:
+            return False
+    return True
+
+
 def specialise(gm: fx.GraphModule, args: list) -> None:
-    """Refresh node.meta['val'] with concrete shapes from the real args."""
+    """Refresh node.meta['val'] with concrete shapes from the real args (kept where they
+    are those already: _values_fit)."""
+    if _values_fit(gm, args):
+        return
     from torch._subclasses.fake_tensor import FakeTensorMode
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
