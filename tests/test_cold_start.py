@@ -556,3 +556,21 @@ def test_prompt_length_mark_reaches_dynamo_without_the_disk_cache(tmp_path, trac
         got = generate(model, prompt, tok, max_new_tokens=2, stop_at_eos=False, warmup=False)
         assert got.tokens == want.tokens
     assert traces.dynamo == 2          # the prompt's graph (both lengths) and the decode step's
+
+
+def test_broadcast_shapes_is_torchs_without_its_imports():
+    """lowering.core.broadcast_shapes (planning a new size imports no sympy through it)
+    gives torch.broadcast_shapes' answer, and raises where it does."""
+    import itertools
+    from dynamo_vulkan.lowering.core import broadcast_shapes
+
+    dims = [(), (1,), (3,), (0,), (2, 1), (1, 3), (2, 3), (3, 2), (4, 1, 3), (0, 1)]
+    for shapes in itertools.chain(itertools.product(dims, repeat=2), itertools.product(dims[:6], repeat=3)):
+        try:
+            want = tuple(torch.broadcast_shapes(*shapes))
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                broadcast_shapes(*shapes)
+        else:
+            assert broadcast_shapes(*shapes) == want, shapes
+    assert broadcast_shapes(3, (2, 1)) == (2, 3)

@@ -75,6 +75,23 @@ def contiguous_strides(shape) -> tuple:
     return tuple(reversed(out))
 
 
+def broadcast_shapes(*shapes) -> tuple:
+    """torch.broadcast_shapes of plain int shapes, without its first call's import of
+    torch's symbolic shapes and sympy (~0.45 s on a process's first new plan)."""
+    out: list[int] = []
+    for shape in shapes:
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        out = [1] * (len(shape) - len(out)) + out
+        for i, s in enumerate(shape, len(out) - len(shape)):
+            if type(s) is not int or s < 0:
+                return tuple(torch.broadcast_shapes(*shapes))      # symbolic or invalid: torch's
+            if s != out[i] and s != 1:
+                if out[i] != 1:
+                    raise RuntimeError(f"shapes {shapes} cannot be broadcast together (dim {i}: {out[i]} vs {s})")
+                out[i] = s
+    return tuple(out)
+
+
 def kind_of(dtype: torch.dtype) -> str:
     kind = KIND_OF_DTYPE.get(str(dtype))
     if kind is None:

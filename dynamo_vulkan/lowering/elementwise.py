@@ -8,7 +8,7 @@ import math
 import torch
 
 from .fusion import Lazy, fold, foldable
-from .core import (GLSL_TYPE, NO_REQUEST, Context, LoweringError, TRef, contiguous_strides,
+from .core import (GLSL_TYPE, NO_REQUEST, Context, LoweringError, TRef, broadcast_shapes, contiguous_strides,
                    f32_bits, groups_for, i32_bits, kind_of, lowering)
 
 aten = torch.ops.aten
@@ -16,7 +16,7 @@ WG = 256
 
 
 def broadcast_shape(*shapes) -> tuple:
-    return tuple(torch.broadcast_shapes(*shapes))
+    return broadcast_shapes(*shapes)
 
 
 def _expand(ref: TRef, shape: tuple) -> tuple:

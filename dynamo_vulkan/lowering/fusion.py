@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .core import GLSL_TYPE, TRef, f32_bits, kind_of
+from .core import GLSL_TYPE, TRef, broadcast_shapes, f32_bits, kind_of
 from .registry import spec_of
 
 
@@ -124,7 +124,7 @@ def fold(expr: str, operands, out_kind: str, compute, result, shape):
     if shape is None:
         shapes = [tuple(o.shape) for o in operands
                   if isinstance(o, (TRef, Lazy)) or (isinstance(o, torch.Tensor) and o.dim())]
-        shape = tuple(torch.broadcast_shapes(*shapes)) if shapes else ()
+        shape = broadcast_shapes(*shapes) if shapes else ()
     return text, leaves, None, rk, shape
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from .checks import index_check
-from .core import LoweringError, TRef, groups_for, lowering, meta_view
+from .core import LoweringError, TRef, broadcast_shapes, groups_for, lowering, meta_view
 from .elementwise import contiguous, copy_to, ew
 from .fusion import Lazy, materialize
 
@@ -105,7 +105,7 @@ def advanced_index(x: TRef, indices: list):
     for d in dims:
         if indices[d].kind != "i32":
             raise LoweringError("boolean mask indices give a data-dependent shape")
-    bshape = tuple(torch.broadcast_shapes(*[indices[d].shape for d in dims]))
+    bshape = broadcast_shapes(*[indices[d].shape for d in dims])
     rest = [d for d in range(x.ndim) if d not in dims]
     front = dims != list(range(dims[0], dims[-1] + 1))
     where = 0 if front else dims[0]
