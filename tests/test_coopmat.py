@@ -1,7 +1,7 @@
 """Tensor-core matmuls (lowering/coopmat.py, shaders/matmul_coopmat.comp).
 
 On a device with cooperative matrices: fp32 products under torch's "high" and "medium"
-precision (scaled fp16: within 2.5x of TF32's error on the same inputs; and bf16x3 / bf16
+precision (scaled fp16: within 4x of TF32's error on the same inputs; and bf16x3 / bf16
 where a device lacks fp16 partial sums, within the tolerances torch uses for TF32 and
 bf16) and fp16 tensors' products against eager fp32, on odd shapes, tile edges (M, N past
 a tile; K not a multiple of the K step), interior tiles stored directly and through the
@@ -131,14 +131,17 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
 
 
 def assert_scaled_near(got, fn, a, b):
-    """Scaled fp16: normwise within 2.5x of TF32's error on the same inputs (against fp64;
+    """Scaled fp16: normwise within 4x of TF32's error on the same inputs (against fp64;
     at least 2^-12, fp16's unit roundoff, where TF32 would round an operand exactly: fp16
-    weights), and each element within 2^-7 of its products' magnitudes (fn on |a|, |b|),
-    the bound of fp16 rounding and fp16 partial sums of 32 products."""
+    weights). TF32's error is the operands' rounding, which fp16 shares; the rest is the
+    fp16 partial sums of coopmat.FOLD_PRODUCTS products: 1.8x TF32's in all on an H200,
+    whose multiply-adds round once per instruction, 2.9x on lavapipe, which rounds after
+    every product (docs/journal.md, session 33). Each element within 2^-7 of its products'
+    magnitudes (fn on |a|, |b|)."""
     want = fn(a.double(), b.double())
     base = (fn(tf32(a).double(), tf32(b).double()) - want).norm() / max(want.norm(), 1e-300)
     err = (got.double() - want).norm() / max(want.norm(), 1e-300)
-    assert err <= 2.5 * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
+    assert err <= 4 * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
     bound = 2 ** -7 * fn(a.double().abs(), b.double().abs())
     worst = ((got.double() - want).abs() - bound).max().item()
     assert worst <= 0, f"an element off by {worst:.3g} more than 2^-7 of its products' magnitudes"
