@@ -24,6 +24,7 @@ tile only):
 import types
 
 import pytest
+import numpy as np
 import torch
 
 from dynamo_vulkan import config, device, shaders
@@ -339,7 +340,7 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
 
 
-@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q5_1", "F16"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_1", "F16"])
 def test_gguf_weights_packed_from_their_blocks(as_gpu, precision, plans, monkeypatch, name):
     """A prompt's GGUF linear under "high" (planned as for a GPU): W decoded from its blocks
     straight into the scaled fp16 copy (coopmat_pack.comp's GGUF), no fp32 copy; rows past
@@ -363,6 +364,54 @@ def test_gguf_weights_packed_from_their_blocks(as_gpu, precision, plans, monkeyp
     assert any(n.startswith("coopmat_pack") for n in names) and not any("dequant" in n for n in names), names
     notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
     assert any(f"{name}[65x{k}] decoded to 16 bits" in s for s in notes), notes
+
+
+# byte offset of each block's fp16 d in GGML's layout (the types whose rows are scaled from
+# their blocks' scales: gguf_blocks.glsl's gb_bound)
+D_AT = {"Q4_K": 0, "Q6_K": 208, "Q8_0": 0, "Q4_0": 0}
+# (byte range, value) per type that makes every element of a block its type's largest
+# magnitude: q = 15 with sub-block scale and min 63 and dmin 0 (Q4_K), q - 32 = -32 with
+# scales 127 (Q6_K), q = -128 (Q8_0), q - 8 = -8 (Q4_0)
+EXTREME = {"Q4_K": (((2, 4), 0), ((4, 16), 0xFF), ((16, 144), 0xFF)),
+           "Q6_K": (((0, 192), 0), ((192, 208), 127)),
+           "Q8_0": (((2, 34), 0x80),), "Q4_0": (((2, 18), 0),)}
+
+
+@pytest.mark.parametrize("name", sorted(D_AT))
+def test_gguf_rows_scaled_from_block_scales(as_gpu, precision, plans, monkeypatch, name):
+    """Rows whose scale comes from their blocks' scales alone (gb_bound): a row of huge d
+    (30000), one of tiny d (1e-4), one of infinite d and one whose every element is its
+    type's largest magnitude (against a row of x of ones, the largest fp16 partial sums a
+    bound 4x too low would overflow) beside ordinary ones; the finite columns match eager
+    within the scaled bound, the infinite row's column is NaN where eager's is."""
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    require_coopmat("scaled", monkeypatch)
+    precision("high")
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    info = quant_info(name)
+    rows, k = 40, 512
+    data = blocks_of(name, rows, k, 5).numpy().reshape(rows, k // info.block_size, -1).copy()
+    for row, d in ((0, 30000.0), (1, 1e-4), (2, float("inf")), (3, 0.5)):
+        data[row, :, D_AT[name]:D_AT[name] + 2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+    for (lo, hi), byte in EXTREME[name]:
+        data[3, :, lo:hi] = byte
+    lin = GGUFLinear(torch.from_numpy(data.reshape(-1)), info.ggml_type, rows, k)
+    w = lin.dequantized_weight()
+    assert (w[3].abs() == w[3, 0].abs()).all() and w[3, 0] != 0, "row 3 is not at one magnitude"
+    x = torch.randn(70, k)
+    x[0] = 1.0
+    with torch.no_grad():
+        got = compiled(lin)(x)
+    want = x @ w.t()
+    finite = [c for c in range(rows) if c != 2]
+    assert_scaled_near(got[:, finite], lambda a, b: a @ b.t(), x, w[finite])
+    assert torch.equal(got[:, 2].isnan(), want[:, 2].isnan()) and want[:, 2].isnan().all()
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
+    assert any(f"{name}[{rows}x{k}] decoded to 16 bits" in s for s in notes), notes
 
 
 def test_packing_follows_reads(monkeypatch):
