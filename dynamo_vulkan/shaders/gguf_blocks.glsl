@@ -199,7 +199,7 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
 #define GB_BOUND 1
 float gb_bound(uint ro, uint blk) {
     float m = 0.0;
-    [[unroll]] for (uint j = 0u; j < 8u; ++j) {
+    for (uint j = 0u; j < 8u; ++j) {
         vec2 ab = gb_q4k_ab(ro, blk, j);
         if (abs(ab.x) < uintBitsToFloat(0x7f800000u))     // else none is finite
             m = max(m, max(gb_fin(ab.y), gb_fin(15.0 * ab.x + ab.y)));
@@ -250,9 +250,9 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
 #define GB_BOUND 1
 float gb_bound(uint ro, uint blk) {
     uint so = ro + 192u * NB + 16u * blk, big = 0u;
-    [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+    for (uint i = 0u; i < 4u; ++i) {
         uint w = gb_w(so + 4u * i);
-        [[unroll]] for (uint j = 0u; j < 32u; j += 8u) big = max(big, uint(abs(int(w << (24u - j)) >> 24)));
+        for (uint j = 0u; j < 32u; j += 8u) big = max(big, uint(abs(int(w << (24u - j)) >> 24)));
     }
     return 32.0 * float(big) * gb_fin(gb_half(ro + 208u * NB + 2u * blk));
 }
