@@ -1,7 +1,7 @@
 """Tensor-core matmuls (lowering/coopmat.py, shaders/matmul_coopmat.comp).
 
 On a device with cooperative matrices: fp32 products under torch's "high" and "medium"
-precision (scaled fp16: within 2.5x of TF32's error on the same inputs; and bf16x3 / bf16
+precision (scaled fp16: within 4x of TF32's error on the same inputs; and bf16x3 / bf16
 where a device lacks fp16 partial sums, within the tolerances torch uses for TF32 and
 bf16) and fp16 tensors' products against eager fp32, on odd shapes, tile edges (M, N past
 a tile; K not a multiple of the K step), interior tiles stored directly and through the
@@ -24,6 +24,7 @@ tile only):
 import types
 
 import pytest
+import numpy as np
 import torch
 
 from dynamo_vulkan import config, device, shaders
@@ -131,14 +132,17 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
 
 
 def assert_scaled_near(got, fn, a, b):
-    """Scaled fp16: normwise within 2.5x of TF32's error on the same inputs (against fp64;
+    """Scaled fp16: normwise within 4x of TF32's error on the same inputs (against fp64;
     at least 2^-12, fp16's unit roundoff, where TF32 would round an operand exactly: fp16
-    weights), and each element within 2^-7 of its products' magnitudes (fn on |a|, |b|),
-    the bound of fp16 rounding and fp16 partial sums of 32 products."""
+    weights). TF32's error is the operands' rounding, which fp16 shares; the rest is the
+    fp16 partial sums of coopmat.FOLD_PRODUCTS products: 1.8x TF32's in all on an H200,
+    whose multiply-adds round once per instruction, 2.9x on lavapipe, which rounds after
+    every product (docs/journal.md, session 33). Each element within 2^-7 of its products'
+    magnitudes (fn on |a|, |b|)."""
     want = fn(a.double(), b.double())
     base = (fn(tf32(a).double(), tf32(b).double()) - want).norm() / max(want.norm(), 1e-300)
     err = (got.double() - want).norm() / max(want.norm(), 1e-300)
-    assert err <= 2.5 * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
+    assert err <= 4 * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
     bound = 2 ** -7 * fn(a.double().abs(), b.double().abs())
     worst = ((got.double() - want).abs() - bound).max().item()
     assert worst <= 0, f"an element off by {worst:.3g} more than 2^-7 of its products' magnitudes"
@@ -336,7 +340,7 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
 
 
-@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q5_1", "F16"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_1", "F16"])
 def test_gguf_weights_packed_from_their_blocks(as_gpu, precision, plans, monkeypatch, name):
     """A prompt's GGUF linear under "high" (planned as for a GPU): W decoded from its blocks
     straight into the scaled fp16 copy (coopmat_pack.comp's GGUF), no fp32 copy; rows past
@@ -360,6 +364,54 @@ def test_gguf_weights_packed_from_their_blocks(as_gpu, precision, plans, monkeyp
     assert any(n.startswith("coopmat_pack") for n in names) and not any("dequant" in n for n in names), names
     notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
     assert any(f"{name}[65x{k}] decoded to 16 bits" in s for s in notes), notes
+
+
+# byte offset of each block's fp16 d in GGML's layout (the types whose rows are scaled from
+# their blocks' scales: gguf_blocks.glsl's gb_bound)
+D_AT = {"Q4_K": 0, "Q6_K": 208, "Q8_0": 0, "Q4_0": 0}
+# (byte range, value) per type that makes every element of a block its type's largest
+# magnitude: q = 15 with sub-block scale and min 63 and dmin 0 (Q4_K), q - 32 = -32 with
+# scales 127 (Q6_K), q = -128 (Q8_0), q - 8 = -8 (Q4_0)
+EXTREME = {"Q4_K": (((2, 4), 0), ((4, 16), 0xFF), ((16, 144), 0xFF)),
+           "Q6_K": (((0, 192), 0), ((192, 208), 127)),
+           "Q8_0": (((2, 34), 0x80),), "Q4_0": (((2, 18), 0),)}
+
+
+@pytest.mark.parametrize("name", sorted(D_AT))
+def test_gguf_rows_scaled_from_block_scales(as_gpu, precision, plans, monkeypatch, name):
+    """Rows whose scale comes from their blocks' scales alone (gb_bound): a row of huge d
+    (30000), one of tiny d (1e-4), one of infinite d and one whose every element is its
+    type's largest magnitude (against a row of x of ones, the largest fp16 partial sums a
+    bound 4x too low would overflow) beside ordinary ones; the finite columns match eager
+    within the scaled bound, the infinite row's column is NaN where eager's is."""
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    require_coopmat("scaled", monkeypatch)
+    precision("high")
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    info = quant_info(name)
+    rows, k = 40, 512
+    data = blocks_of(name, rows, k, 5).numpy().reshape(rows, k // info.block_size, -1).copy()
+    for row, d in ((0, 30000.0), (1, 1e-4), (2, float("inf")), (3, 0.5)):
+        data[row, :, D_AT[name]:D_AT[name] + 2] = np.frombuffer(np.float16(d).tobytes(), np.uint8)
+    for (lo, hi), byte in EXTREME[name]:
+        data[3, :, lo:hi] = byte
+    lin = GGUFLinear(torch.from_numpy(data.reshape(-1)), info.ggml_type, rows, k)
+    w = lin.dequantized_weight()
+    assert (w[3].abs() == w[3, 0].abs()).all() and w[3, 0] != 0, "row 3 is not at one magnitude"
+    x = torch.randn(70, k)
+    x[0] = 1.0
+    with torch.no_grad():
+        got = compiled(lin)(x)
+    want = x @ w.t()
+    finite = [c for c in range(rows) if c != 2]
+    assert_scaled_near(got[:, finite], lambda a, b: a @ b.t(), x, w[finite])
+    assert torch.equal(got[:, 2].isnan(), want[:, 2].isnan()) and want[:, 2].isnan().all()
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
+    assert any(f"{name}[{rows}x{k}] decoded to 16 bits" in s for s in notes), notes
 
 
 def test_packing_follows_reads(monkeypatch):

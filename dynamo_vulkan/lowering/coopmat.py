@@ -7,11 +7,12 @@ at compile time (the config's matmul_precision, in the cache key) decides for fp
 - "high" and "medium": scaled fp16 (SCALED): each row of A and each column of B is
   multiplied by a power of two that brings its largest finite magnitude into [8, 16),
   rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores with
-  fp16 partial sums over each K step (at most BK products below 256 each: no overflow for
-  any input) added into fp32 accumulators, and the result multiplied back by the powers
-  of two. Its error is TF32's class (tested within 2.5x of TF32's on the same inputs),
-  below bf16's; fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver
-  (docs/journal.md, session 32).
+  fp16 partial sums over FOLD_PRODUCTS products (each below 256: no overflow for any
+  input) added into fp32 accumulators, and the result multiplied back by the powers of
+  two. Its error is TF32's class (tested within 3x of TF32's on the same inputs, which
+  is the input rounding alone), below bf16's; fp16 partial sums run at twice the rate of
+  fp32 ones on NVIDIA's driver, and each addition into fp32 costs about as much as the
+  multiplies of one K step (docs/journal.md, sessions 32 and 33).
   Where the device has no fp16-accumulator matrices of the fp32 ones' shape: bf16x3 for
   "high" (each operand split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about
   fp32's accuracy) and bf16 for "medium".
@@ -46,6 +47,9 @@ FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_sp
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
 # fp32 precisions multiplied as scaled fp16 where the device has its matrices (docstring)
 SCALED_FOR = {"high": "f16", "medium": "f16"}
+# products summed in fp16 before each addition into fp32 (a whole number of K steps): the
+# most whose sum stays finite (128 products below 256 each stay below fp16's 65,504)
+FOLD_PRODUCTS = 128
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
@@ -76,10 +80,16 @@ class Plan:
         if self.split3:
             d["SPLIT3"] = 1
         if self.scaled:
-            if self.bk > 128:       # a K step's fp16 sum of products below 256 stays finite
-                raise core.LoweringError(f"scaled fp16 K steps hold at most 128 products, not {self.bk}")
-            d |= {"SCALED": 1, "ACC16": 1}
+            if self.bk * self.fold > 128:   # an fp16 sum of products below 256 stays finite
+                raise core.LoweringError(f"scaled fp16 partial sums hold at most 128 products, "
+                                         f"not {self.bk} x {self.fold}")
+            d |= {"SCALED": 1, "ACC16": 1, "FOLD": self.fold}
         return d
+
+    @property
+    def fold(self) -> int:
+        """K steps whose fp16 partial sums are added into fp32 at once (SCALED)."""
+        return max(1, FOLD_PRODUCTS // self.bk)
 
     @property
     def label(self) -> str:

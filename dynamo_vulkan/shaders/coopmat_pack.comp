@@ -89,6 +89,14 @@ void main() {
     uint r = (wg % groups) * SROWS + rl, base = OFF + b * SB + r * SR;
 #endif
     float m = 0.0;
+#if defined(GGUF) && defined(GB_BOUND)
+    // a GGUF row's bound from its blocks' scales (gguf_blocks.glsl), its quants unread. Where
+    // it lies a binade or more above the largest magnitude, the scaled values stay below 8
+    // instead of 16, which changes no result: a power of two scales the fp16 products and
+    // partial sums without changing their rounding (short of fp16's subnormals, 2^18 below)
+    if (r < ROWS)
+        for (uint blk = lane; blk < NB; blk += SLANES) m = max(m, gb_bound(base, blk));
+#else
     if (r < ROWS)
         for (uint o = lane; o < ko; o += SLANES) {
             vec4 x0, x1;
@@ -99,6 +107,7 @@ void main() {
             vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
             m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
         }
+#endif
     row_max[rl * SLANES + lane] = m;
     barrier();
     m = 0.0;

@@ -7,7 +7,10 @@
 //   deq8a(ro, ch, lo, hi): chunk ch of the row at byte ro, as element = a * q + b
 //     with q in lo, hi and (a, b) returned (GB_AFFINE: b is not always 0), so a
 //     mat-vec scales each chunk's dot product once instead of every element;
-//   deq8r(ro, ch, lo, hi): the same chunk as values.
+//   deq8r(ro, ch, lo, hi): the same chunk as values;
+//   gb_bound(ro, blk) (where GB_BOUND is defined): a bound on the magnitudes of block
+//     blk's finite elements from its scales alone (a non-finite scale's elements are
+//     none of them finite), without reading its quants.
 // Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows are stored regrouped for the GPU
 // (dynamo_vulkan/gguf/gpu_layout.py: every block's quants, then its other fields,
 // each a region of the row; a chunk's quants one or two aligned words, nibble or
@@ -60,6 +63,8 @@ vec4 gb_bytes4(uint v, uint mask, float off) {
 }
 // The 4 bytes of w as signed integers (biased to unsigned by the xor).
 vec4 gb_s8x4(uint w) { return gb_bytes4(w ^ 0x80808080u, 0xFFu, 128.0); }
+// |x| where finite, else 0 (NaN fails the comparison)
+float gb_fin(float x) { float a = abs(x); return a < uintBitsToFloat(0x7f800000u) ? a : 0.0; }
 
 #if defined(QTYPE_F32)
 const uint QK = 8, QB = 32;
@@ -93,6 +98,8 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
     hi = gb_nib4(w >> 16, 8.0);
     return vec2(gb_half(ro + 16u * NB + 2u * (ch >> 2)), 0.0);
 }
+#define GB_BOUND 1
+float gb_bound(uint ro, uint blk) { return 8.0 * gb_fin(gb_half(ro + 16u * NB + 2u * blk)); }
 #elif defined(QTYPE_Q4_1)
 // regrouped: quants (16 bytes a block), d and m (fp16 each)
 const uint QK = 32, QB = 20, NB = K / QK;
@@ -135,6 +142,8 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
     hi = gb_s8x4(gb_w(o + 4u));
     return vec2(gb_half(ro + 32u * NB + 2u * (ch >> 2)), 0.0);
 }
+#define GB_BOUND 1
+float gb_bound(uint ro, uint blk) { return 128.0 * gb_fin(gb_half(ro + 32u * NB + 2u * blk)); }
 #elif defined(QTYPE_Q2_K)
 // scales[16] (low nibble: scale, high: min, per 16 elements), qs[64], d, dmin.
 // Element 128g + 32s + l is bits 2s..2s+1 of qs[32g + l].
@@ -186,6 +195,17 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
     hi = gb_nib4(w >> 16, 0.0);
     return gb_q4k_ab(ro, ch >> 5, (ch >> 2) & 7u);
 }
+// each sub-block's a * q + b at q = 0 and 15, the ends of its range
+#define GB_BOUND 1
+float gb_bound(uint ro, uint blk) {
+    float m = 0.0;
+    for (uint j = 0u; j < 8u; ++j) {
+        vec2 ab = gb_q4k_ab(ro, blk, j);
+        if (abs(ab.x) < uintBitsToFloat(0x7f800000u))     // else none is finite
+            m = max(m, max(gb_fin(ab.y), gb_fin(15.0 * ab.x + ab.y)));
+    }
+    return m;
+}
 #elif defined(QTYPE_Q5_K)
 // d, dmin, scales[12] (eight 6-bit scales and mins), qh[32], qs[128].
 // Element 64g + 32h + l is nibble h of qs[32g + l] (sub-block j = 2g + h);
@@ -225,6 +245,16 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
     lo = gb_bytes4((w & 0x0F0F0F0Fu) | (h & 0xF0F0F0F0u), 0x3Fu, 32.0);
     hi = gb_bytes4(((w >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0xF0F0F0F0u), 0x3Fu, 32.0);
     return vec2(gb_half(ro + 208u * NB + 2u * b) * float(int(sc << 24) >> 24), 0.0);
+}
+// q - 32 lies in [-32, 31]: 32 times d times the largest of the block's 16 int8 scales
+#define GB_BOUND 1
+float gb_bound(uint ro, uint blk) {
+    uint so = ro + 192u * NB + 16u * blk, big = 0u;
+    for (uint i = 0u; i < 4u; ++i) {
+        uint w = gb_w(so + 4u * i);
+        for (uint j = 0u; j < 32u; j += 8u) big = max(big, uint(abs(int(w << (24u - j)) >> 24)));
+    }
+    return 32.0 * float(big) * gb_fin(gb_half(ro + 208u * NB + 2u * blk));
 }
 #else
 #error "gguf_blocks.glsl: define one QTYPE_<name>"

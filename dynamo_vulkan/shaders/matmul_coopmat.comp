@@ -50,11 +50,16 @@
 #if defined(SPLIT3) && !defined(CM_BF16) && !defined(BF16_IN_F16)
 #error SPLIT3 splits fp32 into bfloat16 halves only
 #endif
-// ACC16 (float16 operands only): each K step's products accumulate in float16 matrices,
-// which are added into the fp32 accumulators once a step (BK products deep: adding them
-// after every multiply costs half the kernel's speed, docs/journal.md)
+// ACC16 (float16 operands only): the products of FOLD K steps accumulate in float16
+// matrices, which are then added into the fp32 accumulators (FOLD * BK products deep).
+// The addition costs about as many instructions as the step's multiplies (a conversion
+// and an add per element), so folding less often is faster; each fold keeps the fp16
+// partial sums shorter, so folding more often is more accurate.
 #if defined(ACC16) && (defined(CM_BF16) || defined(SPLIT3))
 #error ACC16 multiplies float16 operands only
+#endif
+#ifndef FOLD
+#define FOLD 1
 #endif
 // SCALED: both operands packed with a power-of-two scale per row of A and per column of B
 // (coopmat_pack.comp), which keeps every fp16 partial sum finite; the epilogue multiplies
@@ -374,15 +379,15 @@ void main() {
         stash(tid, 0u);
     }
     barrier();
+#ifdef ACC16
+    FRAG_H part[RM][RN];
+    [[unroll]] for (uint i = 0; i < RM; ++i)
+        [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = FRAG_H(0.0);
+#endif
     for (uint s = 0; s < steps; ++s) {
         uint cur = (s & 1u) * STAGE;
         bool more = s + 1u < steps;
         if (more) fetch(tid, batch, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
-#ifdef ACC16
-        FRAG_H part[RM][RN];
-        [[unroll]] for (uint i = 0; i < RM; ++i)
-            [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = FRAG_H(0.0);
-#endif
         [[unroll]] for (uint kk = 0; kk < BK; kk += CM_K) {
             FRAG_A a[RM];
             FRAG_B b[RN];
@@ -415,8 +420,12 @@ void main() {
 #endif
         }
 #ifdef ACC16
-        [[unroll]] for (uint i = 0; i < RM; ++i)
-            [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] += FRAG_C(part[i][j]);
+        if (FOLD == 1u || (s + 1u) % FOLD == 0u || !more)
+            [[unroll]] for (uint i = 0; i < RM; ++i)
+                [[unroll]] for (uint j = 0; j < RN; ++j) {
+                    acc[i][j] += FRAG_C(part[i][j]);
+                    part[i][j] = FRAG_H(0.0);
+                }
 #endif
         if (more) stash(tid, STAGE - cur);
         barrier();
