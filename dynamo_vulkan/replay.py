@@ -62,6 +62,11 @@ class StepReplayer:
                 self.sub.remember_args = False
         if got:                  # compiled (again, after torch._dynamo.reset()): a new program
             self._adopt(got)
+        elif self.sub is None and self.why_not is None:
+            # compiled without a Vulkan partition (the backend ran it on the CPU: no usable
+            # device or kp), or ran eagerly: nothing to replay
+            self.why_not = "the step ran without a Vulkan program"
+            log.info("greedy steps compile a k-step graph: %s", self.why_not)
         if self.sub is not None:
             if self.programs:
                 self.step_program.release()

@@ -18,6 +18,7 @@ KP_PATCHES=$(python3 scripts/patch_kp.py --patch-set)
 if ! PYTHONPATH=/tmp/kp2 python3 -c 'import kp, sys; assert kp.dynamo_vulkan_patches == int(sys.argv[1])' "$KP_PATCHES" 2>/dev/null; then
   rm -rf /tmp/kpb && mkdir -p /tmp/kpb && tar xzf .device-kit/kp-0.9.0.tar.gz -C /tmp/kpb
   python3 scripts/patch_kp.py /tmp/kpb/kp-0.9.0
+  rm -rf /tmp/kp2   # pip --target keeps an older kp in place
   KOMPUTE_OPT_USE_BUILT_IN_VULKAN_HEADER=OFF KOMPUTE_OPT_USE_BUILT_IN_FMT=OFF \
   KOMPUTE_OPT_USE_BUILT_IN_PYBIND11=OFF KOMPUTE_OPT_DISABLE_VULKAN_VERSION_CHECK=ON KOMPUTE_OPT_INSTALL=OFF \
   CMAKE_PREFIX_PATH=/tmp/vkdev/usr:$(python3 -c "import pybind11;print(pybind11.get_cmake_dir())") \

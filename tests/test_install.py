@@ -217,6 +217,29 @@ def test_compiling_without_kp_patches_falls_back_with_the_message(monkeypatch, f
     torch._dynamo.reset()
 
 
+def test_generate_without_a_usable_kp_decodes_on_the_cpu(monkeypatch, fresh_device, tmp_path):
+    """generate() on the vulkan backend with a kp of another patch set: the prompt and the
+    greedy steps fall back to the CPU (no Vulkan program to replay) and give eager's tokens."""
+    pytest.importorskip("gguf")
+    pytest.importorskip("tokenizers")
+    from dynamo_vulkan.llm.generate import generate
+    from dynamo_vulkan.llm.models import load_model
+    from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
+    from gguf_fixtures import write_tiny_model
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    want = generate(model, "hello the world", tok, max_new_tokens=9, backend=None, stop_at_eos=False)
+    monkeypatch.setitem(sys.modules, "kp", _fake_kp(prerequisites.KP_PATCHES - 1))
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
+    torch._dynamo.reset()
+    try:
+        got = generate(model, "hello the world", tok, max_new_tokens=9, backend="vulkan",
+                       stop_at_eos=False, steps_per_call=4)
+    finally:
+        torch._dynamo.reset()
+    assert got.tokens == want.tokens
+
+
 # --- the kp build backend (no compiler run) ------------------------------------------------
 
 
