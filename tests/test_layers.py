@@ -17,7 +17,8 @@ LAYERS = {
     # the custom ops that graphs hold and the lowering compiles: GGUF quant formats, fused ops
     "ops": (["gguf", "fused"], ["base"]),
     # what both sides of a Plan share: the device, caches, Plans, shader sources, encoders
-    "core": (["cache", "device", "runtime.plan", "runtime.shaders", "runtime.graph_io", "runtime.words"],
+    "core": (["cache", "device", "runtime.plan", "runtime.shaders", "runtime.graph_io", "runtime.words",
+              "runtime.pipeline_cache"],
              ["ops", "base"]),
     # ATen op -> kernel rules, and the driver that turns a partition into a Plan
     "lowering": (["lowering"], ["core", "ops", "base"]),
