@@ -182,13 +182,14 @@ def test_when_w_is_packed_for_tensor_cores(monkeypatch):
     assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)
     gpu.caps["max_storage_buffer_range"] = need - 4
     assert not gguf_lowering._decode_first(gpu, m, n, k, 0, n)   # 2 * n * k fits; the copy does not
-    # a weight below DECODE_FIRST_WEIGHTS: packed from TC_DECODE_ALL_M rows only, and only
-    # for the tensor cores (no fp32 copy)
+    # a weight below DECODE_FIRST_WEIGHTS: packed from TC_DECODE_ALL_M rows only, from
+    # TC_DECODE_ALL_WEIGHTS elements, and only for the tensor cores (no fp32 copy)
     gpu.caps["max_storage_buffer_range"] = 1 << 30
-    small = (512, 576)
-    assert small[0] * small[1] < gguf_lowering.DECODE_FIRST_WEIGHTS
+    small = (512, 3584)
+    assert gguf_lowering.TC_DECODE_ALL_WEIGHTS <= small[0] * small[1] < gguf_lowering.DECODE_FIRST_WEIGHTS
     assert gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0]) is plan
     assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M - 1, *small, 0, small[0])
+    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, 512, 2048, 0, 512)
     monkeypatch.setattr(gguf_lowering, "_scaled_plan", lambda ctx, m, n, k: None)
     assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0])
 

@@ -7,12 +7,17 @@ at compile time (the config's matmul_precision, in the cache key) decides for fp
 - "high" and "medium": scaled fp16 (SCALED): each row of A and each column of B is
   multiplied by a power of two that brings its largest finite magnitude into [8, 16),
   rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores with
-  fp16 partial sums over FOLD_PRODUCTS products (each below 256: no overflow for any
-  input) added into fp32 accumulators, and the result multiplied back by the powers of
-  two. Its error is TF32's class (tested within 3x of TF32's on the same inputs, which
-  is the input rounding alone), below bf16's; fp16 partial sums run at twice the rate of
-  fp32 ones on NVIDIA's driver, and each addition into fp32 costs about as much as the
-  multiplies of one K step (docs/journal.md, sessions 32 and 33).
+  fp16 partial sums over FOLD_PRODUCTS[precision] products (each below 256: no overflow
+  for any input) added into fp32 accumulators, and the result multiplied back by the
+  powers of two. fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver,
+  and each addition into fp32 costs about as much as the multiplies of one K step, so
+  longer sums are faster (4096^3 on an H200: 63 TFLOP/s with sums of 32, 107 with 128);
+  but a partial sum rounds at the scale of its largest product, so where a row holds an
+  outlier (LLM activations do) the error grows with the sum's length. Sums of 128 keep
+  TF32's class: on random matrices 1.8x TF32's error (1.3x with sums of 32), which is
+  the operands' rounding, the same as fp16's; a random-weight Gemma 3's logits after a
+  512-token prompt moved 0.019 on an H100, where TF32's rounding of the same model's
+  operands moves them 0.039 (docs/journal.md, sessions 32 and 33).
   Where the device has no fp16-accumulator matrices of the fp32 ones' shape: bf16x3 for
   "high" (each operand split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about
   fp32's accuracy) and bf16 for "medium".
@@ -47,9 +52,10 @@ FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_sp
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
 # fp32 precisions multiplied as scaled fp16 where the device has its matrices (docstring)
 SCALED_FOR = {"high": "f16", "medium": "f16"}
-# products summed in fp16 before each addition into fp32 (a whole number of K steps): the
-# most whose sum stays finite (128 products below 256 each stay below fp16's 65,504)
-FOLD_PRODUCTS = 128
+# products summed in fp16 before each addition into fp32 (a whole number of K steps), per
+# precision ("fp16": fp16 tensors, whose reductions torch lets cuBLAS run in fp16 by
+# default); at most 128, the most whose sum stays finite (below 256 each: below 32,768)
+FOLD_PRODUCTS = {"high": 128, "medium": 128, "fp16": 128}
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
@@ -71,6 +77,7 @@ class Plan:
     bk: int
     subgroup: int
     scaled: bool = False   # fp16 operands scaled by powers of two, fp16 partial sums (SCALED)
+    products: int = 32     # SCALED: products in each fp16 partial sum (FOLD_PRODUCTS)
 
     def defines(self) -> dict:
         d = {"CM_BF16" if self.dtype == "bf16" else "CM_F16": 1,
@@ -89,12 +96,13 @@ class Plan:
     @property
     def fold(self) -> int:
         """K steps whose fp16 partial sums are added into fp32 at once (SCALED)."""
-        return max(1, FOLD_PRODUCTS // self.bk)
+        return max(1, self.products // self.bk)
 
     @property
     def label(self) -> str:
         base = "bf16" if self.dtype == "bf16-in-f16" else self.dtype
-        kind = f"{base}x3" if self.split3 else f"{base} scaled" if self.scaled else base
+        kind = f"{base}x3" if self.split3 else \
+            f"{base} scaled, sums of {self.products}" if self.scaled else base
         held = " held in fp16" if self.dtype == "bf16-in-f16" else ""
         return f"tensor cores {kind}{held} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk}"
 
@@ -196,7 +204,8 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
     for bk in BK_CHOICES:
         if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3) <= limit:
-            plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled)
+            products = FOLD_PRODUCTS["fp16" if dtype == torch.float16 else prec] if scaled else 32
+            plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled, products)
             return Choice(plan, f"{plan.label} ({why})")
     return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
 

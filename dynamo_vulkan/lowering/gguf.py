@@ -93,9 +93,12 @@ DEQUANT_WG = 256
 DECODE_FIRST_M = 512
 TC_DECODE_FIRST_M = 128
 DECODE_FIRST_WEIGHTS = 4 << 20
-# ... and on the tensor cores every weight from this many rows (SmolLM2's 512-row prompt
-# 10% faster, the 7B's 3%, Gemma 3's the same: docs/journal.md, session 33)
+# ... and on the tensor cores, from TC_DECODE_ALL_M rows, weights of TC_DECODE_ALL_WEIGHTS
+# elements or more: the 7B's k and v (3584 x 512) at 512 rows took 3% off the prompt;
+# Gemma 3's (at most 640 x 2048) ran no faster and its logits moved 0.019 from eager's
+# instead of 1e-5 (docs/journal.md, session 33), so the small models keep exact kernels
 TC_DECODE_ALL_M = 512
+TC_DECODE_ALL_WEIGHTS = 3 << 19
 TILE = 64
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): a resident weight is uploaded one buffer at a time, and the
@@ -403,10 +406,12 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     of out, the decoded W within one buffer, and prompts of DECODE_FIRST_M rows or more
     (W decoded to a temporary fp32 matrix), or of TC_DECODE_FIRST_M rows or more where the
     scaled fp16 tensor cores take the product (W decoded straight into their fp16 copy);
-    on the tensor cores, weights of any size from TC_DECODE_ALL_M rows.
+    on the tensor cores, weights of TC_DECODE_ALL_WEIGHTS elements or more from
+    TC_DECODE_ALL_M rows.
     Returns False, True (the fp32 matrix) or the tensor cores' plan."""
     small = n * k < DECODE_FIRST_WEIGHTS
-    if device.is_cpu(ctx.caps) or (small and m < TC_DECODE_ALL_M) or row0 != 0 or out_rows != n:
+    if device.is_cpu(ctx.caps) or row0 != 0 or out_rows != n or \
+            (small and (m < TC_DECODE_ALL_M or n * k < TC_DECODE_ALL_WEIGHTS)):
         return False
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
     plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
