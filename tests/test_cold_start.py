@@ -403,6 +403,15 @@ def test_subgroup_probe_is_stored_and_a_bad_entry_is_measured_again(cache_dir):
     assert json.loads(cache.disk_get("subgroup", key))["subgroup_size"] == probed   # replaced
 
 
+def _flat_values(v) -> list:
+    """A node's value as (dtype, shape, strides, offset) per tensor, flattened."""
+    if isinstance(v, (list, tuple)):
+        return [w for u in v for w in _flat_values(u)]
+    if isinstance(v, torch.Tensor):
+        return [(v.dtype, tuple(v.shape), v.stride(), v.storage_offset())]
+    return [v]
+
+
 def test_node_values_round_trip_and_refuse_what_does_not_fit():
     """A traced graph's node values (a symbolic size at its traced value) set on the graph
     read back give what propagating fake tensors gives; values that do not fit the graph
@@ -422,14 +431,8 @@ def test_node_values_round_trip_and_refuse_what_does_not_fit():
     ref, _ = graph_from_bytes(graph_to_bytes(traced))
     propagate_meta(ref, specs, [x, y])
 
-    def flat(v):
-        if isinstance(v, (list, tuple)):
-            return [w for u in v for w in flat(u)]
-        if isinstance(v, torch.Tensor):
-            return [(v.dtype, tuple(v.shape), v.stride(), v.storage_offset())]
-        return [v]
-    got = [flat(n.meta.get("val")) for n in gm.graph.nodes if n.op != "output"]
-    want = [flat(n.meta.get("val")) for n in ref.graph.nodes if n.op != "output"]
+    got = [_flat_values(n.meta.get("val")) for n in gm.graph.nodes if n.op != "output"]
+    want = [_flat_values(n.meta.get("val")) for n in ref.graph.nodes if n.op != "output"]
     assert got == want and any(len(v) == 2 for v in got)        # max's pair included
     assert node_values(gm) == blob                               # stored again, the same
     doc = json.loads(blob)
@@ -464,20 +467,14 @@ def test_node_value_exprs_give_the_values_propagation_gives_at_every_size():
     sizes = [d for r in json.loads(blob)["values"] if r and "t" in r for d in r["t"][1] + r["t"][2]]
     assert any(isinstance(d, list) for d in sizes) and any(isinstance(d, str) for d in sizes)
 
-    def flat(v):
-        if isinstance(v, (list, tuple)):
-            return [w for u in v for w in flat(u)]
-        if isinstance(v, torch.Tensor):
-            return [(v.dtype, tuple(v.shape), v.stride(), v.storage_offset())]
-        return [v]
     for n in (2, 3, 5, 9, 16):
         args = [torch.randn(n, 4, 3), torch.randn(n, 2)]
         gm, specs = graph_from_bytes(graph_to_bytes(traced))
         set_node_values(gm, specs, args, blob)
         ref, _ = graph_from_bytes(graph_to_bytes(traced))
         propagate_meta(ref, specs, args)
-        got = [flat(x.meta.get("val")) for x in gm.graph.nodes if x.op != "output"]
-        want = [flat(x.meta.get("val")) for x in ref.graph.nodes if x.op != "output"]
+        got = [_flat_values(x.meta.get("val")) for x in gm.graph.nodes if x.op != "output"]
+        want = [_flat_values(x.meta.get("val")) for x in ref.graph.nodes if x.op != "output"]
         assert got == want, n
     doc = json.loads(blob)
     sym = next(d for r in doc["values"] if r and "t" in r for d in r["t"][1] if isinstance(d, str))
