@@ -188,13 +188,14 @@ def train(w: Workload, backend: str = "vulkan", device: str = "cpu") -> Run:
 
 def _traffic_counter():
     """A function giving the bytes sent so far each way between host and GPU (runtime_stats:
-    gpu_to_host counts the outputs copied out and the tensors read back)."""
+    gpu_to_host counts the outputs copied out and the tensors read back) and the submits."""
     import dynamo_vulkan
 
     def now() -> dict:
         s = dynamo_vulkan.runtime_stats()
         return {"gpu_to_host_bytes": s["output_bytes"] + s["readback_bytes"],
-                "host_to_gpu_bytes": s["input_bytes"] + s["upload_bytes"]}
+                "host_to_gpu_bytes": s["input_bytes"] + s["upload_bytes"],
+                "submits": s["submits"]}
     return now
 
 
@@ -238,8 +239,9 @@ def main(argv=None) -> int:
     log.info("%s: %d nodes on the CPU", w.name, cpu)
     if len(ours.losses) > 1:        # the first step uploads the weights and makes the state
         steady = {k: sum(v[1:]) / (len(v) - 1) for k, v in ours.extra.items()}
-        log.info("per step after the first: %d bytes GPU to host, %d bytes host to GPU",
-                 steady["gpu_to_host_bytes"], steady["host_to_gpu_bytes"])
+        log.info("per step after the first: %d bytes GPU to host, %d bytes host to GPU, "
+                 "%.1f submits", steady["gpu_to_host_bytes"], steady["host_to_gpu_bytes"],
+                 steady["submits"])
     if ref is not None:
         log.info("largest relative loss difference from eager: %.2e",
                  max_relative_difference(ours.losses, ref.losses))

@@ -21,7 +21,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import device, progress
-from . import accumulate, shaders
+from . import accumulate, placeholder, shaders
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
 from .words import NUMPY_OF_DTYPE, host_words, packed_bytes_into
 
@@ -411,9 +411,11 @@ class _Held:
         return max(1, math.prod(self.shape))
 
     def alive(self):
-        """The storage, or None where it was freed."""
-        return None if self.storage.expired() else \
-            torch.UntypedStorage._new_with_weak_ptr(self.storage.cdata)
+        """The storage, or None where it was freed or only its placeholder slot holds it
+        (runtime/placeholder.py: no one can read it)."""
+        if self.storage.expired() or placeholder.only_ours(self.address):
+            return None
+        return torch.UntypedStorage._new_with_weak_ptr(self.storage.cdata)
 
 
 _HELD: dict[int, _Held] = {}    # storage address -> what holds its value
@@ -490,6 +492,7 @@ def _download_into(storage, e: _Held) -> None:
     with torch.no_grad():
         host = torch.empty(0, dtype=e.dtype).set_(storage, 0, e.shape)
         host.copy_(torch.from_numpy(a.copy()).view(e.shape))
+    placeholder.written(storage.data_ptr())
 
 
 def materialise(tensors) -> None:
@@ -694,6 +697,7 @@ class Program:
         self._can_hand_off = []    # those it could
         self._visible = False      # whether the user sees them (gradients)
         self._lazy: frozenset = frozenset()   # hand-offs the recorded sequence leaves on the GPU
+        self._placeholders = placeholder.Placeholders()   # the visible ones' host tensors
         for o in plan.outputs:
             if o.const is not None:
                 self.outputs.append((None, None, "const", o.const))
@@ -957,7 +961,7 @@ class Program:
         out = []
         for n, (staging, shape, kind, dtype) in enumerate(self.outputs):
             if n in self._lazy:      # pending; a visible one reads as NaN until read back
-                out.append(torch.full(shape, float("nan"), dtype=dtype) if self._visible and
+                out.append(self._placeholders.get(n, shape, dtype) if self._visible and
                            dtype.is_floating_point else torch.empty(shape, dtype=dtype))
                 continue
             if staging is None:

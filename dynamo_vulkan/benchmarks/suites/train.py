@@ -36,10 +36,10 @@ def _stat(run) -> Stat:
     return Stat.of(t * 1e3 for t in timed)
 
 
-def _per_step(run, key: str) -> str:
-    """The median of a training run's per-step byte counter, after the first step."""
+def _per_step(run, key: str, unit: str = " B") -> str:
+    """The median of a training run's per-step counter, after the first step."""
     counts = sorted(run.extra.get(key, [])[1:])
-    return f"{counts[len(counts) // 2]} B" if counts else "?"
+    return f"{counts[len(counts) // 2]}{unit}" if counts else "?"
 
 
 def _mib(n: float) -> str:
@@ -86,7 +86,8 @@ def run(bench) -> None:
                            f"{_mib(stats['device_bytes_peak'])}; first step "
                            f"{ours.step_s[0]:.1f} s (compiles); GPU to host per step "
                            f"{_per_step(ours, 'gpu_to_host_bytes')}, host to GPU "
-                           f"{_per_step(ours, 'host_to_gpu_bytes')}"))
+                           f"{_per_step(ours, 'host_to_gpu_bytes')}; submits per step "
+                           f"{_per_step(ours, 'submits', '')}"))
         bench.extra.setdefault("train_losses", {})[w.name] = {"eager_cpu": ref.losses,
                                                               "vulkan": ours.losses}
         if bench.opts.cuda:
