@@ -32,6 +32,8 @@ STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
 PROGRESS_BYTES = 256 << 20   # weight uploads of a call from which a progress bar shows
 _VERSION = operator.attrgetter("_version")
+_RECORDED = operator.attrgetter("version")      # a Resident's: its tensor's, on the GPU
+_expired = torch.UntypedStorage._expired         # of a StorageWeakRef's cdata
 # Programs share the device's temporaries (Scratch), the staging memory of a Program's
 # inputs and outputs, and kp's queue: one call at a time in a process, whichever thread
 # makes it (a call releases it only when its outputs are copied out).
@@ -413,7 +415,7 @@ class _Held:
     def alive(self):
         """The storage, or None where it was freed or only its placeholder slot holds it
         (runtime/placeholder.py: no one can read it)."""
-        if self.storage.expired() or placeholder.only_ours(self.address):
+        if _expired(self.storage.cdata) or placeholder.only_ours(self.address):
             return None
         return torch.UntypedStorage._new_with_weak_ptr(self.storage.cdata)
 
@@ -518,6 +520,16 @@ def _kept_gradient(t: torch.Tensor) -> bool:
     address = t.untyped_storage().data_ptr()
     return any(p.grad is not None and p.grad.untyped_storage().data_ptr() == address
                for opt in list(_KEPT_OPTIMIZERS) for g in opt.param_groups for p in g["params"])
+
+
+def _still_holds(buffer, t: torch.Tensor) -> bool:
+    """Whether kp tensor `buffer` holds t's current value: _held_in(t) names `buffer` (the
+    common case of a hand-off, checked from the buffer's side in fewer steps)."""
+    address = _HOLDS.get(id(buffer))
+    e = _HELD.get(address) if address is not None else None
+    return e is not None and e.buffer is buffer and e.version == t._version and \
+        t.untyped_storage().data_ptr() == address and e.shape == t.shape and \
+        not t.storage_offset() and t.is_contiguous() and not _expired(e.storage.cdata)
 
 
 def _held_in(t) -> tuple | None:
@@ -746,6 +758,8 @@ class Program:
         self._res_moved = [n for n, (_, r) in enumerate(self.residents) if id(r) in moved]
         # per resident: the bump its caller adds before each call (0 unless it is moved)
         self._res_bump = [moved.get(id(r), 0) for _, r in self.residents]
+        self._res_objs = [r for _, r in self.residents]
+        self._res_bumped = any(self._res_bump)
         # one kp algorithm per kernel, constants, buffers and grid
         self._algorithms: dict = share._algorithms if share is not None else {}
         self.sequence, self._labels = self.record(plan.dispatches)
@@ -878,11 +892,19 @@ class Program:
 
     def _residents_current(self, ts: list) -> bool:
         """Whether every resident input is the tensor its GPU copy was made from, at the
-        version this program left it: a few list passes instead of a Python loop per
-        weight (a decoder binds hundreds)."""
-        return self._res_seen is not None and list(map(_VERSION, ts)) == self._res_seen and \
-            all(map(operator.is_, map(operator.call, self._res_refs), ts)) and \
-            list(map(torch.Tensor.data_ptr, ts)) == self._res_ptrs
+        version this program left it, or (a program that bumps none) at the version its GPU
+        copy holds: a training step's forward and backward, whose weights the optimizer
+        step updated on the GPU. A few list passes instead of a Python loop per weight (a
+        decoder binds hundreds)."""
+        versions = list(map(_VERSION, ts))
+        if versions != self._res_seen:
+            if self._res_bumped or versions != list(map(_RECORDED, self._res_objs)):
+                return False
+        if not (all(map(operator.is_, map(operator.call, self._res_refs), ts)) and
+                list(map(torch.Tensor.data_ptr, ts)) == self._res_ptrs):
+            return False
+        self._res_seen = versions
+        return True
 
     @serialised
     def __call__(self, args, sequence=None, lazy=frozenset()):
@@ -908,6 +930,8 @@ class Program:
             staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
             sent += words.nbytes
         for i, buffer, staging, kind in self.handed:
+            if _still_holds(buffer, args[i]):
+                continue
             held_in = _held_in(args[i])
             if held_in is not None and held_in[0] is not buffer and held_in[1] == kind and \
                     held_in[0].size() == buffer.size():
