@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .gguf.op import NAMESPACE, _op_defined
+from .gguf.op import NAMESPACE, define_cpu_op
 
 __all__ = ["rms_norm", "attention"]
 
@@ -86,12 +86,8 @@ def _attention_fake(q, k, v, mask, scale, softcap=0.0):
     return q.new_empty((q.shape[0], q.shape[1], v.shape[2]))
 
 
-if not _op_defined("rms_norm"):
-    torch.library.custom_op(f"{NAMESPACE}::rms_norm", mutates_args=(), device_types="cpu")(
-        _rms_norm_cpu).register_fake(_rms_norm_fake)
-if not _op_defined("attention"):
-    torch.library.custom_op(f"{NAMESPACE}::attention", mutates_args=(), device_types="cpu")(
-        _attention_cpu).register_fake(_attention_fake)
+define_cpu_op("rms_norm", _rms_norm_cpu, _rms_norm_fake)
+define_cpu_op("attention", _attention_cpu, _attention_fake)
 
 rms_norm = getattr(torch.ops, NAMESPACE).rms_norm
 attention = getattr(torch.ops, NAMESPACE).attention

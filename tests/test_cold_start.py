@@ -204,6 +204,33 @@ def test_warm_up_compiles_a_stored_prompt_without_running_it(cache_dir, tmp_path
     assert got.extra["compiled"]._compiled is None                # torch.compile never made
 
 
+def test_a_stored_graph_run_on_the_host_imports_no_dynamo(files, cache_dir, monkeypatch):
+    """A CPU device's default: the prompt's stored graph runs on the host, its GGUF ops as
+    their CPU kernels. A second process imports no Dynamo there either (torch.library's
+    custom_op ran its kernels behind torch._disable_dynamo, which imports Dynamo, 1.4 s on
+    the CI machine) and gives eager's tokens."""
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "host")
+    script = textwrap.dedent(f"""
+        import json, sys
+        from dynamo_vulkan.llm.generate import generate
+        from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
+        from dynamo_vulkan.llm.models import load_model
+        model, tok = load_model(sys.argv[1], max_ctx={CTX}), GGUFTokenizer.from_file(sys.argv[1])
+        res = generate(model, {PROMPT!r}, tok, max_new_tokens={TOKENS}, stop_at_eos=False, warmup=False)
+        print(json.dumps({{"tokens": res.tokens, "dynamo": "torch._dynamo" in sys.modules}}))
+    """)
+    model, tok = load_model(files["a"], max_ctx=CTX), GGUFTokenizer.from_file(files["a"])
+    want = generate(model, PROMPT, tok, max_new_tokens=TOKENS, backend=None, stop_at_eos=False).tokens
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", script, str(files["a"])], env=dict(os.environ),
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert runs[0]["tokens"] == runs[1]["tokens"] == want
+    assert runs[1]["dynamo"] is False
+
+
 def test_new_process_reuses_graphs_plans_and_kernels(files, cache_dir, monkeypatch):
     """This process traces and stores; a new one traces nothing, builds no plan, compiles
     no kernel, runs no subgroup probe, propagates no node values and never imports

@@ -39,6 +39,22 @@ def _op_defined(name: str) -> bool:
         return False
 
 
+_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
+
+
+def define_cpu_op(name: str, cpu, fake) -> None:
+    """Define ``NAMESPACE::name`` with the schema of ``cpu``'s annotations, ``cpu`` as its
+    CPU kernel and ``fake`` as its meta implementation (once: a second import reuses it).
+    Not torch.library.custom_op: that runs its kernels behind torch._disable_dynamo, whose
+    first call imports Dynamo (1.4 s on the CI machine) in processes that never compile,
+    such as one running a stored graph on the host."""
+    if _op_defined(name):
+        return
+    _LIB.define(name + torch.library.infer_schema(cpu, mutates_args=()))
+    _LIB.impl(name, cpu, "CPU")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
+
+
 def _check_blocks(blocks: torch.Tensor, qtype: int, rows: int, cols: int, what: str) -> int:
     info = quant_info(qtype)
     torch._check(blocks.dtype == torch.uint8, lambda: f"{what}: blocks must be uint8, got {blocks.dtype}")
@@ -84,17 +100,8 @@ def _gguf_embedding_fake(ids, blocks, qtype, rows, cols):
     return blocks.new_empty((*ids.shape, cols), dtype=torch.float32)
 
 
-if not _op_defined("gguf_linear"):
-    _lin = torch.library.custom_op(f"{NAMESPACE}::gguf_linear", mutates_args=(), device_types="cpu")(
-        _gguf_linear_cpu
-    )
-    _lin.register_fake(_gguf_linear_fake)
-
-if not _op_defined("gguf_embedding"):
-    _emb = torch.library.custom_op(f"{NAMESPACE}::gguf_embedding", mutates_args=(), device_types="cpu")(
-        _gguf_embedding_cpu
-    )
-    _emb.register_fake(_gguf_embedding_fake)
+define_cpu_op("gguf_linear", _gguf_linear_cpu, _gguf_linear_fake)
+define_cpu_op("gguf_embedding", _gguf_embedding_cpu, _gguf_embedding_fake)
 
 gguf_linear = getattr(torch.ops, NAMESPACE).gguf_linear
 gguf_embedding = getattr(torch.ops, NAMESPACE).gguf_embedding
