@@ -3,6 +3,7 @@ gguf_linear / gguf_embedding custom ops (CPU reference, fake impl, torch.compile
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import numpy as np
@@ -210,8 +211,13 @@ def test_gguf_embedding_picks_rows():
 def test_registration_is_idempotent():
     from dynamo_vulkan.gguf import op
 
+    lib = op._LIB
     importlib.reload(op)  # a second registration must not raise
     importlib.reload(dg)
+    # nor may the reload replace the Library that holds the registrations: deleting it
+    # (whenever it is collected) removes the ops
+    assert op._LIB is lib
+    gc.collect()
     blocks, qt = _linear("Q8_0", 8, 32)
     assert torch.ops.dynamo_vulkan.gguf_linear(torch.randn(1, 32), blocks, qt, 8, 32).shape == (1, 8)
 

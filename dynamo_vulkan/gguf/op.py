@@ -39,7 +39,9 @@ def _op_defined(name: str) -> bool:
         return False
 
 
-_LIB = torch.library.Library(NAMESPACE, "FRAGMENT")
+# the ops' registrations live as long as this Library object (its deletion removes them),
+# so a reload of this module keeps the first one
+_LIB = globals().get("_LIB") or torch.library.Library(NAMESPACE, "FRAGMENT")
 
 
 def define_cpu_op(name: str, cpu, fake) -> None:
