@@ -164,7 +164,9 @@ class Config:
         "the glslc for tensor-core kernels (default: the one scripts/setup.sh puts in the venv, "
         "else `glslc-coopmat` on PATH; without one, fp32 kernels)")
     cache_enabled: bool = _setting(
-        "DYNAMO_VULKAN_CACHE", _flag(True), "1\\|0", "the on-disk cache of SPIR-V and plans (default on)")
+        "DYNAMO_VULKAN_CACHE", _flag(True), "1\\|0",
+        "the on-disk cache (default on) of SPIR-V, plans, traced LLM graphs (a second `generate` of a "
+        "model skips Dynamo, for any prompt length) and the device's pipeline cache")
     cache_dir: Path = _setting(
         "DYNAMO_VULKAN_CACHE_DIR", _path(DEFAULT_CACHE_DIR), "DIR",
         f"where it lives (default `{DEFAULT_CACHE_DIR}`)")
