@@ -15,10 +15,6 @@ aten = torch.ops.aten
 WG = 256
 
 
-def broadcast_shape(*shapes) -> tuple:
-    return broadcast_shapes(*shapes)
-
-
 def _expand(ref: TRef, shape: tuple) -> tuple:
     """Strides of ref broadcast to shape (0 on broadcast dims)."""
     pad = len(shape) - ref.ndim
@@ -117,7 +113,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         ops.append(ctx.ref(o) if isinstance(o, torch.Tensor) else o)
     tensors = [o for o in ops if isinstance(o, TRef)]
     if shape is None:
-        shape = out.shape if out is not None else broadcast_shape(*[t.shape for t in tensors])
+        shape = out.shape if out is not None else broadcast_shapes(*[t.shape for t in tensors])
     shape = tuple(int(s) for s in shape)
     if out is None:
         out = ctx.empty(shape, out_kind)
