@@ -100,6 +100,12 @@ DECODE_FIRST_WEIGHTS = 4 << 20
 TC_DECODE_ALL_M = 512
 TC_DECODE_ALL_WEIGHTS = 3 << 19
 TILE = 64
+# Split K for the tiled GGUF kernel (gguf_matmul.comp) on a GPU: each of its workgroups
+# takes a round of load latency per K step of 16, so a small model's 128-row prompt
+# (tens of 64x64 tiles, K of 576-2048) runs faster split finer than core.k_splits'
+# defaults: SmolLM2 6.23 -> 4.55 ms, Gemma 3 5.40 -> 4.38 (H100, docs/journal.md,
+# session 34)
+GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16}
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): lavapipe's limit, so a weight splits alike on every device. A
 # chunk of 128 MiB still holds 40,000+ rows of a 7B model's output head, thousands of
@@ -385,7 +391,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             raise LoweringError(f"gguf_linear of {m}x{n} outputs needs more than 65535 "
                                 "workgroups along one axis")
         spec = [m, n, k, x2.offset, x2.strides[0], x2.strides[1], rb, row0, out_rows]
-        splits, ks = k_splits(ctx.caps, groups[0] * groups[1], k, m * n)
+        splits, ks = k_splits(ctx.caps, groups[0] * groups[1], k, m * n, **GGUF_SPLIT_K)
         if splits == 1:
             ctx.dispatch("gguf_matmul", defines, [out, x2, w], [0], spec, groups, note=note)
             return
