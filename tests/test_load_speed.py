@@ -127,3 +127,124 @@ def test_closed_and_header_only_files_raise(model_path):
         f.raw("token_embd.weight")
     with open_gguf(model_path, header_only=True) as h, pytest.raises(GGUFError, match="header-only"):
         h.raw_concat(["token_embd.weight", "output_norm.weight"])
+
+
+# ---------------------------------------------------------------------- tokenizer merges
+
+from dynamo_vulkan.llm import merges as M  # noqa: E402
+
+
+def plain_spm_merges(tokens, scores):
+    """The merges of a SentencePiece vocabulary one split at a time (the reference)."""
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    cand = [(-scores[i], i, k) for t, i in vocab.items() for k in range(1, len(t))
+            if t[:k] in vocab and t[k:] in vocab]
+    cand.sort()
+    return [(tokens[i][:k], tokens[i][k:]) for _, i, k in cand]
+
+
+def spm_vocab(seed: int, n: int = 3000, alphabet: str = "ab\u2581\u00e9\u4e2d\U0001F600<>") -> tuple[list, list]:
+    """Single characters, short random texts, then texts glued from earlier tokens (so many
+    of their splits are tokens) of up to 40 characters, a few repeated; scores with ties."""
+    rng = np.random.default_rng(seed)
+    tokens = list(alphabet)
+    while len(tokens) < n // 2:
+        tokens.append("".join(rng.choice(list(alphabet), int(rng.integers(2, 6)))))
+    while len(tokens) < n:
+        t = "".join(tokens[j] for j in rng.integers(0, len(tokens), int(rng.integers(2, 4))))
+        if len(t) <= 40:
+            tokens.append(t)
+    tokens += tokens[100:110]                     # repeated texts: the first id counts
+    scores = rng.integers(-20, 0, len(tokens)).astype(float).tolist()
+    return tokens, scores
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_spm_merges_equal_the_plain_ones(seed):
+    tokens, scores = spm_vocab(seed)
+    lens = np.bincount([len(t) for t in tokens])
+    assert lens[2:M._VECTOR_MAX_LEN].max() >= M._VECTOR_MIN_ROWS   # some lengths vectorised
+    assert len(lens) > M._VECTOR_MAX_LEN + 1                        # some too long for it
+    got = M.spm_merges(tokens, scores)
+    assert len(got) > len(tokens) // 2
+    assert got == plain_spm_merges(tokens, scores)
+
+
+def test_spm_merges_with_hash_collisions(monkeypatch):
+    """Texts whose row hashes collide (code points summed) are still told apart exactly,
+    and a length whose tokens share a hash compares the texts themselves."""
+    monkeypatch.setattr(M, "_MULTIPLIERS", np.ones(M._VECTOR_MAX_LEN, np.uint64))
+    tokens, scores = spm_vocab(2, n=1500, alphabet="abcd")
+    assert {"ab", "ba"} <= set(tokens)
+    assert M.spm_merges(tokens, scores) == plain_spm_merges(tokens, scores)
+
+
+@pytest.mark.parametrize("texts", [["ab", "cd"], ["ab", "ba", "cd"]])   # keys unique, and not
+def test_same_length_membership_is_exact(monkeypatch, texts):
+    monkeypatch.setattr(M, "_MULTIPLIERS", np.ones(M._VECTOR_MAX_LEN, np.uint64))   # "ab" ~ "ba"
+    group = M._SameLength(np.array(texts, dtype="<U2"))
+    assert group.unique == (len(texts) == 2)
+    queries = ["ab", "ba", "dc", "cd", "zz", "aa"]
+    rows = np.array(queries, dtype="<U2").view(np.uint32).reshape(len(queries), 2)
+    assert group.contains(rows).tolist() == [q in texts for q in queries]
+
+
+def test_spm_merges_of_texts_with_nul():
+    """numpy drops a text's trailing NULs: such a vocabulary is split in plain Python."""
+    tokens, scores = spm_vocab(3, n=400, alphabet="ab\x00")
+    assert any(t.endswith("\x00") for t in tokens)
+    assert M.spm_merges(tokens, scores) == plain_spm_merges(tokens, scores)
+
+
+def test_spm_merges_of_tiny_vocabularies():
+    assert M.spm_merges([], []) == []
+    assert M.spm_merges(["a"], [0.0]) == []
+    assert M.spm_merges(["a", "b", "ab", "ba"], [0.0, 0.0, -1.0, -0.5]) == [("b", "a"), ("a", "b")]
+
+
+def test_split_merges_only_where_it_is_llama_cpps_cut():
+    vocab = {t: i for i, t in enumerate(["a", "b", "ab", " ", " a"])}
+    assert M.split_merges(["a b", "ab a"]) == [("a", "b"), ("ab", "a")]
+    assert M.split_merges([]) == []
+    for bad in (["a b", "a b"], ["ab"], ["  a"], ["a b c"], ["ab", "a b c"]):
+        assert M.split_merges(bad) is None, bad
+    # llama.cpp cuts at the first space after the first character
+    assert M.bpe_merges(["  a", "a b", "a b"], vocab) == [(" ", "a"), ("a", "b")]
+
+
+class _VocabOnly:
+    """The metadata from_gguf reads, without a file."""
+
+    path, architecture = "vocab-only.gguf", "llama"
+
+    def __init__(self, **values):
+        self.values = values
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+
+def test_gpt2_tokenizer_drops_merges_llama_cpp_skips():
+    """Merges tokenizers refuses (a piece or a result that is no token), a repeated one and
+    one without a space give the tokenizer of the merges llama.cpp keeps."""
+    from gguf_fixtures import TINY_MERGES, tiny_vocab
+    from dynamo_vulkan.llm.tokenizer import GGUFTokenizer
+
+    tokens, types = tiny_vocab()
+    meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm", "tokenizer.ggml.tokens": tokens,
+            "tokenizer.ggml.token_type": types}
+    junk = ["Ġ zq", "h l", "h e", "e"]
+    clean = GGUFTokenizer.from_gguf(_VocabOnly(**meta, **{"tokenizer.ggml.merges": TINY_MERGES}))
+    mixed = GGUFTokenizer.from_gguf(_VocabOnly(**meta, **{"tokenizer.ggml.merges": TINY_MERGES[:5] + junk + TINY_MERGES[5:]}))
+
+    def merges_of(tok):
+        import json
+        return [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1))
+                for m in json.loads(tok.tokenizer.to_str())["model"]["merges"]]
+
+    assert M.split_merges(TINY_MERGES) is not None
+    assert merges_of(mixed) == merges_of(clean) == [tuple(m.split(" ")) for m in TINY_MERGES]
+    text = "hello the world, hell"
+    assert mixed.encode(text) == clean.encode(text)
