@@ -192,7 +192,8 @@ def test_same_length_membership_is_exact(monkeypatch, texts):
 
 
 def test_spm_merges_of_texts_with_nul():
-    """numpy drops a text's trailing NULs: such a vocabulary is split in plain Python."""
+    """numpy pads unicode texts with NULs: texts ending in NUL are still told apart
+    (each is compared only with texts of its own length)."""
     tokens, scores = spm_vocab(3, n=400, alphabet="ab\x00")
     assert any(t.endswith("\x00") for t in tokens)
     assert M.spm_merges(tokens, scores) == plain_spm_merges(tokens, scores)

@@ -81,10 +81,7 @@ def spm_merges(tokens: list[str], scores: list[float], vocab: dict[str, int] | N
     where the caller has it."""
     vocab = first_ids(tokens) if vocab is None else vocab
     texts = list(vocab)
-    ids = np.fromiter(vocab.values(), np.int64, len(vocab))
     lens = np.fromiter(map(len, texts), np.int64, len(texts))
-    # numpy's unicode arrays drop trailing NULs when handing strings back
-    vector = "\x00" not in "".join(texts)
 
     by_len: dict[int, np.ndarray] = {}     # length -> indices into texts
     order = np.argsort(lens, kind="stable")
@@ -93,9 +90,9 @@ def spm_merges(tokens: list[str], scores: list[float], vocab: dict[str, int] | N
         if bounds[m + 1] > bounds[m]:
             by_len[m] = order[bounds[m]:bounds[m + 1]]
     groups = {m: _SameLength(np.array(_pick(texts, idx), dtype=f"<U{m}"))
-              for m, idx in by_len.items() if vector and m <= _VECTOR_MAX_LEN}
+              for m, idx in by_len.items() if m <= _VECTOR_MAX_LEN}
 
-    cand_ids, cand_k, left, right = [], [], [], []
+    cand_rows, cand_k = [], []             # a split: the text's index and the left part's length
     python_rows = []
     for m, idx in by_len.items():
         if m < 2:
@@ -108,29 +105,28 @@ def spm_merges(tokens: list[str], scores: list[float], vocab: dict[str, int] | N
             if k not in groups or m - k not in groups:
                 continue
             rows = np.flatnonzero(groups[k].contains(cps[:, :k]))
-            if not len(rows):
-                continue
-            rows = rows[groups[m - k].contains(cps[rows, k:])]
-            cand_ids.append(ids[idx[rows]])
-            cand_k.append(np.full(len(rows), k, np.int64))
-            left.extend(np.ascontiguousarray(cps[rows, :k]).view(f"<U{k}").ravel().tolist())
-            right.extend(np.ascontiguousarray(cps[rows, k:]).view(f"<U{m - k}").ravel().tolist())
-    py_ids, py_k = [], []
+            if len(rows):
+                rows = rows[groups[m - k].contains(cps[rows, k:])]
+                cand_rows.append(idx[rows])
+                cand_k.append(np.full(len(rows), k, np.int64))
+    py_rows, py_k = [], []
     for j in python_rows:
         t = texts[j]
         for k in range(1, len(t)):
-            a, b = t[:k], t[k:]
-            if a in vocab and b in vocab:
-                py_ids.append(ids[j])
+            if t[:k] in vocab and t[k:] in vocab:
+                py_rows.append(j)
                 py_k.append(k)
-                left.append(a)
-                right.append(b)
-    cand_ids.append(np.array(py_ids, np.int64))
+    cand_rows.append(np.array(py_rows, np.int64))
     cand_k.append(np.array(py_k, np.int64))
-    cid, ck = np.concatenate(cand_ids), np.concatenate(cand_k)
-    score = np.asarray(scores, np.float64)[cid]
-    rank = np.lexsort((ck, cid, -score))
-    return _pick(list(zip(left, right)), rank)
+    rows, ks = np.concatenate(cand_rows), np.concatenate(cand_k)
+    ids = np.fromiter(vocab.values(), np.int64, len(vocab))[rows]
+    rank = np.lexsort((ks, ids, -np.asarray(scores, np.float64)[ids]))
+    # the pieces are cut in rank order, the order tokenizers reads them in: strings made
+    # one after another lie together in memory, which it reads faster
+    ordered, ks = _pick(texts, rows[rank]), ks[rank].tolist()
+    left = list(map(operator.getitem, ordered, map(slice, ks)))
+    right = list(map(operator.getitem, ordered, map(slice, ks, repeat(None))))
+    return list(zip(left, right))
 
 
 def split_merges(merges: list[str]) -> list[tuple[str, str]] | None:

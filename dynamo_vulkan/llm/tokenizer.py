@@ -71,11 +71,12 @@ _PHI3_KEEP_SPACE = frozenset(("<unk>", "<s>", "<|endoftext|>"))
 _ALWAYS_SHOWN = frozenset(("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"))
 
 
-def _llama_cpp_types(tokens: list[str], types: list[int]) -> tuple[list[int], set[int]]:
+def _llama_cpp_types(tokens: list[str], types: list[int], first: dict[str, int]) -> tuple[list[int], set[int]]:
     """The token types llama.cpp works with (see the module doc) and its end-of-generation
-    ids by text."""
+    ids by text (``first``: each text's first id)."""
     types = list(types)
-    index = dict(zip(tokens, range(len(tokens))))   # a repeated text: its last id
+    # a repeated text: its last id, as llama.cpp's text -> id map keeps
+    index = first if len(first) == len(tokens) else dict(zip(tokens, range(len(tokens))))
     eog = set()
     for text in _EOG_TEXTS | _FIM_TEXTS | _FIM_EOG_TEXTS:
         i = index.get(text)
@@ -155,8 +156,8 @@ class GGUFTokenizer:
         types = f.get("tokenizer.ggml.token_type", None) or [NORMAL] * n
         if len(types) != n:
             raise GGUFError(f"{f.path}: {len(types)} token types for {n} tokens")
-        types, eog = _llama_cpp_types(tokens, types)
         vocab = first_ids(tokens)
+        types, eog = _llama_cpp_types(tokens, types, vocab)
 
         def opt_id(key, default=None):
             v = f.get(key, default)
