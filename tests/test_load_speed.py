@@ -249,3 +249,18 @@ def test_gpt2_tokenizer_drops_merges_llama_cpp_skips():
     assert merges_of(mixed) == merges_of(clean) == [tuple(m.split(" ")) for m in TINY_MERGES]
     text = "hello the world, hell"
     assert mixed.encode(text) == clean.encode(text)
+
+
+def test_own_block_sizes_are_the_gguf_packages():
+    """The reader sizes tensors of the types we decode from our table (no gguf import)."""
+    import gguf
+    from dynamo_vulkan.gguf.quants import QUANT_TYPES
+    from dynamo_vulkan.llm.reader import _type_sizes
+
+    for t, info in QUANT_TYPES.items():
+        assert (info.block_size, info.type_size) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t)], info.name
+        assert _type_sizes(t) == (info.block_size, info.type_size)
+    iq2 = int(gguf.GGMLQuantizationType.IQ2_XXS)
+    assert iq2 not in QUANT_TYPES and _type_sizes(iq2) == gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.IQ2_XXS]
+    with pytest.raises(GGUFError, match="unknown tensor type id 9999"):
+        _type_sizes(9999)

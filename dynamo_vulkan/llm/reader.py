@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dynamo_vulkan.gguf.errors import GGUFError, GGUFFileNotFoundError, UnsupportedQuantType
-from dynamo_vulkan.gguf.quants import dequantize, quant_info, qtype_name
+from dynamo_vulkan.gguf.quants import QUANT_TYPES, dequantize, quant_info, qtype_name
 from .file_read import read_spans
 
 __all__ = ["GGUFFile", "TensorInfo", "open_gguf", "SUPPORTED_ARCHITECTURES", "GGUFError"]
@@ -191,6 +191,11 @@ class _Header:
 
 
 def _type_sizes(qtype: int) -> tuple[int, int]:
+    """(elements, bytes) of a block of the type: the types we decode from our own table,
+    others from the gguf package's (importing it costs a new process ~0.1 s)."""
+    info = QUANT_TYPES.get(qtype)
+    if info is not None:
+        return info.block_size, info.type_size
     import gguf
 
     try:
