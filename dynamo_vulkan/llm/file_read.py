@@ -65,6 +65,10 @@ class _Source:
                 raise EOFError(f"the file ends at byte {offset + done}, before byte {offset + n}")
             done += got
 
+    def read_all(self, jobs: Sequence[tuple[memoryview, int]]) -> None:
+        for buf, offset in jobs:
+            self.read_into(buf, offset)
+
     def _read_some(self, buf: memoryview, offset: int) -> int:
         if hasattr(os, "preadv"):
             return os.preadv(self.fd, [buf], offset)
@@ -76,9 +80,11 @@ class _Source:
 def read_spans(fh, spans: Sequence[tuple[int, memoryview]], *, piece: int | None = None,
                threads: int | None = None) -> None:
     """Fill each ``(offset, buffer)`` of ``spans`` with the bytes of the open binary file
-    ``fh`` at that offset. Spans longer than ``piece`` bytes are cut into pieces, read by
-    up to ``threads`` threads (default: up to MAX_THREADS, no more than the cores) when
-    there is more than one piece. A file that ends before a span does raises EOFError."""
+    ``fh`` at that offset, in reads of at most ``piece`` bytes. Where there are at least
+    two pieces, up to ``threads`` threads (default: up to MAX_THREADS, no more than the
+    cores) each read a run of neighbouring pieces, the calling thread one of them: one
+    hand-over per thread, not per piece, as each costs a GIL switch. A file that ends
+    before a span does raises EOFError."""
     piece = piece or PIECE_BYTES
     if piece < 1:
         raise ValueError(f"piece must be >= 1 byte, got {piece}")
@@ -89,14 +95,18 @@ def read_spans(fh, spans: Sequence[tuple[int, memoryview]], *, piece: int | None
         buf = memoryview(buf).cast("B")
         for start in range(0, len(buf), piece):
             jobs.append((buf[start:start + piece], offset + start))
-    if threads <= 1 or len(jobs) <= 1:
-        for buf, offset in jobs:
-            src.read_into(buf, offset)
+    n = min(threads, len(jobs))
+    if n <= 1:
+        src.read_all(jobs)
         return
-    pool = _executor() if threads >= _threads() else ThreadPoolExecutor(threads, "gguf-read")
+    runs = [jobs[i * len(jobs) // n:(i + 1) * len(jobs) // n] for i in range(n)]
+    pool = _executor() if threads >= _threads() else ThreadPoolExecutor(threads - 1, "gguf-read")
     try:
-        futures = [pool.submit(src.read_into, buf, offset) for buf, offset in jobs]
-        wait(futures)                   # every piece done before an error is raised
+        futures = [pool.submit(src.read_all, run) for run in runs[1:]]
+        try:
+            src.read_all(runs[0])
+        finally:
+            wait(futures)               # every piece done before an error is raised
         for f in futures:
             f.result()
     finally:

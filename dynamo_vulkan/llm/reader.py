@@ -192,7 +192,7 @@ class _Header:
 
 def _type_sizes(qtype: int) -> tuple[int, int]:
     """(elements, bytes) of a block of the type: the types we decode from our own table,
-    others from the gguf package's (importing it costs a new process ~0.1 s)."""
+    others from the gguf package's (slow to import: a file of our types needs none of it)."""
     info = QUANT_TYPES.get(qtype)
     if info is not None:
         return info.block_size, info.type_size
