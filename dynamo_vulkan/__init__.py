@@ -8,7 +8,11 @@ from importlib import metadata as _metadata
 
 from .cache import cache_stats, clear_cache
 from .device import device_info, is_available, is_cpu, list_devices
-from .runtime.program import keep_on_device, read_back, runtime_stats
+from .device import prefetch_physical_devices as _prefetch_physical_devices
+
+_prefetch_physical_devices()    # while torch imports, below
+
+from .runtime.program import keep_on_device, read_back, runtime_stats  # noqa: E402
 
 try:
     __version__ = _metadata.version("dynamo-vulkan")

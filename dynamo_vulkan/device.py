@@ -51,6 +51,20 @@ def physical_devices() -> list[dict]:
         return _physical
 
 
+def prefetch_physical_devices() -> None:
+    """Ask the loader for its devices on a daemon thread: creating an instance and
+    describing the devices takes ~0.2 s on NVIDIA's driver, in ctypes calls that release
+    the GIL, so a process importing torch meanwhile (`import dynamo_vulkan` does) finds the
+    list made. A failure here is left to the first caller of physical_devices, which
+    asks again and reports it."""
+    def ask():
+        try:
+            physical_devices()
+        except Exception:   # noqa: BLE001  (asked again, and raised, where it is needed)
+            pass
+    threading.Thread(target=ask, name="dynamo_vulkan-devices", daemon=True).start()
+
+
 def preferred_index(devices: list[dict]) -> int:
     """The device used without DYNAMO_VULKAN_DEVICE: the first of the most preferred type."""
     if not devices:

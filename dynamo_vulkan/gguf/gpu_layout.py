@@ -16,6 +16,7 @@ order: it is made in host_words, from the caller's tensor, on each upload.
 """
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -149,3 +150,27 @@ def gpu_rows(data: np.ndarray, kind: str, out: np.ndarray | None = None) -> np.n
             for f in [pool.submit(piece, r0) for r0 in starts]:
                 f.result()
     return out.reshape(-1)
+
+
+@functools.lru_cache(maxsize=None)
+def bit_sources(name: str) -> tuple[tuple[int, ...], np.ndarray]:
+    """The regroup of `name`'s blocks as a bit permutation, for a kernel that regroups rows
+    on the GPU (shaders/upload.comp): (each region's bytes per block, in row order; for
+    every bit of one block's regrouped bytes, the bit of the GGML block it comes from).
+    Found by regrouping one block per input bit, that bit alone set; a regroup that is
+    not a permutation of the block's bits (a bit from two sources, or from none) raises."""
+    info = quant_info(name)
+    nbits = 8 * info.type_size
+    probe = np.zeros((nbits, info.type_size), np.uint8)
+    src = np.arange(nbits)
+    probe[src, src // 8] = 1 << (src % 8)
+    regions = REGROUP[name](probe)
+    out = np.concatenate([r.reshape(nbits, -1) for r in regions], axis=1)
+    widths = tuple(int(r.reshape(nbits, -1).shape[1]) for r in regions)
+    bits = np.unpackbits(out, axis=1, bitorder="little")      # [source bit, output bit]
+    hits = bits.sum(axis=0)
+    zero = np.concatenate([r.reshape(1, -1) for r in REGROUP[name](np.zeros((1, info.type_size), np.uint8))],
+                          axis=1)
+    if out.shape[1] != info.type_size or (hits != 1).any() or zero.any():
+        raise AssertionError(f"{name}'s GPU layout is not a permutation of its blocks' bits")
+    return widths, bits.argmax(axis=0).astype(np.uint32)

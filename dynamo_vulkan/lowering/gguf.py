@@ -101,12 +101,10 @@ TC_DECODE_ALL_M = 512
 TC_DECODE_ALL_WEIGHTS = 3 << 19
 TILE = 64
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
-# larger (4 GiB on NVIDIA): a resident weight is uploaded one buffer at a time, and the
-# upload holds about two copies of that buffer in host memory meanwhile (the staging
-# buffer, and kp's copy of the array it is made from; runtime/program.upload_filled). So
-# a 7B Q4_K_M file (4.7 GB; output.weight, 447 MB, would take 0.9 GB in one buffer) is
-# uploaded within 0.06x of the file above its host copy. A chunk of 128 MiB still holds
-# 40,000+ rows of such a model, thousands of workgroups a dispatch.
+# larger (4 GiB on NVIDIA): lavapipe's limit, so a weight splits alike on every device. A
+# chunk of 128 MiB still holds 40,000+ rows of a 7B model's output head, thousands of
+# workgroups a dispatch. (Uploads stage through runtime/upload.py's batches whatever the
+# buffer's size.)
 WEIGHT_BUFFER_MAX = 128 << 20
 
 

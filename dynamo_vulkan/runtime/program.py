@@ -21,9 +21,9 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from .. import device, progress
-from . import accumulate, placeholder, shaders
+from . import accumulate, placeholder, shaders, upload
 from .plan import NUMPY_OF_KIND, Plan, barriers, base_kind, words_of
-from .words import NUMPY_OF_DTYPE, host_words, packed_bytes_into
+from .words import NUMPY_OF_DTYPE, host_words, packed_bytes
 
 # Vulkan flag values (vulkan_core.h) for kp.OpMemoryBarrier.
 SHADER_READ, SHADER_WRITE = 0x20, 0x40
@@ -113,17 +113,19 @@ class Resident:
     def nbytes(self) -> int:
         return 4 * self.tensor.size()
 
-    def sync(self, t: torch.Tensor) -> None:
-        if self.stale(t):
-            if base_kind(self.kind) == "u8":     # GGUF rows: made in the staging memory itself
-                upload_filled(self.mgr, self.tensor,
-                              lambda out: packed_bytes_into(t, self.kind, self.span, out))
-            else:
-                upload(self.mgr, self.tensor, host_words(t, self.kind, self.span))
-            self.version = t._version
-            Resident._newer.pop(id(t), None)
-            _stats["uploads"] += 1
-            _stats["upload_bytes"] += self.nbytes()
+    def stage(self, t: torch.Tensor, batch) -> None:
+        """Add t's upload to `batch` (runtime/upload.py); synced() once it is submitted."""
+        if base_kind(self.kind) == "u8":     # GGUF rows: regrouped as the batch stages them
+            batch.gguf_rows(self.tensor, packed_bytes(t, self.span), self.kind)
+        else:
+            batch.words(self.tensor, host_words(t, self.kind, self.span))
+
+    def synced(self, t: torch.Tensor) -> None:
+        """t's data is on the GPU (its batch was submitted)."""
+        self.version = t._version
+        Resident._newer.pop(id(t), None)
+        _stats["uploads"] += 1
+        _stats["upload_bytes"] += self.nbytes()
 
 
 class Scratch:
@@ -560,35 +562,6 @@ def staging_view(t) -> np.ndarray:
     return d
 
 
-def upload(mgr, dst, words: np.ndarray) -> None:
-    """Copy words into a device-only kp tensor through a staging tensor freed after.
-
-    The two copies (host staging -> its device buffer -> dst) are both transfers;
-    kp orders neither, so the barrier between them is what keeps a real GPU
-    from copying the staging tensor before it is filled."""
-    words = np.ascontiguousarray(words, dtype=np.uint32).reshape(-1)
-    _copy_in(mgr, mgr.tensor_t(words if words.size else np.zeros(1, np.uint32)), dst)
-
-
-def upload_filled(mgr, dst, fill) -> None:
-    """upload, with fill(uint8 view of the staging memory) writing the data where a words
-    array would be copied from: a 128 MiB chunk of GGUF rows then takes its staging buffer
-    and no second host copy (kp copies the array it is made from once more)."""
-    staging = mgr.tensor_t(np.zeros(dst.size(), np.uint32))   # zeros: pages untouched till kp's copy
-    fill(staging_view(staging).view(np.uint8))
-    _copy_in(mgr, staging, dst)
-
-
-def _copy_in(mgr, staging, dst) -> None:
-    """Copy a kp device tensor's staging memory into dst, then free the staging tensor."""
-    kp = _kp()
-    mgr.sequence().record(kp.OpTensorSyncDevice([staging])) \
-        .record(kp.OpMemoryBarrier([staging], TRANSFER_WRITE, TRANSFER_READ,
-                                   STAGE_TRANSFER, STAGE_TRANSFER)) \
-        .record(kp.OpTensorCopy([staging, dst])).eval()
-    staging.destroy()
-
-
 def _sync_device(mgr, t) -> None:
     """Copy a kp device tensor's staging memory into its device buffer."""
     mgr.sequence().record(_kp().OpTensorSyncDevice([t])).eval()
@@ -676,29 +649,31 @@ class Program:
         temps = sorted((b for b, buf in enumerate(plan.buffers) if buf.role == "temp"),
                        key=lambda b: (-plan.buffers[b].words, b))
         rank_of = {b: r for r, b in enumerate(temps)}
-        for b, buf in enumerate(plan.buffers):
-            if self.tensors[b] is not None or buf.role == "unused":
-                continue
-            if share is not None and b < len(share.tensors) and share.tensors[b] is not None \
-                    and share.plan.buffers[b].words == buf.words:
-                self.tensors[b] = share.tensors[b]
-                if b in share._staging:
-                    self._staging[b] = share._staging[b]
-                continue
-            if buf.role == "temp":
-                self._scratch.append(Scratch.get(mgr, rank_of[b], buf.words))
-                self.tensors[b] = self._scratch[-1].tensor
-                continue
-            empty = np.empty(buf.words, np.uint32)
-            held += 4 * buf.words
-            if buf.role in ("input", "output"):
-                self.tensors[b] = mgr.tensor_t(empty)           # device + staging
-                self._staging[b] = staging_view(self.tensors[b])
-                staged += 4 * buf.words
-            else:
-                self.tensors[b] = mgr.tensor_t(empty, tensor_type=storage)
-                if buf.role == "const":
-                    upload(mgr, self.tensors[b], buf.const)
+        consts = upload.Batch(mgr, regroup_on_device=not device.is_cpu())
+        with consts:
+            for b, buf in enumerate(plan.buffers):
+                if self.tensors[b] is not None or buf.role == "unused":
+                    continue
+                if share is not None and b < len(share.tensors) and share.tensors[b] is not None \
+                        and share.plan.buffers[b].words == buf.words:
+                    self.tensors[b] = share.tensors[b]
+                    if b in share._staging:
+                        self._staging[b] = share._staging[b]
+                    continue
+                if buf.role == "temp":
+                    self._scratch.append(Scratch.get(mgr, rank_of[b], buf.words))
+                    self.tensors[b] = self._scratch[-1].tensor
+                    continue
+                empty = np.empty(buf.words, np.uint32)
+                held += 4 * buf.words
+                if buf.role in ("input", "output"):
+                    self.tensors[b] = mgr.tensor_t(empty)           # device + staging
+                    self._staging[b] = staging_view(self.tensors[b])
+                    staged += 4 * buf.words
+                else:
+                    self.tensors[b] = mgr.tensor_t(empty, tensor_type=storage)
+                    if buf.role == "const":
+                        consts.words(self.tensors[b], np.ascontiguousarray(buf.const, np.uint32))
         handed = {i for i, *_ in self.handed}
         for i, spec in enumerate(plan.inputs):
             if spec.buffer is not None and not spec.resident and i not in handed:
@@ -807,13 +782,17 @@ class Program:
             key = _algorithm_key(d)
             if key not in self._algorithms:
                 todo.setdefault(key, d)
-        shaders.compile_many((plan.sources[d.spirv_key], d.name) for d in todo.values())
+        # each distinct kernel's SPIR-V once (a digest of its source per lookup costs; a
+        # decoder's hundreds of dispatches share a few dozen kernels)
+        kernels = {d.spirv_key: d.name for d in todo.values()}
+        shaders.compile_many((plan.sources[k], name) for k, name in kernels.items())
+        spirv = {k: shaders.compile_source(plan.sources[k], name) for k, name in kernels.items()}
         nogil = getattr(mgr, "algorithm_nogil", None)
         empty = np.zeros(0, np.uint32)
 
         def build(d):
             tensors = [self.tensors[b] for b in d.bindings]
-            spv = shaders.compile_source(plan.sources[d.spirv_key], d.name)
+            spv = spirv[d.spirv_key]
             spec = np.array(d.spec, np.uint32)
             if nogil is not None:
                 return nogil(tensors, spv, list(d.groups), spec.tolist())
@@ -1005,10 +984,9 @@ class Program:
         return out
 
     def _sync_residents(self, args) -> None:
-        """Upload the resident inputs whose GPU copy is stale, one buffer at a time (each
-        upload's host copies are freed before the next: a split weight's chunks one by
-        one), with a progress bar when they add up to PROGRESS_BYTES or more (a model's
-        first call)."""
+        """Upload the resident inputs whose GPU copy is stale, in one upload batch (a submit
+        per runtime/upload.STAGING_BYTES), with a progress bar when they add up to
+        PROGRESS_BYTES or more (a model's first call)."""
         todo = []
         for n, (i, r) in enumerate(self.residents):
             t = args[i]
@@ -1018,16 +996,21 @@ class Program:
                 r.version = t._version      # the caller's bump before this call: nothing written
             if r.stale(t):
                 todo.append((t, r))
+        if not todo:
+            return
         total = sum(r.nbytes() for _, r in todo)
         bar = _progress(total) if total >= PROGRESS_BYTES else None
         try:
-            for t, r in todo:
-                r.sync(t)
-                if bar is not None:
-                    bar.update(r.nbytes())
+            with upload.Batch(self.mgr, regroup_on_device=not device.is_cpu()) as batch:
+                for t, r in todo:
+                    r.stage(t, batch)
+                    if bar is not None:
+                        bar.update(r.nbytes())
         finally:
             if bar is not None:
                 bar.close()
+        for t, r in todo:
+            r.synced(t)
 
     def call_unwrapped(self, args, sequence=None):
         """__call__ for a caller that is not the aot_autograd wrapper the program was built

@@ -35,10 +35,7 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
                                 "not fit the int32 that Vulkan kernels use")
         return np.ascontiguousarray(a, NUMPY_OF_KIND[kind]).view(np.uint32)
     if base_kind(kind) == "u8":
-        b = t.contiguous().reshape(-1).view(torch.uint8)
-        if span is not None:
-            b = b[span[0]:span[0] + span[1]]
-        b = gpu_rows(b.numpy(), kind)
+        b = gpu_rows(packed_bytes(t, span), kind)
         if b.size % 4:
             b = np.concatenate([b, np.zeros(4 - b.size % 4, np.uint8)])
         return b.view(np.uint32)
@@ -51,11 +48,10 @@ def host_words(t: torch.Tensor, kind: str, span=None) -> np.ndarray:
     return t.numpy().view(np.uint32)
 
 
-def packed_bytes_into(t: torch.Tensor, kind: str, span, out: np.ndarray) -> None:
-    """host_words of a "u8" kind, written into `out` (uint8, the words' bytes) instead of
-    a new array: the bytes in the GPU order of their kind, then zeros."""
-    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+def packed_bytes(t: torch.Tensor, span=None) -> np.ndarray:
+    """The GGUF rows a "u8" tensor holds (uint8, flat, GGML's order; span: (byte start,
+    byte length) of them), a view where the tensor is contiguous."""
+    b = plain(t).contiguous().reshape(-1).view(torch.uint8)
     if span is not None:
         b = b[span[0]:span[0] + span[1]]
-    gpu_rows(b.numpy(), kind, out[:b.numel()])
-    out[b.numel():] = 0
+    return b.numpy()

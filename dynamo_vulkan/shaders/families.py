@@ -88,6 +88,7 @@ FAMILIES: dict[str, Family] = {
     "segment": _f("COMBINE", "MEAN OFFSETS"),
     "sort": _f("LOAD ROW_INDEX SPEC_DECLS STORE VAL_T", "DESCENDING IS_FLOAT NAN_MEDIAN"),
     "step_feed": _f(),
+    "upload": _f("", "REGROUP"),
 }
 
 
