@@ -28,7 +28,8 @@ import numpy as np
 import torch
 
 from dynamo_vulkan.gguf.errors import GGUFError, GGUFFileNotFoundError, UnsupportedQuantType
-from dynamo_vulkan.gguf.quants import dequantize, quant_info, qtype_name
+from dynamo_vulkan.gguf.quants import QUANT_TYPES, dequantize, quant_info, qtype_name
+from .file_read import read_spans
 
 __all__ = ["GGUFFile", "TensorInfo", "open_gguf", "SUPPORTED_ARCHITECTURES", "GGUFError"]
 
@@ -37,7 +38,6 @@ SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"
                            "mistral3")
 
 _MISSING = object()
-_COPY_PIECE = 16 << 20   # bytes of a tensor copied out of the mapping at a time (raw)
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,7 @@ _BOOL, _STRING, _ARRAY = 7, 8, 9
 # value), a tensor's entry (name length, dimension count, type, offset), a string
 # (its length), an array (element type, count)
 _MIN_KV_BYTES, _MIN_TENSOR_BYTES, _MIN_STRING_BYTES, _MIN_ARRAY_BYTES = 13, 24, 8, 12
+_U64 = struct.Struct("<Q")
 MAX_ARRAY_DEPTH = 4           # arrays of arrays (GGUF files use none deeper than 2)
 
 
@@ -138,6 +139,27 @@ class _Header:
         self.pos += n
         return s
 
+    def _strings(self, count: int) -> list[str]:
+        """``count`` strings, as :meth:`string` reads them one by one (a vocabulary holds
+        up to 262k: the loop keeps to locals)."""
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = _U64.unpack_from
+        out = []
+        append = out.append
+        for _ in range(count):
+            if pos + 8 > size:
+                self.pos = pos
+                self._need(8)
+            (n,) = unpack(buf, pos)
+            pos += 8
+            if pos + n > size:
+                self.pos = pos
+                self._need(n)
+            append(buf[pos:pos + n].decode("utf-8", errors="replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def value(self, vtype: int, depth: int = 0):
         if vtype == _STRING:
             return self.string()
@@ -146,10 +168,7 @@ class _Header:
             count = self.u64()
             if etype == _STRING:
                 self._need(count * _MIN_STRING_BYTES)      # before building the list
-                out = []
-                for _ in range(count):
-                    out.append(self.string())
-                return out
+                return self._strings(count)
             if etype == _ARRAY:
                 if depth >= MAX_ARRAY_DEPTH:
                     raise GGUFError(f"arrays nested deeper than {MAX_ARRAY_DEPTH}")
@@ -172,6 +191,11 @@ class _Header:
 
 
 def _type_sizes(qtype: int) -> tuple[int, int]:
+    """(elements, bytes) of a block of the type: the types we decode from our own table,
+    others from the gguf package's (slow to import: a file of our types needs none of it)."""
+    info = QUANT_TYPES.get(qtype)
+    if info is not None:
+        return info.block_size, info.type_size
     import gguf
 
     try:
@@ -185,27 +209,35 @@ class GGUFFile:
 
     ``parser="fast"`` (default) reads the header with a bulk numpy parser; ``parser="gguf"``
     uses ``gguf.GGUFReader`` (slow for large vocabularies; kept as the cross-check).
-    The file stays mapped until :meth:`close` (or the end of a ``with`` block); tensors
-    handed out are copies, independent of the file.
+    The header is parsed from a mapping of the file, closed once parsed; tensor data is
+    read with positional reads (:mod:`.file_read`) from the file, which stays open until
+    :meth:`close` (or the end of a ``with`` block). Tensors handed out are copies,
+    independent of the file, and no file page counts in the process's RSS.
     """
 
     def __init__(self, path, *, check_architecture: bool = True, parser: str = "fast", header_only: bool = False):
         path = Path(path)
         self.path = path
         self.header_only = header_only
-        self._mm = None
+        self._fh = None
         self._reader = None
-        with _open_regular(path) as fh:
+        fh = _open_regular(path)
+        try:
             size = os.fstat(fh.fileno()).st_size
             magic = fh.read(4)
+        except OSError as e:
+            fh.close()
+            raise GGUFError(f"{path}: cannot be read: {e.strerror or e}") from None
+        self._fh = fh            # tensor data is read from it (raw), at absolute offsets
         self.file_size = size
         if magic != b"GGUF":
+            self.close()
             if len(magic) < 4:
                 raise GGUFError(f"{path}: truncated GGUF file ({size} bytes)")
             raise GGUFError(f"{path}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
         try:
             if parser == "fast":
-                self._open_fast(path, size)
+                self._open_fast(fh, size)
             elif parser == "gguf":
                 self._open_gguf_reader(path, size)
             else:
@@ -236,10 +268,18 @@ class GGUFFile:
             self.close()
             raise GGUFError(f"{path}: corrupt or truncated GGUF file ({size} bytes): {type(e).__name__}: {e}") from e
 
-    def _open_fast(self, path: Path, size: int) -> None:
-        with _open_regular(path) as fh:
-            self._mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        h = _Header(self._mm, size)
+    def _open_fast(self, fh, size: int) -> None:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            self._parse_header(mm, size)
+        finally:
+            try:
+                mm.close()      # the header is parsed into Python objects; tensor data is read from fh
+            except BufferError:  # a view still holds it (an exception's frame); the GC closes it then
+                pass
+
+    def _parse_header(self, mm, size: int) -> None:
+        h = _Header(mm, size)
         h.pos = 4
         version = h.u32()
         if version not in (2, 3):
@@ -362,31 +402,36 @@ class GGUFFile:
 
     def raw(self, name: str) -> torch.Tensor:
         """The tensor's bytes as a flat uint8 tensor (a copy)."""
-        info = self.tensor_info(name)
-        if self.header_only:
-            raise GGUFError(f"{self.path}: opened header-only; tensor {name!r} cannot be read")
-        if self._mm is not None:
-            arr = np.empty(info.nbytes, np.uint8)
-            src = np.frombuffer(self._mm, dtype=np.uint8, count=info.nbytes, offset=info.offset)
-            for i in range(0, info.nbytes, _COPY_PIECE):
-                arr[i:i + _COPY_PIECE] = src[i:i + _COPY_PIECE]
-                self._unmap(info.offset + i, min(_COPY_PIECE, info.nbytes - i))
-        elif self._reader is not None:
-            arr = np.asarray(self._reader.data[info.offset:info.offset + info.nbytes]).copy()
-        else:
-            raise GGUFError(f"{self.path}: file is closed")
-        if arr.size != info.nbytes:
-            raise GGUFError(f"{self.path}: tensor {name!r}: {arr.size} bytes, expected {info.nbytes}")
-        return torch.from_numpy(arr)
+        return self.raw_concat([name])
 
-    def _unmap(self, offset: int, nbytes: int) -> None:
-        """Drop copied bytes' pages from the mapping (the page cache keeps them; a later read
-        maps them again): mapped pages count in RSS until the file is closed, so loading a
-        900 MB file peaked at 1.9x its size above the baseline, 1.5x copying each tensor
-        whole before its pages were dropped."""
-        if hasattr(mmap, "MADV_DONTNEED"):
-            start = offset - offset % mmap.PAGESIZE
-            self._mm.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
+    def raw_concat(self, names: Iterable[str]) -> torch.Tensor:
+        """The bytes of the tensors ``names``, one after another, as one flat uint8 tensor
+        (one copy: the loader's fused q|k|v and gate|up weights need no second one)."""
+        infos = [self.tensor_info(n) for n in names]
+        if self.header_only:
+            raise GGUFError(f"{self.path}: opened header-only; tensor {infos[0].name!r} cannot be read")
+        if self._reader is not None:
+            parts = [np.asarray(self._reader.data[i.offset:i.offset + i.nbytes]) for i in infos]
+            for i, p in zip(infos, parts):
+                if p.size != i.nbytes:
+                    raise GGUFError(f"{self.path}: tensor {i.name!r}: {p.size} bytes, expected {i.nbytes}")
+            return torch.from_numpy(np.concatenate(parts) if len(parts) > 1 else parts[0].copy())
+        if self._fh is None:
+            raise GGUFError(f"{self.path}: file is closed")
+        arr = np.empty(sum(i.nbytes for i in infos), np.uint8)
+        spans, at = [], 0
+        for i in infos:
+            spans.append((i.offset, arr[at:at + i.nbytes]))
+            at += i.nbytes
+        try:
+            read_spans(self._fh, spans)
+        except EOFError as e:
+            what = ", ".join(repr(i.name) for i in infos)
+            raise GGUFError(f"{self.path}: truncated GGUF file: it shrank after it was opened "
+                            f"(reading tensor {what}: {e})") from None
+        except OSError as e:
+            raise GGUFError(f"{self.path}: cannot be read: {e.strerror or e}") from None
+        return torch.from_numpy(arr)
 
     def float_tensor(self, name: str) -> torch.Tensor:
         """The tensor decoded to float32, in torch shape (reversed ne)."""
@@ -397,12 +442,9 @@ class GGUFFile:
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:  # a view still holds it; the GC closes it then
-                pass
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()
         reader, self._reader = self._reader, None
         if reader is not None:
             rmm = getattr(getattr(reader, "data", None), "_mmap", None)

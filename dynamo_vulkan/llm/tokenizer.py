@@ -32,7 +32,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
+
 from dynamo_vulkan.gguf.errors import GGUFError
+from .merges import bpe_merges, first_ids, split_merges, spm_merges
 from .pretokenizers import pre_tokenizer
 
 __all__ = ["GGUFTokenizer", "StreamDecoder"]
@@ -68,11 +71,12 @@ _PHI3_KEEP_SPACE = frozenset(("<unk>", "<s>", "<|endoftext|>"))
 _ALWAYS_SHOWN = frozenset(("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"))
 
 
-def _llama_cpp_types(tokens: list[str], types: list[int]) -> tuple[list[int], set[int]]:
+def _llama_cpp_types(tokens: list[str], types: list[int], first: dict[str, int]) -> tuple[list[int], set[int]]:
     """The token types llama.cpp works with (see the module doc) and its end-of-generation
-    ids by text."""
+    ids by text (``first``: each text's first id)."""
     types = list(types)
-    index = {t: i for i, t in enumerate(tokens)}
+    # a repeated text: its last id, as llama.cpp's text -> id map keeps
+    index = first if len(first) == len(tokens) else dict(zip(tokens, range(len(tokens))))
     eog = set()
     for text in _EOG_TEXTS | _FIM_TEXTS | _FIM_EOG_TEXTS:
         i = index.get(text)
@@ -107,44 +111,6 @@ GEMMA_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}"
 )
-
-def _spm_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
-    """Merges of a SentencePiece vocabulary, as llama.cpp's SPM tokenizer merges: every
-    split of a token (of any type) into two tokens, ranked by the token's score, highest
-    first (ties: the lower token id, then the shorter left part)."""
-    vocab: dict[str, int] = {}
-    for i, t in enumerate(tokens):
-        vocab.setdefault(t, i)
-    get = vocab.get
-    cand = []
-    for t, i in vocab.items():
-        if len(t) < 2:
-            continue
-        s = -scores[i]
-        for k in range(1, len(t)):
-            if t[:k] in vocab and t[k:] in vocab:
-                cand.append((s, i, k))
-    cand.sort()
-    return [(tokens[i][:k], tokens[i][k:]) for _, i, k in cand]
-
-
-def _bpe_merges(merges: list[str], vocab: dict[str, int]) -> list[tuple[str, str]]:
-    """``tokenizer.ggml.merges`` as pairs, split as llama.cpp does (at the first space after
-    the first character); a repeated pair keeps its first rank, and pairs whose pieces or
-    result are not tokens (which could never merge) are left out."""
-    seen = set()
-    pairs = []
-    for m in merges:
-        k = m.find(" ", 1)
-        if k < 0:
-            continue
-        pair = (m[:k], m[k + 1:])
-        if pair in seen or pair[0] not in vocab or pair[1] not in vocab or pair[0] + pair[1] not in vocab:
-            continue
-        seen.add(pair)
-        pairs.append(pair)
-    return pairs
-
 
 @dataclass
 class _Meta:
@@ -190,10 +156,8 @@ class GGUFTokenizer:
         types = f.get("tokenizer.ggml.token_type", None) or [NORMAL] * n
         if len(types) != n:
             raise GGUFError(f"{f.path}: {len(types)} token types for {n} tokens")
-        types, eog = _llama_cpp_types(tokens, types)
-        vocab: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            vocab.setdefault(t, i)
+        vocab = first_ids(tokens)
+        types, eog = _llama_cpp_types(tokens, types, vocab)
 
         def opt_id(key, default=None):
             v = f.get(key, default)
@@ -208,9 +172,15 @@ class GGUFTokenizer:
                 log.warning("%s: no tokenizer.ggml.pre; using llama.cpp's 'default' pre-tokenizer "
                             "(as llama.cpp does; the file's own tokenizer may cut words differently)", f.path)
             pre = pre_tokenizer(name, str(f.path))
-            kwargs = dict(vocab=vocab, merges=_bpe_merges(merges, vocab), fuse_unk=False, byte_fallback=False,
-                          ignore_merges=pre.ignore_merges)
-            tok = Tokenizer(models.BPE(**kwargs))
+            kwargs = dict(vocab=vocab, fuse_unk=False, byte_fallback=False, ignore_merges=pre.ignore_merges)
+            pairs = split_merges(merges)
+            try:
+                model = models.BPE(merges=pairs, **kwargs) if pairs is not None else None
+            except Exception:  # tokenizers refuses a merge of a piece or into a text that is no token
+                model = None
+            if model is None:  # llama.cpp skips such merges (and keeps a repeated one's first rank)
+                model = models.BPE(merges=bpe_merges(merges, vocab), **kwargs)
+            tok = Tokenizer(model)
             tok.pre_tokenizer = pre_tokenizers.Sequence(
                 [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in pre.regexes]
                 + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
@@ -226,7 +196,7 @@ class GGUFTokenizer:
             bos = opt_id("tokenizer.ggml.bos_token_id", 1)
             eos = opt_id("tokenizer.ggml.eos_token_id", 2)
             unk = opt_id("tokenizer.ggml.unknown_token_id", 0)
-            model = models.BPE(vocab=vocab, merges=_spm_merges(tokens, scores), fuse_unk=True, byte_fallback=True,
+            model = models.BPE(vocab=vocab, merges=spm_merges(tokens, scores, vocab), fuse_unk=True, byte_fallback=True,
                                unk_token=tokens[unk] if unk is not None else None)
             tok = Tokenizer(model)
             add_prefix = bool(f.get("tokenizer.ggml.add_space_prefix", True))
@@ -244,10 +214,13 @@ class GGUFTokenizer:
         name = str(f.get("general.name", "")).lower()
         phi3 = "phi-3" in name or "phi3" in name
 
+        kinds = np.asarray(types)
+
         def added(wanted, special):
             return [AddedToken(tokens[i], special=special, normalized=False,
                                rstrip=phi3 and tokens[i] not in _PHI3_KEEP_SPACE)
-                    for i in range(n) if types[i] in wanted and vocab.get(tokens[i]) == i and tokens[i]]
+                    for i in np.flatnonzero(np.isin(kinds, wanted)).tolist()
+                    if vocab.get(tokens[i]) == i and tokens[i]]
 
         special = added((CONTROL, UNKNOWN), True)
         user = added((USER_DEFINED,), False)

@@ -138,6 +138,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rot: int, 
     return out
 
 
+def lazy_zeros(shape: tuple[int, ...]) -> torch.Tensor:
+    """A float32 zero tensor whose memory the OS maps on first write (numpy's zeros is
+    calloc; torch.zeros writes every byte): a KV cache kept on the GPU is never written on
+    the host, and one on the host grows in RSS as positions fill."""
+    return torch.from_numpy(np.zeros(shape, np.float32))
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DecoderConfig, layer: int, max_ctx: int, *, qkv: GGUFLinear | None = None,
                  q: GGUFLinear | None = None, k: GGUFLinear | None = None, v: GGUFLinear | None = None,
@@ -167,8 +174,8 @@ class Attention(nn.Module):
             half = self.rot // 2
             self.k_pairs = (2, half) if self.neox else (half, 2)
         k_shape = (self.n_kv, max_ctx) + (self.k_pairs or (self.head_dim,))
-        self.register_buffer("k_cache", torch.zeros(k_shape), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(self.n_kv, max_ctx, self.v_head_dim), persistent=False)
+        self.register_buffer("k_cache", lazy_zeros(k_shape), persistent=False)
+        self.register_buffer("v_cache", lazy_zeros((self.n_kv, max_ctx, self.v_head_dim)), persistent=False)
         # Llama 4's attention temperature of each position (mistral3), or None
         self.register_buffer("q_temp", attention_temperature(cfg, max_ctx) if cfg.attn_temp_scale else None,
                              persistent=False)

@@ -115,7 +115,7 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
     def linear(names: list[str]) -> GGUFLinear:
         """One GGUFLinear over the rows of one or more same-type weights (and their biases)."""
         infos = [f.tensor_info(n) for n in names]
-        blocks = torch.cat([f.raw(n) for n in names]) if len(names) > 1 else f.raw(names[0])
+        blocks = f.raw_concat(names)        # read side by side: no second copy to concatenate
         biases = [n[: -len(".weight")] + ".bias" for n in names]
         bias = None
         if any(f.has_tensor(b) for b in biases):
