@@ -2,8 +2,7 @@
 // with W as GGUF blocks. A workgroup of 16x16 threads computes a 64x64 tile of
 // out, each thread 4x4, stepping K by 16: per step, 128 threads decode the W
 // tile (64 rows x 2 chunks of 8) into shared memory and all load the x tile
-// through its strides, each into registers a step ahead (load_step); no
-// dequantized copy of W is ever stored in a buffer.
+// through its strides; no dequantized copy of W is ever stored in a buffer.
 // CPU devices take CPU_LANES instead (below: no shared memory, x shared by broadcasts).
 // W may be one chunk of a split weight: its N rows are then columns
 // OUT_OFF.. of an output whose rows hold OUT_N values.
@@ -75,23 +74,6 @@ layout(local_size_x = 16, local_size_y = 16) in;
 shared float As[TK][TM + 1];
 shared float Ws[TK][TN + 1];
 
-// One K step's operands into registers: x's 4 elements of this invocation (e = tid +
-// 256 i of the 64x16 tile) and, for the first 128 invocations, 8 decoded values of W
-// (row nn, chunk half_). Loaded a step ahead, so that their memory latency passes while
-// the workgroup multiplies the step before.
-void load_step(uint m0, uint n0, uint k0, uint kend, uint tid, out float xr[4], out vec4 lo, out vec4 hi) {
-    [[unroll]] for (uint i = 0; i < 4u; ++i) {
-        uint e = tid + 256u * i, gm = m0 + e / TK, gk = k0 + e % TK;
-        xr[i] = (gm < M && gk < kend) ? ld_f32(xb[X_OFF + gm * X_SM + gk * X_SK]) : 0.0;
-    }
-    lo = vec4(0.0);
-    hi = vec4(0.0);
-    if (tid < TN * 2u) {
-        uint gn = n0 + (tid >> 1), gk = k0 + 8u * (tid & 1u);
-        if (gn < N && gk < kend) deq8r(gn * ROW_BYTES, gk / 8u, lo, hi);
-    }
-}
-
 void main() {
     uint m0 = gl_WorkGroupID.y * TM, n0 = gl_WorkGroupID.x * TN;
     uint kbeg = gl_WorkGroupID.z * KS, kend = min(K, kbeg + KS);
@@ -99,23 +81,27 @@ void main() {
     uint tid = ty * 16u + tx;
     float acc[4][4];
     for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) acc[i][j] = 0.0;
-    float xr[4];
-    vec4 lo, hi;
-    load_step(m0, n0, kbeg, kend, tid, xr, lo, hi);
     for (uint k0 = kbeg; k0 < kend; k0 += TK) {
-        [[unroll]] for (uint i = 0; i < 4u; ++i) {
-            uint e = tid + 256u * i;
-            As[e % TK][e / TK] = xr[i];
+        for (uint e = tid; e < TM * TK; e += 256u) {
+            uint mm = e / TK, kk = e % TK;
+            uint gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < kend) ? ld_f32(xb[X_OFF + gm * X_SM + gk * X_SK]) : 0.0;
         }
         if (tid < TN * 2u) {
-            uint nn = tid >> 1, kk = 8u * (tid & 1u);
+            uint nn = tid >> 1, half_ = tid & 1u;
+            uint gn = n0 + nn, gk = k0 + 8u * half_;
+            vec4 lo = vec4(0.0), hi = vec4(0.0);
+            if (gn < N && gk < kend) {
+                uint ch = gk / 8u;
+                deq8r(gn * ROW_BYTES, ch, lo, hi);
+            }
+            uint kk = 8u * half_;
             for (uint i = 0; i < 4u; ++i) {
                 Ws[kk + i][nn] = lo[i];
                 Ws[kk + 4u + i][nn] = hi[i];
             }
         }
         barrier();
-        if (k0 + TK < kend) load_step(m0, n0, k0 + TK, kend, tid, xr, lo, hi);
         for (uint kk = 0; kk < TK; ++kk) {
             float a[4], b[4];
             for (int i = 0; i < 4; ++i) a[i] = As[kk][ty + 16u * i];
