@@ -88,3 +88,32 @@ def test_index_past_the_devices_says_how_to_list_them(monkeypatch):
     reason = device.unavailable_reason(3)
     assert "DYNAMO_VULKAN_DEVICE=3 but only 1 Vulkan device(s) exist" in reason
     assert "list_devices()" in reason
+
+
+def test_the_device_list_asked_ahead_on_a_thread(monkeypatch):
+    """prefetch_physical_devices asks the loader on a thread (import dynamo_vulkan starts
+    it while torch imports): its answer is the one later callers get, and a failure there
+    is silent and left to the next caller, who asks again and sees it."""
+    import threading
+    calls = []
+
+    def failing():
+        calls.append(threading.current_thread().name)
+        raise RuntimeError("the loader broke")
+    monkeypatch.setattr(device, "_physical", None)
+    monkeypatch.setattr(device.vkinfo, "physical_devices", failing)
+    device.prefetch_physical_devices()
+    for t in threading.enumerate():
+        if t.name == "dynamo_vulkan-devices":
+            t.join(10)
+    assert calls == ["dynamo_vulkan-devices"] and device._physical is None
+    with pytest.raises(RuntimeError, match="the loader broke"):
+        device.physical_devices()
+    assert len(calls) == 2
+
+    monkeypatch.setattr(device.vkinfo, "physical_devices", lambda: _fake("cpu", "discrete_gpu"))
+    device.prefetch_physical_devices()
+    for t in threading.enumerate():
+        if t.name == "dynamo_vulkan-devices":
+            t.join(10)
+    assert device._physical == _fake("cpu", "discrete_gpu") == device.physical_devices()
