@@ -269,7 +269,7 @@ def _compile_graph(gm: fx.GraphModule, cfg: config.Config, kind: str, inputs_met
     inline_regions(gm)      # nested compile regions: one flat graph for the partitions
     for sink in _graph_sinks:
         sink.aot_graph(gm, kind, static, bumped)
-    original = gm.code
+    original = gm.code if cfg.debug_dump is not None else None   # Python codegen: ~30 ms a decoder
     role = _role(gm)
     gm, report = partition(gm, gid, kind)
     report.role = role
