@@ -2,7 +2,7 @@
 pays it (generate.load: header, decoder, tokenizer), hot page cache, with the tensor
 reads on 1..N threads, and the host memory it holds.
 
-    python scripts/time_gguf_load.py smollm2 gemma3 .device-kit/skel/qwen2-7b.json.gz \
+    python -m dynamo_vulkan.benchmarks.load_time smollm2 gemma3 .device-kit/skel/qwen2-7b.json.gz \
         --threads 1,2,4,8 --reps 3
 
 Each row is a fresh process. ``--mapped`` also times the reads the loader made before
@@ -76,7 +76,7 @@ def child(path: str, threads: int, mapped: bool) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m dynamo_vulkan.benchmarks.load_time", description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="*")
     ap.add_argument("--threads", default="1,8", help="read threads to time, comma-separated")
     ap.add_argument("--reps", type=int, default=3)
@@ -99,7 +99,7 @@ def main() -> None:
         ways = [(int(t), False) for t in a.threads.split(",")] + ([(1, True)] if a.mapped else [])
         for rep in range(a.reps):
             for threads, mapped in ways:
-                r = subprocess.run([sys.executable, __file__, "--child", path, str(threads), str(int(mapped))],
+                r = subprocess.run([sys.executable, "-m", "dynamo_vulkan.benchmarks.load_time", "--child", path, str(threads), str(int(mapped))],
                                    capture_output=True, text=True, check=True)
                 row = json.loads(r.stdout.strip().splitlines()[-1])
                 how = "mapped copy" if mapped else f"{threads} read threads"
