@@ -17,13 +17,12 @@ import torch
 
 from dynamo_vulkan import config, device
 from dynamo_vulkan.runtime import shaders
-from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan
+from dynamo_vulkan.runtime.plan import KIND_OF_DTYPE, Buffer, Dispatch, Plan, groups_for  # noqa: F401  (rules import it from here)
 from dynamo_vulkan.runtime.words import plain
 
 from .registry import NO_REQUEST, Lowered, OpSpec, Request, lowering, spec_of  # noqa: F401
 
 GLSL_TYPE = {"f32": "float", "i32": "int", "b": "bool"}
-MAX_GROUPS = 65535
 
 
 class LoweringError(RuntimeError):
@@ -109,13 +108,6 @@ def i32_bits(x: int) -> int:
     if not -2**31 <= x < 2**31:
         raise LoweringError(f"integer constant {x} does not fit in int32")
     return x & 0xFFFFFFFF
-
-
-def groups_for(n: int, per_group: int = 1) -> tuple[int, int, int]:
-    """Workgroup counts for n items, folded into a 2-D grid past 65535."""
-    total = max(1, -(-n // per_group))
-    x = min(total, MAX_GROUPS)
-    return (x, -(-total // x), 1)
 
 
 class Context:

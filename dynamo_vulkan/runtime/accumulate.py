@@ -14,10 +14,9 @@ import numpy as np
 import torch
 
 from . import shaders
-from .plan import words_of
+from .plan import groups_for, words_of
 
 GROUP = 256            # the kernel's local size
-MAX_GROUPS = 65535     # workgroups along x before the grid folds into y
 
 _queue: list = []      # (manager, kp algorithm, dst kp tensor) to submit
 # (id(dst), id(src), words, copy) -> (kp algorithm, dst, src): dst is an accumulator, whose
@@ -62,9 +61,7 @@ def queue(mgr, dst, src, n: int, copy: bool) -> None:
     if got is None:
         _, source = shaders.kernel_source("accumulate", {})
         spv = shaders.compile_source(source, "accumulate")
-        total = max(1, -(-n // GROUP))
-        x = min(total, MAX_GROUPS)
-        got = _algorithms[key] = (mgr.algorithm([dst, src], spv, [x, -(-total // x), 1],
+        got = _algorithms[key] = (mgr.algorithm([dst, src], spv, list(groups_for(n, GROUP)),
                                                 np.array([n, int(copy)], np.uint32),
                                                 np.zeros(0, np.uint32)), dst, src)
     _queue.append((mgr, got[0], dst))

@@ -55,6 +55,16 @@ class Buffer:
     const: np.ndarray | None = None
 
 
+MAX_GROUPS = 65535   # workgroups along x before a grid folds into y (Vulkan's guaranteed minimum)
+
+
+def groups_for(n: int, per_group: int = 1) -> tuple[int, int, int]:
+    """Workgroup counts for n items, folded into a 2-D grid past MAX_GROUPS."""
+    total = max(1, -(-n // per_group))
+    x = min(total, MAX_GROUPS)
+    return (x, -(-total // x), 1)
+
+
 @dataclass
 class Dispatch:
     name: str            # kernel family + variant, for reports

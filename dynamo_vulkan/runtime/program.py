@@ -649,8 +649,7 @@ class Program:
         temps = sorted((b for b, buf in enumerate(plan.buffers) if buf.role == "temp"),
                        key=lambda b: (-plan.buffers[b].words, b))
         rank_of = {b: r for r, b in enumerate(temps)}
-        consts = upload.Batch(mgr, regroup_on_device=not device.is_cpu())
-        with consts:
+        with upload.Batch(mgr) as consts:
             for b, buf in enumerate(plan.buffers):
                 if self.tensors[b] is not None or buf.role == "unused":
                     continue
@@ -1001,7 +1000,7 @@ class Program:
         total = sum(r.nbytes() for _, r in todo)
         bar = _progress(total) if total >= PROGRESS_BYTES else None
         try:
-            with upload.Batch(self.mgr, regroup_on_device=not device.is_cpu()) as batch:
+            with upload.Batch(self.mgr) as batch:
                 for t, r in todo:
                     r.stage(t, batch)
                     if bar is not None:

@@ -16,14 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..gguf.gpu_layout import REGROUP, U8, bit_sources, gpu_rows, row_bytes_of
+from .. import device
 from . import shaders
+from .plan import groups_for
 
 STAGING_BYTES = 32 << 20   # a batch's staging tensor (host-visible) and temporary (device)
 GROUP = 256                # the kernel's local size
-MAX_GROUPS = 65535         # workgroups along x before the grid folds into y
-SHADER_READ, SHADER_WRITE = 0x20, 0x40
-TRANSFER_WRITE = 0x1000
-STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
 
 class _Item:
@@ -44,9 +42,11 @@ class Batch:
     has been submitted, so read nothing of them before. The host data is read when its
     part is submitted: keep it unchanged until close()."""
 
-    def __init__(self, mgr, regroup_on_device: bool, staging_bytes: int = STAGING_BYTES):
+    def __init__(self, mgr, regroup_on_device: bool | None = None, staging_bytes: int = STAGING_BYTES):
+        """regroup_on_device: whether the kernel regroups GGUF rows (default: on a GPU, not
+        on a CPU device)."""
         self.mgr = mgr
-        self.regroup_on_device = regroup_on_device
+        self.regroup_on_device = not device.is_cpu() if regroup_on_device is None else regroup_on_device
         self.capacity = staging_bytes // 4
         self._items: list[_Item] = []
         self._pending = 0           # words staged by the items not yet submitted
@@ -109,6 +109,8 @@ class Batch:
         if not self._items:
             return
         import kp
+
+        from .program import SHADER_READ, STAGE_COMPUTE, STAGE_TRANSFER, TRANSFER_WRITE
         mgr = self.mgr
         if self._staging is None:
             size = self._pending if last else self.capacity
@@ -154,10 +156,8 @@ class Batch:
         tensors = [it.dst, self._temp]
         if regroup:
             tensors.append(self._table(it.regroup))
-        total = max(1, -(-it.words // GROUP))
-        x = min(total, MAX_GROUPS)
         push = np.array([it.src_word, it.dst_word, it.words, it.nbytes, it.row_bytes], np.uint32)
-        return self.mgr.algorithm(tensors, self._spv[regroup], [x, -(-total // x), 1],
+        return self.mgr.algorithm(tensors, self._spv[regroup], list(groups_for(it.words, GROUP)),
                                   np.array([GROUP], np.uint32), push)
 
     def _table(self, name: str):
