@@ -147,9 +147,8 @@ def test_when_attention_is_tiled():
 @pytest.mark.parametrize("t,c", [(1, 700), (1, 40), (5, 300)], ids=str)
 def test_attention_masks_with_windows_and_holes(request, plan_as, t, c):
     """Masks that are not causal: a sliding window (no live key before it), holes inside
-    it, and a row with no live key at all (NaN, as eager's softmax gives). On lavapipe
-    each workgroup first finds its keys' live range in the mask (LIVE_RANGE); a GPU plan
-    skips the masked chunks as it meets them."""
+    it, and a row with no live key at all (NaN, as eager's softmax gives). Each workgroup
+    first finds its keys' live range in the mask, planned for lavapipe or as a GPU."""
     if plan_as != "device":
         request.getfixturevalue(plan_as)
     g = torch.Generator().manual_seed(c + t)

@@ -205,11 +205,6 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
                "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
                # decode's splits load their V rows with the keys (registers permitting)
                "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
-    if device.is_cpu(ctx.caps) or splits > 1:
-        # lavapipe: a masked chunk's skip still costs its mask loads and two barriers, so
-        # the live range is found first (docs/journal.md, session 29); decode's splits:
-        # one past the step's position then loads neither q nor K and V rows
-        defines["LIVE_RANGE"] = 1
     spec[-2] = split_keys
     # bindings: out, q, k, v, mask, then what the variant adds
     bindings = [out, q_lazy.buffers[0] if q_lazy else q, k, v, mask]

@@ -18,9 +18,11 @@
 // is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
 // beside this kernel (same barrier level), are computed here for key P (read from
 // the scatter's index) and the caches are never read at P.
-// LIVE_RANGE (CPU devices, and decode's splits): each workgroup first finds its keys' live
-// range in the mask; a split with none (past a decode step's position: most splits early
-// in a long cache) loads nothing else and only counts itself in for the merge.
+// Each workgroup first finds its keys' live range in the mask: chunks outside it (a
+// prompt's keys past its last row in a longer cache, a decode step's past its position,
+// a sliding window's before it) cost no loads and no barriers; a split with none
+// (most of decode's splits early in a long cache) loads nothing else and only counts
+// itself in for the merge.
 // SOFTCAP_BITS > 0 (Gemma 2): a score s = scale * q.k becomes tanh(s / cap) * cap before
 // the mask and the softmax; 0 leaves it as is (a specialisation constant, so the branch
 // folds away).
@@ -268,11 +270,9 @@ void main() {
     uint h = row / T, t = row % T, kvh = h / GROUP;
     uint k0 = split * SPLIT_KEYS, k1 = SPLITS > 1 ? min(C, k0 + SPLIT_KEYS) : C;
     uint lid = gl_LocalInvocationID.x;
-#ifdef LIVE_RANGE
     // the keys between the split's first and last unmasked ones, found in one pass over
-    // its mask, before anything else is loaded: chunks outside them (a decode step's keys
-    // past its position, a sliding window's before it) then cost no loads and no barriers. Key indices are exact as
-    // floats (below 2^24). No live key: an empty range, as if every chunk were skipped.
+    // its mask before anything else is loaded. Key indices are exact as floats (below
+    // 2^24). No live key: an empty range, as if every chunk were skipped.
     float lo_f = float(k1), hi_f = float(k0);
     for (uint c = k0 + lid; c < k1; c += WG) {
         if (ld_b(mb[M_OFF + t * M_ST + c * M_SC])) { lo_f = min(lo_f, float(c)); hi_f = float(c + 1u); }
@@ -289,7 +289,6 @@ void main() {
 #endif
         return;
     }
-#endif
 #endif
 #ifdef Q_LAZY
     for (uint i = lid; i < D / VW; i += WG) qs[i] = QLAZY(h * T + t, i * VW);

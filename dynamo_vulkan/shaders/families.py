@@ -53,7 +53,7 @@ FAMILIES: dict[str, Family] = {
                     "CHUNK SPLITS IS_FLOAT LARGEST PAIRS WANT_VALUES", "SMALLEST"),
     "attention_tiled": _f("BK BQ D DV VW"),
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
-                        "K_NEW K_RPH K_W LIVE_RANGE PARTS PENDING Q_LAZY Q_RPH Q_W "
+                        "K_NEW K_RPH K_W PARTS PENDING Q_LAZY Q_RPH Q_W "
                         "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
     "cdist": _f("", "PDIST P_INF P_ONE P_TWO P_ZERO", "P_ANY"),
     "conv": _f("", "HAS_BIAS TRANSPOSED"),
