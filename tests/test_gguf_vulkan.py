@@ -784,6 +784,21 @@ def test_k_splits_rule():
         splits, per = ks({}, tiles, k)
         assert per % 16 == 0 and (splits - 1) * per < k <= splits * per
         assert splits == 1 or per >= core.SPLIT_K_MIN - 15
+    # max_bytes bounds the partial products (splits x outputs floats) below the buffer's
+    assert ks({}, 2, 4096, 1 << 20, max_bytes=8 << 20) == (2, 2048)
+    assert ks({}, 2, 4096, 1 << 20, max_bytes=(8 << 20) - 1) == (1, 4096)
+
+
+@pytest.mark.parametrize("m,n,k", [(512, 3072, 576), (512, 576, 1536), (128, 4096, 640), (128, 576, 576)])
+def test_gguf_split_partials_stay_within_their_budget(m, n, k):
+    """A prompt's tiled GGUF product on a GPU splits K for more workgroups, but its partial
+    products stay within GGUF_SPLIT_K's max_bytes (SmolLM2's 512-row prompt held 18 MiB of
+    them, past its memory goal), splitting where the budget allows it."""
+    from dynamo_vulkan.lowering import core, gguf
+    tiles = -(-m // gguf.TILE) * -(-n // gguf.TILE)
+    splits, per = core.k_splits({"max_storage_buffer_range": 1 << 32}, tiles, k, m * n, **gguf.GGUF_SPLIT_K)
+    assert splits * m * n * 4 <= gguf.GGUF_SPLIT_K["max_bytes"] or splits == 1
+    assert (splits > 1) == (2 * m * n * 4 <= gguf.GGUF_SPLIT_K["max_bytes"])
 
 
 def test_a_cpu_device_keeps_prologues_as_their_own_kernels(as_cpu, plans):

@@ -205,15 +205,18 @@ MAX_K_SPLITS = 8
 
 
 def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1, wgs: int = SPLIT_K_WGS,
-             min_k: int = SPLIT_K_MIN, most: int = MAX_K_SPLITS) -> tuple[int, int]:
+             min_k: int = SPLIT_K_MIN, most: int = MAX_K_SPLITS,
+             max_bytes: int | None = None) -> tuple[int, int]:
     """(splits, K per split) for a tiled matmul kernel of `tiles` workgroups: enough
     workgroups to fill a GPU (`wgs`), each keeping at least `min_k` of K (whole K steps of
     16), at most `most` splits, and partial outputs (splits x `outputs` floats) that fit
-    one buffer; one split on CPU devices (lavapipe), whose few threads are busy with any
-    grid. The kernel writes each split's partial product; one elementwise kernel adds them."""
+    one buffer (and `max_bytes`); one split on CPU devices (lavapipe), whose few threads
+    are busy with any grid. The kernel writes each split's partial product; one
+    elementwise kernel adds them."""
     if device.is_cpu(caps) or tiles >= wgs or k == 0:
         return 1, k
-    fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * max(1, outputs))
+    room = int(caps.get("max_storage_buffer_range", 128 << 20))
+    fit = min(room, max_bytes or room) // (4 * max(1, outputs))
     splits = max(1, min(-(-wgs // tiles), k // min_k, most, fit))
     ks = -(-k // (splits * 16)) * 16            # whole K steps of the kernel
     return -(-k // ks), ks

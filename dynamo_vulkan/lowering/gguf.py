@@ -104,8 +104,10 @@ TILE = 64
 # takes a round of load latency per K step of 16, so a small model's 128-row prompt
 # (tens of 64x64 tiles, K of 576-2048) runs faster split finer than core.k_splits'
 # defaults: SmolLM2 6.23 -> 4.55 ms, Gemma 3 5.40 -> 4.38 (H100, docs/journal.md,
-# session 34)
-GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16}
+# session 34). The partial products (a temporary of the output's size times the splits)
+# hold at most 8 MiB: at 3-14 splits they took SmolLM2's 512-row prompt 18 MiB past its
+# memory goal (1.25 x the file + KV cache; docs/journal.md, session 35)
+GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16, "max_bytes": 8 << 20}
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): lavapipe's limit, so a weight splits alike on every device. A
 # chunk of 128 MiB still holds 40,000+ rows of a 7B model's output head, thousands of
