@@ -390,3 +390,24 @@ def test_llama_cpp_times_include_the_gpu_work():
     assert Lib.calls == ["reset", 3, "sync", 1, "sync", 1, "sync"]
     assert run.prefill_s >= wait and all(s >= wait for s in run.step_s) and len(run.step_s) == 2
     assert run.first_token_s >= run.prefill_s and run.logits.tolist() == [0, 3, 1, 0, 0]
+
+
+@pytest.mark.parametrize("precision,rel,floor", [("highest", 1e-3, 1e-4), ("high", 1e-2, 1e-3),
+                                                 ("medium", 5e-2, 5e-3)])
+def test_llm_rows_tolerate_the_error_of_the_precision_in_force(monkeypatch, precision, rel, floor):
+    """An LLM row's error bound follows the matmul precision the run compiled under: exact
+    kernels' under "highest", TF32- or bf16-class where tensor cores were allowed, said in
+    the row's note; a row that is not checked gets none."""
+    from dynamo_vulkan.benchmarks.suites import llm
+
+    class Bench:
+        def add(self, row):
+            return row
+
+    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
+    case = llm.Case("m", 8, 4)
+    pre, dec = llm._rows(Bench(), case, "vulkan", [1.0], [0.5], ((0.01, 2.0), (0.02, 3.0)), True, "n")
+    assert pre.tol == pytest.approx(rel * 2.0 + floor) and dec.tol == pytest.approx(rel * 3.0 + floor)
+    assert (f"matmul precision {precision}" in pre.note) == (precision != "highest")
+    pre, _ = llm._rows(Bench(), case, "vulkan", [1.0], [0.5], ((0.01, 2.0), (0.02, 3.0)), False, "n")
+    assert pre.tol is None

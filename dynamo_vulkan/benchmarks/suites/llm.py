@@ -382,10 +382,23 @@ def _one_case(bench, model, tok, c: Case, compiled, reps: int, eager_check: bool
     return compiled, first.warmup_s
 
 
+# Errors against eager CPU that a row tolerates, (relative to the logits' scale, absolute),
+# per float32 matmul precision: exact fp32 kernels ("highest"); tensor cores where the user
+# allows them, TF32-class ("high": 2^-11 rounding, ~8,000x fp32's) or bf16-class ("medium",
+# 8x TF32's), whose rounding a deep model carries to its logits
+LOGITS_TOL = {"highest": (1e-3, 1e-4), "high": (1e-2, 1e-3), "medium": (5e-2, 5e-3)}
+
+
 def _rows(bench, c: Case, backend: str, prefill_ms, step_ms, errs, tolerate: bool, note: str) -> tuple[Row, Row]:
     """The prefill and decode rows of one backend at one case; errs: ((err, scale), (err, scale))."""
+    from dynamo_vulkan import config
+    precision = config.load().matmul_precision
+    rel, floor = LOGITS_TOL[precision]
+    if tolerate and precision != "highest":
+        note += f"; error tolerated: {rel:g} x scale + {floor:g} (matmul precision {precision})"
+
     def tol(scale):
-        return 1e-3 * scale + 1e-4 if tolerate and scale is not None else None
+        return rel * scale + floor if tolerate and scale is not None else None
     (e_pre, s_pre), (e_dec, s_dec) = errs
     pre = bench.add(Row("llm", c.prefill, backend, Stat.of(prefill_ms), work=c.n_prompt, unit="tok/s",
                         err=e_pre, ref_scale=s_pre, tol=tol(s_pre), note=note))
