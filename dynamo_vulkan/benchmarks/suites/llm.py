@@ -276,7 +276,7 @@ def one_model(bench, label: str, path: Path, what: str, cases: list[Case], s: Se
     file_bytes = path.stat().st_size
     work = model_work(path) if detailed else None
 
-    # the Vulkan device is made first: its own memory (the driver's context, ~70-80 MiB
+    # the Vulkan device is made first: its own memory (the driver's context, ~40 MiB
     # on the H100) is the process's, paid once whatever model it runs, not this model's
     before = gpu_used_bytes()
     _make_device()
