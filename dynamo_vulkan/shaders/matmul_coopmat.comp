@@ -82,6 +82,9 @@
 #endif
 #define NSG (SG_M * SG_N)
 #define WG (NSG * SUBGROUP)
+#if (CM_M * CM_N) % SUBGROUP != 0
+#error the epilogue gives each lane CM_M * CM_N / SUBGROUP elements of a fragment
+#endif
 #define RM (BM / (SG_M * CM_M))
 #define RN (BN / (SG_N * CM_N))
 #define GROUP_M 8u
@@ -451,7 +454,11 @@ void main() {
             coopMatStore(acc[i][j], sm, scratch, CM_N / 4u, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            for (uint e = lane; e < CM_M * CM_N; e += SUBGROUP) {
+            // a fixed trip count, unrolled: a loop of the driver's own count here keeps the
+            // i, j loops rolled and so every accumulator in local memory (NVIDIA reserves
+            // it for the whole GPU: ~9 MiB per fragment a subgroup on an H100)
+            [[unroll]] for (uint t = 0u; t < CM_M * CM_N / SUBGROUP; ++t) {
+                uint e = lane + t * SUBGROUP;
                 uint gm = m0 + wm + i * CM_M + e / CM_N, gn = n0 + wn + j * CM_N + e % CM_N;
                 if (gm >= M || gn >= N) continue;
                 float v = alpha * uintBitsToFloat(sm[scratch + e / 4u][e % 4u]);
