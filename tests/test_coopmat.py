@@ -294,6 +294,19 @@ def test_k_splits(precision, plans, monkeypatch, dtype):
     assert any("K in 3 splits" in s for s in coopmat_notes(plans)), coopmat_notes(plans)
 
 
+def test_k_split_partials_stay_within_their_budget(as_gpu, precision, plans, monkeypatch):
+    """On a GPU a product of few tiles splits K for more workgroups (up to 5 here), but its
+    partial products stay within core.SPLIT_K_MAX_BYTES (SmolLM2's 512-row prompt held 18
+    MiB of them): a budget of two splits' partials gives two."""
+    from dynamo_vulkan.lowering import core
+    m, k, n = 130, 640, 96
+    monkeypatch.setattr(core, "SPLIT_K_MAX_BYTES", 2 * m * n * 4)
+    plan_apart(monkeypatch, "split budget")
+    check_product(precision, monkeypatch, "high", torch.randn(m, k), torch.randn(k, n))
+    notes = coopmat_notes(plans)
+    assert notes and all("K in 2 splits" in s for s in notes), notes
+
+
 @pytest.mark.parametrize("kind", ["f16", "high", "medium"])
 def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
     """A 64x64 tile, whose K steps of 32 fit a small shared memory (lavapipe's 32 KiB):

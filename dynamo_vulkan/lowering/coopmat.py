@@ -253,7 +253,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     if packed:
         note = f"{note}, {packed} in 16 bits first"
     count = tiles[0] * tiles[1] * nb
-    splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n)
+    splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n, max_bytes=core.SPLIT_K_MAX_BYTES)
     if FORCE_SPLITS is not None:
         splits = FORCE_SPLITS
     ks = -(-k // (splits * plan.bk)) * plan.bk if k else plan.bk

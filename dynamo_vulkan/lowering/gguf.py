@@ -30,8 +30,9 @@ from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 from dynamo_vulkan.runtime.plan import base_kind
 
-from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, cpu_lanes, cpu_lanes_groups,
-                   f32_bits, groups_for, host_matmul, k_splits, lowering, meta_view, spec_of)
+from .core import (NO_REQUEST, SPLIT_K_MAX_BYTES, Context, Lowered, LoweringError, TRef, cpu_lanes,
+                   cpu_lanes_groups, f32_bits, groups_for, host_matmul, k_splits, lowering,
+                   meta_view, spec_of)
 from .checks import index_check
 from .elementwise import add_slices, contiguous, ew
 from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader, writes_in_place
@@ -105,9 +106,8 @@ TILE = 64
 # (tens of 64x64 tiles, K of 576-2048) runs faster split finer than core.k_splits'
 # defaults: SmolLM2 6.23 -> 4.55 ms, Gemma 3 5.40 -> 4.38 (H100, docs/journal.md,
 # session 34). The partial products (a temporary of the output's size times the splits)
-# hold at most 8 MiB: at 3-14 splits they took SmolLM2's 512-row prompt 18 MiB past its
-# memory goal (1.25 x the file + KV cache; docs/journal.md, session 35)
-GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16, "max_bytes": 8 << 20}
+# hold at most SPLIT_K_MAX_BYTES.
+GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16, "max_bytes": SPLIT_K_MAX_BYTES}
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): lavapipe's limit, so a weight splits alike on every device. A
 # chunk of 128 MiB still holds 40,000+ rows of a 7B model's output head, thousands of
