@@ -792,9 +792,8 @@ def test_k_splits_rule():
 @pytest.mark.parametrize("m,n,k", [(512, 3072, 576), (512, 576, 1536), (128, 4096, 640), (128, 576, 576)])
 def test_gguf_split_partials_stay_within_their_budget(m, n, k):
     """A prompt's tiled GGUF product on a GPU splits K for more workgroups, but its partial
-    products stay within GGUF_SPLIT_K's max_bytes, core.SPLIT_K_MAX_BYTES (SmolLM2's
-    512-row prompt held 18 MiB of them, past its memory goal), splitting where the budget
-    allows it."""
+    products stay within GGUF_SPLIT_K's max_bytes (SmolLM2's 512-row prompt held 18 MiB of
+    them, past its memory goal), splitting where the budget allows it."""
     from dynamo_vulkan.lowering import core, gguf
     tiles = -(-m // gguf.TILE) * -(-n // gguf.TILE)
     splits, per = core.k_splits({"max_storage_buffer_range": 1 << 32}, tiles, k, m * n, **gguf.GGUF_SPLIT_K)

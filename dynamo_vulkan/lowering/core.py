@@ -202,9 +202,10 @@ class Context:
 SPLIT_K_WGS = 256   # tiled workgroups below which K is split across more of them
 SPLIT_K_MIN = 128   # ... keeping at least this much K per split
 MAX_K_SPLITS = 8
-# Bytes of split partial products at most for the LLM products (tiled GGUF, tensor cores):
-# SmolLM2's 512-row prompt held 18 MiB of them in each, past its memory goal (1.25 x the
-# file + KV cache; docs/journal.md, sessions 35 and 36). Plain fp32 products keep theirs.
+# Bytes of split partial products at most for the tensor-core products (the tiled GGUF
+# kernel keeps half: lowering/gguf.GGUF_SPLIT_K): SmolLM2's 512-row prompt held 18 MiB of
+# them in each, past its memory goal (1.25 x the file + KV cache; docs/journal.md,
+# sessions 35 and 36). Plain fp32 products keep theirs.
 SPLIT_K_MAX_BYTES = 8 << 20
 
 

@@ -30,7 +30,7 @@ from dynamo_vulkan.gguf.gpu_layout import U8, packed_kind, row_bytes_of
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, qtype_name, row_nbytes
 from dynamo_vulkan.runtime.plan import base_kind
 
-from .core import (NO_REQUEST, SPLIT_K_MAX_BYTES, Context, Lowered, LoweringError, TRef, cpu_lanes,
+from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, cpu_lanes,
                    cpu_lanes_groups, f32_bits, groups_for, host_matmul, k_splits, lowering,
                    meta_view, spec_of)
 from .checks import index_check
@@ -106,8 +106,10 @@ TILE = 64
 # (tens of 64x64 tiles, K of 576-2048) runs faster split finer than core.k_splits'
 # defaults: SmolLM2 6.23 -> 4.55 ms, Gemma 3 5.40 -> 4.38 (H100, docs/journal.md,
 # session 34). The partial products (a temporary of the output's size times the splits)
-# hold at most SPLIT_K_MAX_BYTES.
-GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16, "max_bytes": SPLIT_K_MAX_BYTES}
+# hold at most 4 MiB, half of core.SPLIT_K_MAX_BYTES: at 8 MiB SmolLM2's 512-row prompt
+# stayed 0.3 MiB past its memory goal, and its timings read alike from 4 MiB to none
+# (docs/journal.md, sessions 35 and 36).
+GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16, "max_bytes": 4 << 20}
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): lavapipe's limit, so a weight splits alike on every device. A
 # chunk of 128 MiB still holds 40,000+ rows of a 7B model's output head, thousands of
