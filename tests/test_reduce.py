@@ -38,3 +38,21 @@ def test_reduce_nan_propagates():
 def test_int_and_bool_reductions():
     x = torch.randint(-5, 5, (4, 9))
     check(lambda t: (t.sum(1), t.amax(0), (t > 0).any(1), (t > -5).all(1), (t > 0).sum()), x)
+
+
+@pytest.mark.parametrize("make,dims", [
+    (lambda: torch.randn(8, 33, 12), (0,)),                                    # a batch dim
+    (lambda: noncontig(torch.randn(3, 50, 7)).permute(2, 1, 0), (0, 2)),       # strided, two dims
+    (lambda: torch.randn(64, 130), (0,)),                                      # R at the limit
+], ids=["batch", "strided", "r64"])
+def test_few_elements_per_output_take_a_lane_each(plans, make, dims):
+    """Few reduced elements for many outputs (a gradient summed over a batch dim): an
+    invocation per output walks them (PER_LANE), for every op, NaN included."""
+    from dynamo_vulkan.lowering import reduce
+    x = make()
+    x[(1,) * x.ndim] = float("nan")
+    check(lambda t: (t.sum(dims), t.mean(dims), t.amax(dims), t.amin(dims),
+                     t.var(dims), (t > 0).any(dims[0]), (t > 0).sum(dims)), x)
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
+    assert notes and all("an invocation per output" in n for n in notes), notes
+    assert max(x.shape[d] for d in dims) <= reduce.PER_LANE_MAX_R

@@ -1,6 +1,8 @@
 // Reduction family: out[o] = FINAL(COMBINE over r of LOAD(in[o, r])), one
 // workgroup per output element; threads stride over the R reduced elements,
 // then subgroup operations and shared memory combine the partial results.
+// PER_LANE (few reduced elements, many outputs: a gradient summed over a batch dim):
+// one invocation per output element walks its R elements in order instead.
 // Kept and reduced dims each carry their own strides (spec constants), so any
 // dims of any view reduce without a copy. lowering/reduce.py declares variants.
 #include "common.glsl"
@@ -25,6 +27,24 @@ float div_(float a) {   // a / divisor, IEEE even where the driver divides by re
     return a / d;
 }
 
+#ifdef PER_LANE
+void main() {
+    uint o = flat_invocation();
+    if (o >= NOUT) return;
+    uint base = IN_OFF;
+    OUTER_INDEX
+    ACC_T acc = INIT;
+    for (uint r = 0u; r < R; ++r) {
+        uint off = base;
+        INNER_INDEX
+        acc = COMBINE(acc, LOAD(inb[off]));
+    }
+    outb[o] = STORE(FINAL(acc));
+#ifdef CHECK_BINDING
+    if (ck_ != 0u) atomicOr(chkb[0], ck_);
+#endif
+}
+#else
 shared ACC_T partial[64];
 
 void main() {
@@ -55,3 +75,4 @@ void main() {
         }
     }
 }
+#endif
