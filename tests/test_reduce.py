@@ -42,12 +42,13 @@ def test_int_and_bool_reductions():
 
 @pytest.mark.parametrize("make,dims", [
     (lambda: torch.randn(8, 33, 12), (0,)),                                    # a batch dim
-    (lambda: noncontig(torch.randn(3, 50, 7)).permute(2, 1, 0), (0, 2)),       # strided, two dims
+    (lambda: noncontig(torch.randn(3, 150, 7)).permute(2, 1, 0), (0, 2)),      # strided, two dims
     (lambda: torch.randn(64, 130), (0,)),                                      # R at the limit
 ], ids=["batch", "strided", "r64"])
 def test_few_elements_per_output_take_a_lane_each(plans, make, dims):
     """Few reduced elements for many outputs (a gradient summed over a batch dim): an
-    invocation per output walks them (PER_LANE), for every op, NaN included."""
+    invocation per output walks them (PER_LANE), for every op, NaN included. At least 128
+    outputs each, a GPU's workgroup of them."""
     from dynamo_vulkan.lowering import reduce
     x = make()
     x[(1,) * x.ndim] = float("nan")
