@@ -39,36 +39,32 @@ def attention_scores(query, key, attn_mask, is_causal: bool, scale: float | None
     return scores
 
 
-def _attention_logsumexp(query, key, attn_mask, is_causal: bool, scale: float | None):
-    """log(sum(exp(scores))) over each query row, as the CPU flash-attention kernel saves it
-    for its backward: scores = scale * q k^T plus the mask, computed in float32 (the
-    kernel's accumulation type for half types); a row with nothing to attend gets 0 (the
-    kernel's convention, which keeps its backward's exp(scores - lse) free of NaN)."""
-    scores = attention_scores(query, key, attn_mask, is_causal, scale)
-    peak = scores.amax(-1, keepdim=True)
-    peak = torch.where(peak == float("-inf"), torch.zeros_like(peak), peak)
-    total = (scores - peak).exp().sum(-1)
-    total = torch.where(total == 0, torch.ones_like(total), total)
-    return peak.squeeze(-1) + total.log()
-
-
 def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p: float = 0.0,
                                                is_causal: bool = False, *, attn_mask=None,
                                                scale: float | None = None):
-    """(output, logsumexp), as the op returns them. The output is the math attention that
-    core ATen's decomposition computes (so the forward graph, and its kernels, are the
-    same); the logsumexp is computed beside it for the backward, and an inference graph,
-    which does not use it, drops it as dead code."""
+    """(output, logsumexp), as the op returns them, from one matrix of scores: scale * q
+    k^T plus the mask, in float32 for half types (the CPU kernel's accumulation type);
+    its row maxima, exponentials and sums give both the probabilities and the logsumexp
+    that the backward reads. A row with nothing to attend gets output 0 and logsumexp 0
+    (the kernel's convention, which keeps its backward's exp(scores - lse) free of NaN).
+    An inference graph, which does not use the logsumexp, drops its log as dead code."""
     torch._check(dropout_p == 0.0,
                  lambda: f"flash attention for CPU: dropout must be zero, got p={dropout_p}")
     torch._check(query.dim() == 4 and key.dim() == 4 and value.dim() == 4,
                  lambda: "flash attention for CPU: q, k, v must be 4-dimensional")
-    output, _ = aten._scaled_dot_product_attention_math.default(
-        query, key, value, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal,
-        dropout_mask=None, scale=scale, enable_gqa=query.size(1) != key.size(1))
+    scores = attention_scores(query, key, attn_mask, is_causal, scale)
+    peak = scores.amax(-1, keepdim=True)
+    peak = torch.where(peak == float("-inf"), torch.zeros_like(peak), peak)
+    weights = (scores - peak).exp()
+    total = weights.sum(-1, keepdim=True)
+    total = torch.where(total == 0, torch.ones_like(total), total)
+    v = value.to(scores.dtype)
+    if v.size(-3) != scores.size(-3):                 # grouped-query attention
+        v = v.repeat_interleave(scores.size(-3) // v.size(-3), dim=-3)
+    output = torch.matmul(weights / total, v).to(query.dtype)
     # the flash op's output layout: (B, L, H, E) in memory, seen as (B, H, L, E)
     output = output.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
-    return output, _attention_logsumexp(query, key, attn_mask, is_causal, scale)
+    return output, (peak + total.log()).squeeze(-1)
 
 
 # op -> decomposition, replacing core ATen's for that op
