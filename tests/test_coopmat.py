@@ -353,11 +353,27 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
 
 
+def assert_gguf_decoded(plans, name: str, rows: int, k: int) -> None:
+    """W was decoded by the tensor-core path: in the matmul's tile loads for a type whose
+    blocks bound their magnitudes (no copy of W at all), else straight into the fp16 copy
+    (coopmat_pack.comp's GGUF); never through an fp32 copy."""
+    from dynamo_vulkan.lowering.coopmat_pack import BOUNDED_TYPES
+    names = [d.name for p in plans for d in p.dispatches]
+    assert not any("dequant" in n for n in names), names
+    packs = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
+    decoded = [s for s in packs if f"{name}[{rows}x{k}] decoded to 16 bits" in s]
+    inline = [s for s in coopmat_notes(plans) if f"W decoded from its {name} blocks in the tile loads" in s]
+    if name in BOUNDED_TYPES:
+        assert inline and not decoded, (packs, coopmat_notes(plans))
+    else:
+        assert decoded and not inline, (packs, coopmat_notes(plans))
+
+
 @pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_1", "F16"])
-def test_gguf_weights_packed_from_their_blocks(as_gpu, precision, plans, monkeypatch, name):
+def test_gguf_weights_decoded_from_their_blocks(as_gpu, precision, plans, monkeypatch, name):
     """A prompt's GGUF linear under "high" (planned as for a GPU): W decoded from its blocks
-    straight into the scaled fp16 copy (coopmat_pack.comp's GGUF), no fp32 copy; rows past
-    the tile (65 of 64), a strided x, against eager's x @ W^T."""
+    by the tensor-core path (assert_gguf_decoded), no fp32 copy; rows past the tile (65 of
+    64), a strided x, against eager's x @ W^T."""
     from dynamo_vulkan.gguf import GGUFLinear
     from dynamo_vulkan.gguf.quants import quant_info
     from dynamo_vulkan.lowering import gguf as gguf_lowering
@@ -373,10 +389,38 @@ def test_gguf_weights_packed_from_their_blocks(as_gpu, precision, plans, monkeyp
         with torch.no_grad():
             got = compiled(lin)(x)
         assert_scaled_near(got, lambda a, b: a @ b.t(), x, w)
-    names = [d.name for p in plans for d in p.dispatches]
-    assert any(n.startswith("coopmat_pack") for n in names) and not any("dequant" in n for n in names), names
-    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
-    assert any(f"{name}[65x{k}] decoded to 16 bits" in s for s in notes), notes
+    assert_gguf_decoded(plans, name, 65, k)
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])
+def test_gguf_weights_decoded_in_k_splits(as_gpu, precision, plans, monkeypatch, name):
+    """W decoded in the tile loads with K in 3 slices whose edges cut blocks of 256 (each
+    slice bounds its rows over the blocks it meets); one row's blocks made 2^12 larger in
+    the first slice only, so that its slices take different scales."""
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    require_coopmat("scaled", monkeypatch)
+    precision("high")
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    monkeypatch.setattr(coopmat, "FORCE_SPLITS", 3)
+    plan_apart(monkeypatch, "splits 3")
+    info = quant_info(name)
+    rows, k = 33, 768
+    data = blocks_of(name, rows, k, 6).numpy().reshape(rows, k // info.block_size, -1).copy()
+    at = D_AT[name]
+    d = np.frombuffer(data[5, 0, at:at + 2].tobytes(), np.float16)[0]
+    data[5, 0, at:at + 2] = np.frombuffer(np.float16(float(d) * 4096).tobytes(), np.uint8)
+    lin = GGUFLinear(torch.from_numpy(data.reshape(-1)), info.ggml_type, rows, k)
+    w = lin.dequantized_weight()
+    x = torch.randn(70, k)
+    with torch.no_grad():
+        got = compiled(lin)(x)
+    assert_scaled_near(got, lambda a, b: a @ b.t(), x, w)
+    assert_gguf_decoded(plans, name, rows, k)
+    assert any("K in 3 splits" in s for s in coopmat_notes(plans)), coopmat_notes(plans)
 
 
 # byte offset of each block's fp16 d in GGML's layout (the types whose rows are scaled from
@@ -423,8 +467,7 @@ def test_gguf_rows_scaled_from_block_scales(as_gpu, precision, plans, monkeypatc
     finite = [c for c in range(rows) if c != 2]
     assert_scaled_near(got[:, finite], lambda a, b: a @ b.t(), x, w[finite])
     assert torch.equal(got[:, 2].isnan(), want[:, 2].isnan()) and want[:, 2].isnan().all()
-    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
-    assert any(f"{name}[{rows}x{k}] decoded to 16 bits" in s for s in notes), notes
+    assert_gguf_decoded(plans, name, rows, k)
 
 
 def test_packing_follows_reads(monkeypatch):
@@ -507,13 +550,16 @@ COMPILED_PLANS = [("bf16", True, (16, 16, 16), 32, 16), ("bf16", False, (16, 16,
 
 @pytest.mark.parametrize("cm,subgroup", [((16, 16, 16), 32), ((8, 8, 8), 8)], ids=str)
 def test_scaled_kernels_compile_with_the_second_glslc(cm, subgroup):
-    """The scaled fp16 matmul (both operands packed, with and without bias) and its pack
-    (along k and along rows)."""
+    """The scaled fp16 matmul (both operands packed, with and without bias; B decoded from
+    each bounded GGUF type's blocks) and its pack (along k and along rows)."""
+    from dynamo_vulkan.lowering.coopmat_pack import BOUNDED_TYPES
     if shaders.coopmat_glslc() is None:
         pytest.skip("no glslc for cooperative-matrix kernels here (scripts/glslc_coopmat.sh installs one)")
     plan = coopmat.Plan("f16", False, cm, *coopmat.TILE, 32, subgroup, True)
     packed = {"A_PACKED": 1, "A_ALONG_K": 1, "B_PACKED": 1, "B_ALONG_K": 1}
     sources = [("matmul_coopmat", packed | extra | plan.defines()) for extra in ({}, {"HAS_BIAS": 1})]
+    sources += [("matmul_coopmat", {"A_PACKED": 1, "A_ALONG_K": 1, "B_ALONG_K": 1, "B_GGUF": 1,
+                                    f"QTYPE_{t}": 1} | plan.defines()) for t in sorted(BOUNDED_TYPES)]
     sources += [("coopmat_pack", {"CM_F16": 1, "SCALED": 1} | extra) for extra in ({}, {"ALONG_ROWS": 1})]
     for name, defines in sources:
         _, src = kernel_source(name, defines)

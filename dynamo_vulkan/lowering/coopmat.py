@@ -222,11 +222,11 @@ def packed_operands(tiles_m: int, tiles_n: int) -> str:
 
 
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note,
-         pack_b=None) -> None:
+         weight=None) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
     to fill the GPU), after the 16-bit copies of the operands that many tiles read.
-    pack_b(plan, rows_p, kp), where given, makes B's 16-bit copy instead (a GGUF weight's,
-    decoded from its blocks)."""
+    weight (coopmat_pack.GGUFWeight), where given, is B: decoded in the kernel's tile
+    loads (B_GGUF) or first into its fp16 copy."""
     from .coopmat_pack import pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
@@ -240,18 +240,25 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
-    if pack_b is not None:
-        if "B" not in packed or nb != 1:
-            raise core.LoweringError("a B packed by its producer needs a scaled, unbatched product")
-        bindings[2] = pack_b(plan, tiles[0] * plan.bn, kp)
-        defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
+    if weight is not None:
+        if not plan.scaled or nb != 1:
+            raise core.LoweringError("a GGUF weight as B needs a scaled, unbatched product")
+        if weight.inline:
+            bindings[2] = weight.ref
+            defines |= {f"QTYPE_{weight.qtype}": 1, "B_GGUF": 1, "B_ALONG_K": 1}
+            spec = spec[:7] + [0, 0, 1, weight.row_bytes] + spec[11:]     # B_SN: W's row bytes
+            note = f"{note}, W decoded from its {weight.qtype} blocks in the tile loads"
+        else:
+            bindings[2] = weight.pack(ctx, plan, tiles[0] * plan.bn, kp)
+            defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     elif "B" in packed:
         bindings[2] = pack_operand(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
         defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     else:
         load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
     if packed:
-        note = f"{note}, {packed} in 16 bits first"
+        first = packed.replace("B", "") if weight is not None and weight.inline else packed
+        note = f"{note}, {first} in 16 bits first"
     count = tiles[0] * tiles[1] * nb
     splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n, max_bytes=core.SPLIT_K_MAX_BYTES)
     if FORCE_SPLITS is not None:

@@ -3,6 +3,8 @@ once ahead of the matmul where many of its tiles read that operand (coopmat.pack
 they then read half the bytes and convert nothing in their inner loop."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from . import core
 
 WG = 256    # coopmat_pack.comp's workgroup
@@ -30,6 +32,35 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
                  [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
                  core.groups_for(count, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
     return dst
+
+
+# GGUF types whose blocks bound their magnitudes from their scales alone (gguf_blocks.glsl's
+# gb_bound): the tensor-core kernel decodes them in its tile loads (B_GGUF)
+BOUNDED_TYPES = frozenset({"Q4_0", "Q8_0", "Q4_K", "Q6_K"})
+
+
+@dataclass(frozen=True)
+class GGUFWeight:
+    """B of x @ W^T given as a GGUF weight W [n, k]: its blocks, their type's defines
+    (VARIANT, QTYPE_) and its row bytes. The scaled tensor-core kernel decodes a bounded
+    type's blocks in its tile loads (inline: no copy of W); any other type is first
+    decoded whole into the kernel's fp16 copy (pack_gguf)."""
+    ref: object
+    defines: dict
+    n: int
+    k: int
+    row_bytes: int
+
+    @property
+    def qtype(self) -> str:
+        return self.defines["VARIANT"]
+
+    @property
+    def inline(self) -> bool:
+        return self.qtype in BOUNDED_TYPES
+
+    def pack(self, ctx, plan, rows_p: int, kp: int):
+        return pack_gguf(ctx, plan, self.ref, self.defines, self.n, self.k, self.row_bytes, rows_p, kp)
 
 
 def pack_gguf(ctx, plan, w, qdefines: dict, n: int, k: int, row_bytes: int, rows_p: int, kp: int):

@@ -383,7 +383,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     else:
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
-        first = _decode_first(ctx, m, n, k, row0, out_rows)
+        first = _decode_first(ctx, m, n, k, row0, out_rows, defines["VARIANT"])
         if first:
             _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first)
             return
@@ -407,17 +407,18 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         add_slices(ctx, part, out.with_layout((m, n), (out_rows, 1), out.offset + row0))
 
 
-def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int):
-    """Whether a prompt's GGUF linear decodes W whole first and then runs the plain matmul
-    kernels (larger tiles, tensor cores where the matmul precision allows) instead of the
-    tiled GGUF kernel, whose every row-tile of the prompt decodes W's tiles again: on a
-    GPU, for weights of DECODE_FIRST_WEIGHTS elements or more, W in one buffer writing all
-    of out, the decoded W within one buffer, and prompts of DECODE_FIRST_M rows or more
-    (W decoded to a temporary fp32 matrix), or of TC_DECODE_FIRST_M rows or more where the
-    scaled fp16 tensor cores take the product (W decoded straight into their fp16 copy);
-    on the tensor cores, weights of TC_DECODE_ALL_WEIGHTS elements or more from
-    TC_DECODE_ALL_M rows.
+def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int, qtype: str):
+    """Whether a prompt's GGUF linear runs on the plain matmul kernels (larger tiles, tensor
+    cores where the matmul precision allows) instead of the tiled GGUF kernel, whose tiles
+    are fp32 and smaller: on a GPU, for weights of DECODE_FIRST_WEIGHTS elements or more,
+    W in one buffer writing all of out, and prompts of DECODE_FIRST_M rows or more (W
+    decoded whole first to a temporary fp32 matrix within one buffer), or of
+    TC_DECODE_FIRST_M rows or more where the scaled fp16 tensor cores take the product
+    (which decode a bounded type's blocks in their tile loads, another type's W first
+    into their fp16 copy within one buffer); on the tensor cores, weights of
+    TC_DECODE_ALL_WEIGHTS elements or more from TC_DECODE_ALL_M rows.
     Returns False, True (the fp32 matrix) or the tensor cores' plan."""
+    from .coopmat_pack import BOUNDED_TYPES
     small = n * k < DECODE_FIRST_WEIGHTS
     if device.is_cpu(ctx.caps) or row0 != 0 or out_rows != n or \
             (small and (m < TC_DECODE_ALL_M or n * k < TC_DECODE_ALL_WEIGHTS)):
@@ -426,6 +427,8 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
     if small and plan is None:
         return False
+    if plan is not None and qtype in BOUNDED_TYPES:
+        return plan
     if plan is not None:        # the fp16 copy: whole tiles of rows, whole K steps, exponents
         rows_p, kp = -(-n // plan.bn) * plan.bn, -(-k // plan.bk) * plan.bk
         return plan if 2 * rows_p * kp + 4 * rows_p <= limit else False
@@ -441,16 +444,16 @@ def _scaled_plan(ctx: Context, m: int, n: int, k: int):
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
                          k: int, rb: int, note: str, how) -> None:
-    """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out, after
-    W is decoded (how: _decode_first's answer): into the scaled fp16 tensor-core kernel's
-    copy (coopmat_pack.comp) where that kernel takes the product, else by gguf_dequant
-    into a temporary fp32 [n, k]."""
-    from .coopmat_pack import pack_gguf
+    """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out (how:
+    _decode_first's answer): by the scaled fp16 tensor-core kernel, which decodes W
+    (coopmat_pack.GGUFWeight), where it takes the product, else after gguf_dequant
+    decodes W into a temporary fp32 [n, k]."""
+    from .coopmat_pack import GGUFWeight
     from .matmul import matmul
 
     if how is not True:
         matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), out=out,     # W's layout only
-               pack_b=lambda plan, rows_p, kp: pack_gguf(ctx, plan, w, defines, n, k, rb, rows_p, kp))
+               weight=GGUFWeight(w, defines, n, k, rb))
         return
     wf = ctx.empty((n, k), "f32")
     ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],

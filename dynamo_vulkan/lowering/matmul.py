@@ -84,12 +84,12 @@ COLS_RED_VEC4S = 1024    # ... shared memory of the partial-sum exchange (16 KiB
 
 
 def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: TRef | None = None,
-           pack_b=None) -> TRef:
+           weight=None) -> TRef:
     """alpha * a @ b (+ beta * bias, broadcast) for 2-D or batched 3-D a and b, into a
     new contiguous output (or `out`, contiguous from offset 0: a GGUF linear's); the
-    kernel is chosen by the rows of a and b's layout. pack_b: b's 16-bit copy for the
-    scaled tensor-core kernels, made by the caller (coopmat.emit); b then gives only the
-    layout, and the product takes those kernels (an error where they do not take it)."""
+    kernel is chosen by the rows of a and b's layout. weight: b as a GGUF weight for the
+    scaled tensor-core kernels (coopmat_pack.GGUFWeight); b then gives only the layout,
+    and the product takes those kernels (an error where they do not take it)."""
     if a.ndim == 2:
         a = a.with_layout((1,) + a.shape, (0,) + a.strides, a.offset)
         b = b.with_layout((1,) + b.shape, (0,) + b.strides, b.offset)
@@ -114,16 +114,16 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: 
         defines["HAS_BIAS"] = 1
         bindings.append(c)
     note = f"[{nb}x{m}x{k}] @ [{k}x{n}]"
-    if pack_b is None and m <= COLS_M and _along_n(b, n) and (m > SKINNY_M or k * n >= COLS_MIN_WEIGHT):
+    if weight is None and m <= COLS_M and _along_n(b, n) and (m > SKINNY_M or k * n >= COLS_MIN_WEIGHT):
         _cols(ctx, defines, bindings, spec, nb, m, n, k, note)
-    elif pack_b is None and m <= SKINNY_M:
+    elif weight is None and m <= SKINNY_M:
         _rows(ctx, defines, bindings, spec, nb, m, n, k, note)
     else:
         choice = coopmat.choose(ctx, nb, m, n, k)
         if choice.plan is not None:
             coopmat.emit(ctx, choice.plan, defines, bindings, spec, out, nb, m, n, k,
-                         f"{note}, {choice.note}", pack_b=pack_b)
-        elif pack_b is not None:
+                         f"{note}, {choice.note}", weight=weight)
+        elif weight is not None:
             raise LoweringError(f"{note}: B was packed for tensor cores that this product does not take")
         else:
             _tiled(ctx, defines, bindings, spec, out, nb, m, n, k,

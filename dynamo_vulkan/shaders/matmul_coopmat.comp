@@ -18,6 +18,11 @@
 // (coopmat_pack.comp: converted, split, zero padded to whole tiles and K steps, along k),
 // whose octets are loaded as one uvec4 (a second for SPLIT3's lo plane) and stored as they
 // are, without bounds or conversion.
+// B_GGUF: B is a GGUF weight W [N, K] (x @ W^T; one QTYPE_<name> whose gb_bound exists,
+// gguf_blocks.glsl), decoded from its blocks in the global loads: no 16-bit copy of W.
+// Each workgroup first bounds its BN rows of W over the blocks of its K slice from their
+// scales alone (gb_bound), which gives each row its power-of-two scale (SCALED, as
+// coopmat_pack.comp chooses it); the octets are decoded, scaled and converted like fp32 ones.
 // Global loads: groups of 8 consecutive elements ("octets") along each operand's
 // unit-stride dimension (A_ALONG_K / B_ALONG_K; two 16-byte loads where A_VEC4 / B_VEC4),
 // converted to 16 bits and stored as one uvec4 (four packed pairs) so that shared runs
@@ -64,8 +69,11 @@
 // SCALED: both operands packed with a power-of-two scale per row of A and per column of B
 // (coopmat_pack.comp), which keeps every fp16 partial sum finite; the epilogue multiplies
 // each result by 2^-(e_m + e_n).
-#if defined(SCALED) && !(defined(ACC16) && defined(A_PACKED) && defined(B_PACKED))
-#error SCALED takes ACC16 and both operands packed
+#if defined(SCALED) && !(defined(ACC16) && defined(A_PACKED) && (defined(B_PACKED) || defined(B_GGUF)))
+#error SCALED takes ACC16, A packed and B packed or decoded from GGUF blocks
+#endif
+#if defined(B_GGUF) && !(defined(SCALED) && defined(B_ALONG_K))
+#error B_GGUF decodes rows of W along k for the scaled fp16 kernel
 #endif
 #include "common.glsl"
 #include "coopmat_convert.glsl"
@@ -112,7 +120,17 @@ layout(constant_id = 19) const uint BATCHES = 1;
 BUFFER(0, outb)
 layout(set = 0, binding = 0) buffer Buf0f { float outf[]; };   // the cooperative stores' view
 IN_BUFFER(1, ab)
+#ifdef B_GGUF
+#define WQ_BINDING 2
+IN_BUFFER(2, wq)
+#define ROW_BYTES B_SN                 // W's row stride, in bytes
+#include "gguf_blocks.glsl"
+#ifndef GB_BOUND
+#error B_GGUF takes the types whose blocks bound their magnitudes (gb_bound)
+#endif
+#else
 IN_BUFFER(2, bbuf)
+#endif
 #ifdef HAS_BIAS
 IN_BUFFER(3, cb)
 #endif
@@ -130,7 +148,18 @@ layout(set = 0, binding = 2) readonly buffer Buf2p { uvec4 bpk[]; };
 #endif
 #ifdef SCALED
 layout(set = 0, binding = 1) readonly buffer Buf1e { int aexp[]; };
+#ifndef B_GGUF
 layout(set = 0, binding = 2) readonly buffer Buf2e { int bexp[]; };
+#endif
+#endif
+#ifdef B_GGUF
+// the largest bound of each of the tile's rows of W (float bits: non-negative floats
+// order as their bits), then its scale's exponent (coopmat_pack.comp's rule)
+shared uint wbound[BN];
+int b_exp(uint r) {
+    float m = uintBitsToFloat(wbound[r]);
+    return m > 0.0 ? clamp(3 - (int((floatBitsToUint(m) >> 23) & 0xffu) - 127), -124, 100) : 0;
+}
 #endif
 
 // ---- shared memory: element offsets of one stage's tiles; uvec4 index = element / 8
@@ -225,10 +254,23 @@ void load_a(uint abase, uint m, uint k, uint kend, out vec4 v0, out vec4 v1) {
 }
 
 // 8 elements of B from (k, n) on along k (B_ALONG_K) or n; zeros out of range.
-void load_b(uint bbase, uint n, uint k, uint kend, out vec4 v0, out vec4 v1) {
-    uint o = bbase + k * B_SK + n * B_SN;
+// B_GGUF: of row n of W, times the row's scale (r: its row in the tile).
+void load_b(uint bbase, uint n, uint k, uint kend, uint r, out vec4 v0, out vec4 v1) {
     v0 = vec4(0.0);
     v1 = vec4(0.0);
+#ifdef B_GGUF
+    if (n < N && k < kend) {
+        // a power of two: the same values as scaling the decoded ones
+        vec2 ab = deq8a(n * ROW_BYTES, k / 8u, v0, v1) * uintBitsToFloat(uint(b_exp(r) + 127) << 23);
+        v0 = v0 * ab.x;
+        v1 = v1 * ab.x;
+#if GB_AFFINE
+        v0 += ab.y;
+        v1 += ab.y;
+#endif
+    }
+#else
+    uint o = bbase + k * B_SK + n * B_SN;
 #if defined(B_VEC4) && defined(B_ALONG_K)
     if (n < N) {
         if (k < kend) v0 = bv[o >> 2];
@@ -251,6 +293,7 @@ void load_b(uint bbase, uint n, uint k, uint kend, out vec4 v0, out vec4 v1) {
             if (n + i < N) v0[i] = ld_f32(bbuf[o + i * B_SN]);
             if (n + 4u + i < N) v1[i] = ld_f32(bbuf[o + (4u + i) * B_SN]);
         }
+#endif
 #endif
 }
 
@@ -304,7 +347,7 @@ void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint 
             qb[B_PER + c] = bpk[B_PLANE + at];
 #endif
 #else
-            load_b(bbase, n0 + p.x, k0 + p.y, kend, pb[2 * c], pb[2 * c + 1]);
+            load_b(bbase, n0 + p.x, k0 + p.y, kend, p.x, pb[2 * c], pb[2 * c + 1]);
 #endif
         }
     }
@@ -377,6 +420,20 @@ void main() {
     [[unroll]] for (uint i = 0; i < RM; ++i)
         [[unroll]] for (uint j = 0; j < RN; ++j) acc[i][j] = FRAG_C(0.0);
     uint steps = kend > kbeg ? (kend - kbeg + BK - 1u) / BK : 0u;
+#ifdef B_GGUF
+    // the bound of each row over the blocks that meet [kbeg, kend): every invocation a
+    // (row, block) pair, neighbours on neighbouring blocks of a row
+    for (uint r = tid; r < BN; r += WG) wbound[r] = 0u;
+    barrier();
+    {
+        uint blk0 = kbeg / QK, nblk = steps > 0u ? (kend - 1u) / QK + 1u - blk0 : 0u;
+        for (uint i = tid; i < BN * nblk; i += WG) {
+            uint r = i / nblk, n = n0 + r;
+            if (n < N) atomicMax(wbound[r], floatBitsToUint(gb_bound(n * ROW_BYTES, blk0 + i % nblk)));
+        }
+    }
+    barrier();
+#endif
     if (steps > 0u) {
         fetch(tid, batch, abase, bbase, m0, n0, kbeg, kend);
         stash(tid, 0u);
@@ -468,7 +525,11 @@ void main() {
                 // (the batch count: BATCHES is given with K splits only)
                 uint nbat = gl_NumWorkGroups.z / SPLITS;
                 int em = aexp[4u * (A_SB == 0u ? 1u : nbat) * A_PLANE + (A_SB == 0u ? 0u : batch) * A_ROWS_P + gm];
+#ifdef B_GGUF
+                int en = b_exp(gn - n0);
+#else
                 int en = bexp[4u * (B_SB == 0u ? 1u : nbat) * B_PLANE + (B_SB == 0u ? 0u : batch) * B_ROWS_P + gn];
+#endif
                 int s = -(em + en), s1 = s / 2;
                 v = v * uintBitsToFloat(uint(s1 + 127) << 23) * uintBitsToFloat(uint(s - s1 + 127) << 23);
 #endif
