@@ -1,7 +1,9 @@
 """Where a decode step's GPU time goes: per-kernel GPU timestamps of greedy decode steps,
-grouped by kernel, beside the bytes each group reads.
+grouped by kernel, beside the bytes each group reads; with --prompt, where the prompt's
+prefill (of --context tokens) goes instead.
 
     python -m dynamo_vulkan.benchmarks.decode_profile --models smollm2 llama-7b.json.gz --steps 16
+    python -m dynamo_vulkan.benchmarks.decode_profile --models llama-7b.json.gz --context 512 --prompt
 
 Runs generate() with DYNAMO_VULKAN_PROFILE=1 (timestamps around every dispatch; each
 costs about a microsecond that an unprofiled step does not pay), collects the
@@ -52,7 +54,7 @@ def summarise(rows: list[tuple[str, str, float]], steps: int) -> list[tuple[str,
 
 
 def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int | None = None,
-                  dump: bool = False, context: int | None = None) -> None:
+                  dump: bool = False, context: int | None = None, prompt: bool = False) -> None:
     from .llm_models import resolve
     from .llm_work import model_work
     from dynamo_vulkan.llm.generate import generate, load
@@ -77,6 +79,9 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
                        stop_at_eos=False)
     finally:
         plog.removeHandler(handler)
+    if prompt:
+        _print_prompt(bench, res, handler.tables, dump)
+        return
     tables = [t for t in handler.tables if len(parse(t)) > 50]
     if not tables:
         raise SystemExit(f"{bench.label}: no decode profile was logged (does decode replay on this device?)")
@@ -96,6 +101,25 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
         print(f"  {us:8.1f} us  {name} {note[:90]}")
 
 
+def _print_prompt(bench, res, tables: list[str], dump: bool) -> None:
+    """The prefill's table: of those the timed generate() logged, the one of most GPU time
+    (a prompt placed on the host, as on a CPU device, logs none)."""
+    if not tables:
+        raise SystemExit(f"{bench.label}: no prefill profile was logged")
+    rows = max((parse(t) for t in tables), key=lambda r: sum(us for _n, _c, us in r))
+    summary = summarise(rows, 1)
+    busy = sum(us for _n, _c, us in summary)
+    print(f"\n{bench.label}: {bench.what}")
+    print(f"prefill of {res.prefilled} tokens {res.prefill_s * 1e3:.2f} ms (profiled); GPU busy "
+          f"{busy / 1e3:.2f} ms over {len(rows)} dispatches")
+    print(f"{'kernel':40s} {'count':>6s} {'ms':>9s} {'share':>6s}")
+    for name, c, us in summary:
+        print(f"{name[:40]:40s} {c:6.0f} {us / 1e3:9.3f} {us / busy:6.1%}")
+    print("dispatches in order:" if dump else "largest dispatches:")
+    for name, note, us in (rows if dump else sorted(rows, key=lambda r: -r[2])[:25]):
+        print(f"  {us:8.1f} us  {name} {note[:110]}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="+", default=["smollm2"], help="model names, GGUF files or skeletons")
@@ -105,10 +129,14 @@ def main(argv=None) -> int:
     p.add_argument("--dump", action="store_true", help="list every dispatch of the first step in order")
     p.add_argument("--context", type=int, default=None, metavar="N",
                    help="a prompt of N token ids before the decode steps (default: a short sentence)")
+    p.add_argument("--prompt", action="store_true",
+                   help="profile the prompt's prefill (give --context) instead of the decode steps")
     args = p.parse_args(argv)
+    if args.prompt and not args.context:
+        p.error("--prompt needs --context N (the prompt's length)")
     os.environ["DYNAMO_VULKAN_PROFILE"] = "1"
     for m in args.models:
-        profile_model(m, args.steps, args.skeleton_dir, args.layers, args.dump, args.context)
+        profile_model(m, args.steps, args.skeleton_dir, args.layers, args.dump, args.context, args.prompt)
     return 0
 
 
