@@ -22,7 +22,8 @@
 // gguf_blocks.glsl), decoded from its blocks in the global loads: no 16-bit copy of W.
 // Each workgroup first bounds its BN rows of W over the blocks of its K slice from their
 // scales alone (gb_bound), which gives each row its power-of-two scale (SCALED, as
-// coopmat_pack.comp chooses it); the octets are decoded, scaled and converted like fp32 ones.
+// coopmat_pack.comp chooses it); the global loads take each octet's words (gb_raw8), which
+// are decoded, scaled and converted when stored (gb_dec8).
 // Global loads: groups of 8 consecutive elements ("octets") along each operand's
 // unit-stride dimension (A_ALONG_K / B_ALONG_K; two 16-byte loads where A_VEC4 / B_VEC4),
 // converted to 16 bits and stored as one uvec4 (four packed pairs) so that shared runs
@@ -125,8 +126,8 @@ IN_BUFFER(1, ab)
 IN_BUFFER(2, wq)
 #define ROW_BYTES B_SN                 // W's row stride, in bytes
 #include "gguf_blocks.glsl"
-#ifndef GB_BOUND
-#error B_GGUF takes the types whose blocks bound their magnitudes (gb_bound)
+#if !defined(GB_BOUND) || !defined(GB_RAW)
+#error B_GGUF takes the types whose blocks bound their magnitudes (gb_bound) and load apart (gb_raw8)
 #endif
 #else
 IN_BUFFER(2, bbuf)
@@ -253,24 +254,12 @@ void load_a(uint abase, uint m, uint k, uint kend, out vec4 v0, out vec4 v1) {
 #endif
 }
 
+#ifndef B_GGUF
 // 8 elements of B from (k, n) on along k (B_ALONG_K) or n; zeros out of range.
-// B_GGUF: of row n of W, times the row's scale (r: its row in the tile).
-void load_b(uint bbase, uint n, uint k, uint kend, uint r, out vec4 v0, out vec4 v1) {
+void load_b(uint bbase, uint n, uint k, uint kend, out vec4 v0, out vec4 v1) {
+    uint o = bbase + k * B_SK + n * B_SN;
     v0 = vec4(0.0);
     v1 = vec4(0.0);
-#ifdef B_GGUF
-    if (n < N && k < kend) {
-        // a power of two: the same values as scaling the decoded ones
-        vec2 ab = deq8a(n * ROW_BYTES, k / 8u, v0, v1) * uintBitsToFloat(uint(b_exp(r) + 127) << 23);
-        v0 = v0 * ab.x;
-        v1 = v1 * ab.x;
-#if GB_AFFINE
-        v0 += ab.y;
-        v1 += ab.y;
-#endif
-    }
-#else
-    uint o = bbase + k * B_SK + n * B_SN;
 #if defined(B_VEC4) && defined(B_ALONG_K)
     if (n < N) {
         if (k < kend) v0 = bv[o >> 2];
@@ -294,17 +283,18 @@ void load_b(uint bbase, uint n, uint k, uint kend, uint r, out vec4 v0, out vec4
             if (n + 4u + i < N) v1[i] = ld_f32(bbuf[o + (4u + i) * B_SN]);
         }
 #endif
-#endif
 }
+#endif
 
 // The next K step's octets, in flight in registers: fp32 values (two vec4 an octet), or a
-// packed operand's 16-bit words (one uvec4 an octet and plane: hi, then lo for SPLIT3).
+// packed operand's 16-bit words (one uvec4 an octet and plane: hi, then lo for SPLIT3), or
+// a GGUF chunk's words (B_GGUF: gb_raw8's uvec4, zeros out of range).
 #ifdef A_PACKED
 uvec4 qa[PLANES * A_PER];
 #else
 vec4 pa[2 * A_PER];
 #endif
-#ifdef B_PACKED
+#if defined(B_PACKED) || defined(B_GGUF)
 uvec4 qb[PLANES * B_PER];
 #else
 vec4 pb[2 * B_PER];
@@ -340,14 +330,17 @@ void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint 
         uint g = tid + c * WG;
         if (B_OCTETS % WG == 0u || g < B_OCTETS) {
             uvec2 p = octet_pos(g, BN, B_IS_K);
-#ifdef B_PACKED
+#if defined(B_GGUF)
+            uint n = n0 + p.x, k = k0 + p.y;
+            qb[c] = n < N && k < kend ? gb_raw8(n * ROW_BYTES, k / 8u) : uvec4(0u);
+#elif defined(B_PACKED)
             uint at = (B_SB == 0u ? 0u : batch) * PLANES * B_PLANE + (n0 + p.x) * (KP / 8u) + (k0 + p.y) / 8u;
             qb[c] = bpk[at];
 #ifdef SPLIT3
             qb[B_PER + c] = bpk[B_PLANE + at];
 #endif
 #else
-            load_b(bbase, n0 + p.x, k0 + p.y, kend, p.x, pb[2 * c], pb[2 * c + 1]);
+            load_b(bbase, n0 + p.x, k0 + p.y, kend, pb[2 * c], pb[2 * c + 1]);
 #endif
         }
     }
@@ -381,7 +374,18 @@ void stash(uint tid, uint base) {
         if (B_OCTETS % WG == 0u || g < B_OCTETS) {
             uvec2 p = octet_pos(g, BN, B_IS_K);
             uvec4 hi, lo;
-#ifdef B_PACKED
+#if defined(B_GGUF)
+            {
+                // times the row's scale, a power of two: as scaling the decoded values
+                vec4 v0, v1;
+                vec2 ab = gb_dec8(qb[c], v0, v1) * uintBitsToFloat(uint(b_exp(p.x) + 127) << 23);
+#if GB_AFFINE
+                convert(v0 * ab.x + ab.y, v1 * ab.x + ab.y, hi, lo);
+#else
+                convert(v0 * ab.x, v1 * ab.x, hi, lo);
+#endif
+            }
+#elif defined(B_PACKED)
             hi = qb[c];
 #ifdef SPLIT3
             lo = qb[B_PER + c];
