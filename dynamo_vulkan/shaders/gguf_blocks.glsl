@@ -11,10 +11,10 @@
 //   gb_bound(ro, blk) (where GB_BOUND is defined): a bound on the magnitudes of block
 //     blk's finite elements from its scales alone (a non-finite scale's elements are
 //     none of them finite), without reading its quants;
-//   gb_raw8(ro, ch) and gb_dec8(raw, lo, hi) (where GB_RAW is defined): deq8a in two
-//     halves, the chunk's loads (its words, as one uvec4) and then their decoding, so
-//     that a kernel can issue the loads early and decode when the words have arrived
-//     (zero words decode to zeros).
+//   gb_raw8(ro, ch) and gb_dec8(raw, ro, ch, lo, hi) (where GB_RAW is defined): deq8a in
+//     two halves, the chunk's loads (up to four whole words, as loaded: no shift or
+//     select of a loaded value, which would wait for it) and then their decoding, so that
+//     a kernel can keep the loads in flight while it computes (zero words decode to zeros).
 // Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K rows are stored regrouped for the GPU
 // (dynamo_vulkan/gguf/gpu_layout.py: every block's quants, then its other fields,
 // each a region of the row; a chunk's quants one or two aligned words, nibble or
@@ -97,14 +97,12 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
 const uint QK = 32, QB = 18, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_RAW 1
-uvec4 gb_raw8(uint ro, uint ch) {
-    uint o = ro + 16u * NB + 2u * (ch >> 2);
-    return uvec4(gb_w(ro + 4u * ch), wq[o >> 2] >> ((o & 2u) << 3), 0u, 0u);
-}
-vec2 gb_dec8(uvec4 r, out vec4 lo, out vec4 hi) {
+uint gb_q40_d(uint ro, uint ch) { return ro + 16u * NB + 2u * (ch >> 2); }
+uvec4 gb_raw8(uint ro, uint ch) { return uvec4(gb_w(ro + 4u * ch), wq[gb_q40_d(ro, ch) >> 2], 0u, 0u); }
+vec2 gb_dec8(uvec4 r, uint ro, uint ch, out vec4 lo, out vec4 hi) {
     lo = gb_nib4(r.x, 8.0);
     hi = gb_nib4(r.x >> 16, 8.0);
-    return vec2(unpackHalf2x16(r.y).x, 0.0);
+    return vec2(unpackHalf2x16(r.y >> ((gb_q40_d(ro, ch) & 2u) << 3)).x, 0.0);
 }
 #define GB_BOUND 1
 float gb_bound(uint ro, uint blk) { return 8.0 * gb_fin(gb_half(ro + 16u * NB + 2u * blk)); }
@@ -145,14 +143,15 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
 const uint QK = 32, QB = 34, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_RAW 1
+uint gb_q80_d(uint ro, uint ch) { return ro + 32u * NB + 2u * (ch >> 2); }
 uvec4 gb_raw8(uint ro, uint ch) {
-    uint o = ro + 8u * ch, d = ro + 32u * NB + 2u * (ch >> 2);
-    return uvec4(gb_w(o), gb_w(o + 4u), wq[d >> 2] >> ((d & 2u) << 3), 0u);
+    uint o = ro + 8u * ch;
+    return uvec4(gb_w(o), gb_w(o + 4u), wq[gb_q80_d(ro, ch) >> 2], 0u);
 }
-vec2 gb_dec8(uvec4 r, out vec4 lo, out vec4 hi) {
+vec2 gb_dec8(uvec4 r, uint ro, uint ch, out vec4 lo, out vec4 hi) {
     lo = gb_s8x4(r.x);
     hi = gb_s8x4(r.y);
-    return vec2(unpackHalf2x16(r.z).x, 0.0);
+    return vec2(unpackHalf2x16(r.z >> ((gb_q80_d(ro, ch) & 2u) << 3)).x, 0.0);
 }
 #define GB_BOUND 1
 float gb_bound(uint ro, uint blk) { return 128.0 * gb_fin(gb_half(ro + 32u * NB + 2u * blk)); }
@@ -193,8 +192,9 @@ const uint QK = 256, QB = 144, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_AFFINE 1
 layout(set = 0, binding = WQ_BINDING) readonly buffer WqVec4 { uvec4 wq4[]; };
-// (a, b) of a sub-block (32 elements; its elements are a * q + b) from the block's fields: d, dmin (dm), the byte of its scale's and
-// min's low nibbles (b) and the word of their high bits shifted to bit 0 (h)
+// (a, b) of a sub-block (32 elements; its elements are a * q + b) from the block's
+// fields: d, dmin (dm), the byte of its scale's and min's low nibbles (b) and the word of
+// their high bits shifted to bit 0 (h)
 vec2 gb_q4k_ab_of(uint dm, uint b, uint h) {
     vec2 d = unpackHalf2x16(dm);
     float sc = float((b & 0xFu) | ((h & 3u) << 4)), mn = float(((b >> 4) & 0xFu) | ((h & 0xCu) << 2));
@@ -205,16 +205,25 @@ vec2 gb_q4k_ab(uint ro, uint blk, uint j) {
     uvec4 s = wq4[(ro + 128u * NB + 16u * blk) >> 4];
     return gb_q4k_ab_of(s.x, (j < 4u ? s.y : s.z) >> (8u * (j & 3u)), s.w >> (4u * j));
 }
-#define GB_RAW 1
-uvec4 gb_raw8(uint ro, uint ch) {
-    uint j = (ch >> 2) & 7u;
-    uvec4 s = wq4[(ro + 128u * NB + 16u * (ch >> 5)) >> 4];
-    return uvec4(gb_w(ro + 4u * ch), s.x, (j < 4u ? s.y : s.z) >> (8u * (j & 3u)), s.w >> (4u * j));
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint w = gb_w(ro + 4u * ch);
+    lo = gb_nib4(w, 0.0);
+    hi = gb_nib4(w >> 16, 0.0);
+    return gb_q4k_ab(ro, ch >> 5, (ch >> 2) & 7u);
 }
-vec2 gb_dec8(uvec4 r, out vec4 lo, out vec4 hi) {
+// the chunk's quant word and its block's words of d and dmin, of its sub-block's scale
+// byte and of the high bits (deq8a reads the block's fields as one 16-byte load instead)
+#define GB_RAW 1
+#define GB_RAW_ONLY 1
+uvec4 gb_raw8(uint ro, uint ch) {
+    uint f = (ro + 128u * NB + 16u * (ch >> 5)) >> 2;
+    return uvec4(gb_w(ro + 4u * ch), wq[f], wq[f + 1u + ((ch >> 4) & 1u)], wq[f + 3u]);
+}
+vec2 gb_dec8(uvec4 r, uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint j = (ch >> 2) & 7u;
     lo = gb_nib4(r.x, 0.0);
     hi = gb_nib4(r.x >> 16, 0.0);
-    return gb_q4k_ab_of(r.y, r.z, r.w);
+    return gb_q4k_ab_of(r.y, r.z >> (8u * (j & 3u)), r.w >> (4u * j));
 }
 // each sub-block's a * q + b at q = 0 and 15, the ends of its range
 #define GB_BOUND 1
@@ -261,15 +270,18 @@ void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
 const uint QK = 256, QB = 210, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_RAW 1
+// byte offsets of chunk ch's scale byte and of its block's d
+uint gb_q6k_sc(uint ro, uint ch) { return ro + 192u * NB + 16u * (ch >> 5) + ((ch & 31u) >> 1); }
+uint gb_q6k_d(uint ro, uint ch) { return ro + 208u * NB + 2u * (ch >> 5); }
 uvec4 gb_raw8(uint ro, uint ch) {
-    uint b = ch >> 5, d = ro + 208u * NB + 2u * b;
-    return uvec4(gb_w(ro + 4u * ch), gb_w(ro + 128u * NB + 4u * (ch >> 1)) << (4u * (ch & 1u)),
-                 gb_byte(ro + 192u * NB + 16u * b + ((ch & 31u) >> 1)), wq[d >> 2] >> ((d & 2u) << 3));
+    return uvec4(gb_w(ro + 4u * ch), gb_w(ro + 128u * NB + 4u * (ch >> 1)), wq[gb_q6k_sc(ro, ch) >> 2],
+                 wq[gb_q6k_d(ro, ch) >> 2]);
 }
-vec2 gb_dec8(uvec4 r, out vec4 lo, out vec4 hi) {
-    lo = gb_bytes4((r.x & 0x0F0F0F0Fu) | (r.y & 0xF0F0F0F0u), 0x3Fu, 32.0);
-    hi = gb_bytes4(((r.x >> 4) & 0x0F0F0F0Fu) | ((r.y >> 2) & 0xF0F0F0F0u), 0x3Fu, 32.0);
-    return vec2(unpackHalf2x16(r.w).x * float(int(r.z << 24) >> 24), 0.0);
+vec2 gb_dec8(uvec4 r, uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint h = r.y << (4u * (ch & 1u)), sc = r.z >> ((gb_q6k_sc(ro, ch) & 3u) << 3);
+    lo = gb_bytes4((r.x & 0x0F0F0F0Fu) | (h & 0xF0F0F0F0u), 0x3Fu, 32.0);
+    hi = gb_bytes4(((r.x >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0xF0F0F0F0u), 0x3Fu, 32.0);
+    return vec2(unpackHalf2x16(r.w >> ((gb_q6k_d(ro, ch) & 2u) << 3)).x * float(int(sc << 24) >> 24), 0.0);
 }
 // q - 32 lies in [-32, 31]: 32 times d times the largest of the block's 16 int8 scales
 #define GB_BOUND 1
@@ -369,8 +381,8 @@ const uint CPB = QK / 8u;   // chunks of 8 per block
 #ifndef GB_AFFINE
 #define GB_AFFINE 0
 #endif
-#ifdef GB_RAW
-vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) { return gb_dec8(gb_raw8(ro, ch), lo, hi); }
+#if defined(GB_RAW) && !defined(GB_RAW_ONLY)
+vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) { return gb_dec8(gb_raw8(ro, ch), ro, ch, lo, hi); }
 #endif
 #ifndef GB_REGROUPED
 // GGML's blocks: the chunk's values, a = 1

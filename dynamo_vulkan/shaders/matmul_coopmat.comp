@@ -347,8 +347,9 @@ void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint 
 }
 
 // The fetched octets into stage `base` (uvec4 offset), along the dimension they were read
-// along (converted to 16 bits unless packed): one uvec4 store per octet and plane.
-void stash(uint tid, uint base) {
+// along (converted to 16 bits unless packed): one uvec4 store per octet and plane. n0, k0:
+// the tile's first column and the step's first k (B_GGUF decodes by them).
+void stash(uint tid, uint base, uint n0, uint k0) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
         if (A_OCTETS % WG == 0u || g < A_OCTETS) {
@@ -378,7 +379,8 @@ void stash(uint tid, uint base) {
             {
                 // times the row's scale, a power of two: as scaling the decoded values
                 vec4 v0, v1;
-                vec2 ab = gb_dec8(qb[c], v0, v1) * uintBitsToFloat(uint(b_exp(p.x) + 127) << 23);
+                uint n = n0 + p.x, ch = (k0 + p.y) / 8u;
+                vec2 ab = gb_dec8(qb[c], n * ROW_BYTES, ch, v0, v1) * uintBitsToFloat(uint(b_exp(p.x) + 127) << 23);
 #if GB_AFFINE
                 convert(v0 * ab.x + ab.y, v1 * ab.x + ab.y, hi, lo);
 #else
@@ -440,7 +442,7 @@ void main() {
 #endif
     if (steps > 0u) {
         fetch(tid, batch, abase, bbase, m0, n0, kbeg, kend);
-        stash(tid, 0u);
+        stash(tid, 0u, n0, kbeg);
     }
     barrier();
 #ifdef ACC16
@@ -491,7 +493,7 @@ void main() {
                     part[i][j] = FRAG_H(0.0);
                 }
 #endif
-        if (more) stash(tid, STAGE - cur);
+        if (more) stash(tid, STAGE - cur, n0, kbeg + (s + 1u) * BK);
         barrier();
     }
 
