@@ -353,27 +353,28 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
 
 
-def assert_gguf_decoded(plans, name: str, rows: int, k: int) -> None:
-    """W was decoded by the tensor-core path: in the matmul's tile loads for a type whose
-    blocks bound their magnitudes (no copy of W at all), else straight into the fp16 copy
-    (coopmat_pack.comp's GGUF); never through an fp32 copy."""
-    from dynamo_vulkan.lowering.coopmat_pack import BOUNDED_TYPES
+def assert_gguf_decoded(plans, name: str, rows: int, k: int, tiles_m=(1,)) -> None:
+    """W was decoded by the tensor-core path, never through an fp32 copy: in the matmul's
+    tile loads for a type whose blocks bound their magnitudes, in products of one row of
+    tiles (no copy of W at all); else straight into the fp16 copy (coopmat_pack.comp's
+    GGUF). tiles_m: the rows of tiles of the products planned."""
+    from dynamo_vulkan.lowering.coopmat_pack import BOUNDED_TYPES, INLINE_MAX_TILES_M
     names = [d.name for p in plans for d in p.dispatches]
     assert not any("dequant" in n for n in names), names
     packs = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
     decoded = [s for s in packs if f"{name}[{rows}x{k}] decoded to 16 bits" in s]
     inline = [s for s in coopmat_notes(plans) if f"W decoded from its {name} blocks in the tile loads" in s]
-    if name in BOUNDED_TYPES:
-        assert inline and not decoded, (packs, coopmat_notes(plans))
-    else:
-        assert decoded and not inline, (packs, coopmat_notes(plans))
+    bounded = name in BOUNDED_TYPES
+    want_inline = bounded and any(t <= INLINE_MAX_TILES_M for t in tiles_m)
+    want_packed = not bounded or any(t > INLINE_MAX_TILES_M for t in tiles_m)
+    assert (bool(inline), bool(decoded)) == (want_inline, want_packed), (packs, coopmat_notes(plans))
 
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_1", "F16"])
 def test_gguf_weights_decoded_from_their_blocks(as_gpu, precision, plans, monkeypatch, name):
     """A prompt's GGUF linear under "high" (planned as for a GPU): W decoded from its blocks
     by the tensor-core path (assert_gguf_decoded), no fp32 copy; rows past the tile (65 of
-    64), a strided x, against eager's x @ W^T."""
+    64), a strided x, x of one and of two rows of tiles, against eager's x @ W^T."""
     from dynamo_vulkan.gguf import GGUFLinear
     from dynamo_vulkan.gguf.quants import quant_info
     from dynamo_vulkan.lowering import gguf as gguf_lowering
@@ -385,11 +386,13 @@ def test_gguf_weights_decoded_from_their_blocks(as_gpu, precision, plans, monkey
     k = {"Q4_K": 512, "Q6_K": 512, "F16": 136}.get(name, 160)     # F16: K past a K step
     lin = GGUFLinear(blocks_of(name, 65, k, 4), quant_info(name).ggml_type, 65, k)
     w = lin.dequantized_weight()
-    for x in (torch.randn(70, k), torch.randn(66, 2 * k)[:, ::2]):
+    bm = coopmat.TILE[0]
+    for x in (torch.randn(70, k), torch.randn(66, 2 * k)[:, ::2], torch.randn(bm + 3, k)):
+        torch._dynamo.reset()       # a plan for each shape
         with torch.no_grad():
             got = compiled(lin)(x)
         assert_scaled_near(got, lambda a, b: a @ b.t(), x, w)
-    assert_gguf_decoded(plans, name, 65, k)
+    assert_gguf_decoded(plans, name, 65, k, tiles_m=(1, 2))
 
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])

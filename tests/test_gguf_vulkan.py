@@ -177,18 +177,18 @@ def test_when_w_is_decoded_first():
     gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
                                 "max_storage_buffer_range": 4 * n * k}, node=None)
     cpu = SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU"))
-    assert gguf_lowering._decode_first(gpu, m, n, k, 0, n)
-    assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)
-    assert not gguf_lowering._decode_first(gpu, m, n // 2, k - 8, 0, n // 2)   # too small a weight
-    assert not gguf_lowering._decode_first(gpu, m, n, k + 8, 0, n)      # over the limit
-    assert not gguf_lowering._decode_first(gpu, m, n, k, 8, 2 * n)      # one chunk of a split W
-    assert not gguf_lowering._decode_first(cpu, m, n, k, 0, n)
+    assert gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q5_1")
+    assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n, "Q5_1")
+    assert not gguf_lowering._decode_first(gpu, m, n // 2, k - 8, 0, n // 2, "Q5_1")   # too small a weight
+    assert not gguf_lowering._decode_first(gpu, m, n, k + 8, 0, n, "Q5_1")      # over the limit
+    assert not gguf_lowering._decode_first(gpu, m, n, k, 8, 2 * n, "Q5_1")      # one chunk of a split W
+    assert not gguf_lowering._decode_first(cpu, m, n, k, 0, n, "Q5_1")
 
 
 def test_when_w_is_packed_for_tensor_cores(monkeypatch):
     """Where the scaled fp16 tensor cores take the product: from TC_DECODE_FIRST_M rows,
     the fp16 copy (rows and K rounded up to whole tiles and steps, an exponent a row)
-    within the device's buffer limit."""
+    within the device's buffer limit, or no copy (coopmat_pack.decodes_inline)."""
     from types import SimpleNamespace
 
     from dynamo_vulkan.lowering import coopmat
@@ -198,20 +198,23 @@ def test_when_w_is_packed_for_tensor_cores(monkeypatch):
     need = 2 * 4224 * 1024 + 4 * 4224
     gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
                                 "max_storage_buffer_range": need}, node=None)
-    assert gguf_lowering._decode_first(gpu, m, n, k, 0, n)
-    assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n)
+    assert gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q5_1")
+    assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n, "Q5_1")
     gpu.caps["max_storage_buffer_range"] = need - 4
-    assert not gguf_lowering._decode_first(gpu, m, n, k, 0, n)   # 2 * n * k fits; the copy does not
+    assert not gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q5_1")   # 2 * n * k fits; the copy does not
+    # a type decoded in the tile loads needs no copy where one row of tiles takes the product
+    assert m <= plan.bm and gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q4_K") is plan
+    assert not gguf_lowering._decode_first(gpu, plan.bm + 1, n, k, 0, n, "Q4_K")
     # a weight below DECODE_FIRST_WEIGHTS: packed from TC_DECODE_ALL_M rows only, from
     # TC_DECODE_ALL_WEIGHTS elements, and only for the tensor cores (no fp32 copy)
     gpu.caps["max_storage_buffer_range"] = 1 << 30
     small = (512, 3584)
     assert gguf_lowering.TC_DECODE_ALL_WEIGHTS <= small[0] * small[1] < gguf_lowering.DECODE_FIRST_WEIGHTS
-    assert gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0]) is plan
-    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M - 1, *small, 0, small[0])
-    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, 512, 2048, 0, 512)
+    assert gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0], "Q5_1") is plan
+    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M - 1, *small, 0, small[0], "Q5_1")
+    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, 512, 2048, 0, 512, "Q5_1")
     monkeypatch.setattr(gguf_lowering, "_scaled_plan", lambda ctx, m, n, k: None)
-    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0])
+    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0], "Q5_1")
 
 
 @pytest.mark.parametrize("n,sg,wg", [(576, 8, 48), (192, 8, 16), (3072, 8, 64), (960, 8, 40), (5, 8, 8),

@@ -227,7 +227,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     to fill the GPU), after the 16-bit copies of the operands that many tiles read.
     weight (coopmat_pack.GGUFWeight), where given, is B: decoded in the kernel's tile
     loads (B_GGUF) or first into its fp16 copy."""
-    from .coopmat_pack import pack_operand
+    from .coopmat_pack import decodes_inline, pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
     defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
@@ -240,10 +240,11 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
+    inline = weight is not None and decodes_inline(weight.qtype, plan, m)
     if weight is not None:
         if not plan.scaled or nb != 1:
             raise core.LoweringError("a GGUF weight as B needs a scaled, unbatched product")
-        if weight.inline:
+        if inline:
             bindings[2] = weight.ref
             defines |= {f"QTYPE_{weight.qtype}": 1, "B_GGUF": 1, "B_ALONG_K": 1}
             spec = spec[:7] + [0, 0, 1, weight.row_bytes] + spec[11:]     # B_SN: W's row bytes
@@ -257,7 +258,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     else:
         load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
     if packed:
-        first = packed.replace("B", "") if weight is not None and weight.inline else packed
+        first = packed.replace("B", "") if inline else packed
         note = f"{note}, {first} in 16 bits first"
     count = tiles[0] * tiles[1] * nb
     splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n, max_bytes=core.SPLIT_K_MAX_BYTES)

@@ -10,7 +10,7 @@ from . import core
 WG = 256    # coopmat_pack.comp's workgroup
 # rows a workgroup scales (coopmat_pack.comp's SROWS; rows_p is a multiple of 32): along its
 # rows (ALONG_ROWS) or along k
-SCALED_ROWS = {True: 32, False: 8}
+SCALED_ROWS = {True: 32, False: 1}
 
 
 def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
@@ -34,17 +34,30 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
     return dst
 
 
-# GGUF types whose blocks bound their magnitudes from their scales alone (gguf_blocks.glsl's
-# gb_bound): the tensor-core kernel decodes them in its tile loads (B_GGUF)
+# GGUF types whose blocks bound their magnitudes from their scales alone and load apart from
+# their decoding (gguf_blocks.glsl's gb_bound, gb_raw8): the tensor-core kernel can decode
+# them in its tile loads (B_GGUF)
 BOUNDED_TYPES = frozenset({"Q4_0", "Q8_0", "Q4_K", "Q6_K"})
+# ... where the product has at most this many rows of tiles: each row of tiles decodes W
+# again, and the decoding's instructions compete with the multiplies. On an H100 (a 7B
+# Q4_K_M, docs/journal.md, session 37) one row of tiles (a 128-token prompt) took 20.6 ms
+# of matmuls where the fp16 copies and their matmuls took 7.5 + 17.5; four (512 tokens)
+# took 75 ms against 7.8 + 49.
+INLINE_MAX_TILES_M = 1
+
+
+def decodes_inline(qtype: str, plan, m: int) -> bool:
+    """Whether the tensor-core kernel decodes a GGUF weight of qtype in its tile loads for
+    a product of m rows (else W is first decoded into its fp16 copy)."""
+    return qtype in BOUNDED_TYPES and -(-m // plan.bm) <= INLINE_MAX_TILES_M
 
 
 @dataclass(frozen=True)
 class GGUFWeight:
     """B of x @ W^T given as a GGUF weight W [n, k]: its blocks, their type's defines
-    (VARIANT, QTYPE_) and its row bytes. The scaled tensor-core kernel decodes a bounded
-    type's blocks in its tile loads (inline: no copy of W); any other type is first
-    decoded whole into the kernel's fp16 copy (pack_gguf)."""
+    (VARIANT, QTYPE_) and its row bytes. The scaled tensor-core kernel decodes the blocks
+    in its tile loads where decodes_inline says so (no copy of W); else W is first decoded
+    whole into the kernel's fp16 copy (pack_gguf)."""
     ref: object
     defines: dict
     n: int
@@ -54,10 +67,6 @@ class GGUFWeight:
     @property
     def qtype(self) -> str:
         return self.defines["VARIANT"]
-
-    @property
-    def inline(self) -> bool:
-        return self.qtype in BOUNDED_TYPES
 
     def pack(self, ctx, plan, rows_p: int, kp: int):
         return pack_gguf(ctx, plan, self.ref, self.defines, self.n, self.k, self.row_bytes, rows_p, kp)

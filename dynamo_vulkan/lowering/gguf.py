@@ -414,11 +414,11 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     W in one buffer writing all of out, and prompts of DECODE_FIRST_M rows or more (W
     decoded whole first to a temporary fp32 matrix within one buffer), or of
     TC_DECODE_FIRST_M rows or more where the scaled fp16 tensor cores take the product
-    (which decode a bounded type's blocks in their tile loads, another type's W first
-    into their fp16 copy within one buffer); on the tensor cores, weights of
+    (which decode W in their tile loads where coopmat_pack.decodes_inline says so, else
+    first into their fp16 copy within one buffer); on the tensor cores, weights of
     TC_DECODE_ALL_WEIGHTS elements or more from TC_DECODE_ALL_M rows.
     Returns False, True (the fp32 matrix) or the tensor cores' plan."""
-    from .coopmat_pack import BOUNDED_TYPES
+    from .coopmat_pack import decodes_inline
     small = n * k < DECODE_FIRST_WEIGHTS
     if device.is_cpu(ctx.caps) or row0 != 0 or out_rows != n or \
             (small and (m < TC_DECODE_ALL_M or n * k < TC_DECODE_ALL_WEIGHTS)):
@@ -427,7 +427,7 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
     if small and plan is None:
         return False
-    if plan is not None and qtype in BOUNDED_TYPES:
+    if plan is not None and decodes_inline(qtype, plan, m):
         return plan
     if plan is not None:        # the fp16 copy: whole tiles of rows, whole K steps, exponents
         rows_p, kp = -(-n // plan.bn) * plan.bn, -(-k // plan.bk) * plan.bk

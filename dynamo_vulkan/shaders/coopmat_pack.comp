@@ -11,7 +11,8 @@
 // operands below 16, a product is below 256 and a K step's fp16 partial sum (ACC16) below
 // 65504: no overflow whatever the inputs' range. A workgroup takes SROWS rows: SLANES
 // invocations a row, each over every SLANES-th octet, for the maximum and then the stores
-// (ROWS_P is a multiple of 32).
+// (ROWS_P is a multiple of 32); along k, a workgroup a row, so that a prompt's few rows
+// still fill the GPU.
 // One invocation an octet (not SCALED). ALONG_ROWS: the source's unit stride runs along the rows (B of
 // x @ W with W [K, N]), so neighbouring invocations take neighbouring rows of one octet
 // column (their reads coalesce); else neighbouring octets of one row.
@@ -65,11 +66,12 @@ void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
 #ifdef ALONG_ROWS
 #define SROWS 32u       // neighbouring invocations on neighbouring rows (their reads coalesce)
 #define SLANES 8u
-#else
-#define SROWS 8u        // a row's 32 invocations on its neighbouring octets
-#define SLANES 32u
-#endif
 shared float row_max[SROWS * SLANES];
+#else
+#define SROWS 1u        // a workgroup a row, its invocations on neighbouring octets
+#define SLANES gl_WorkGroupSize.x
+#include "wg_reduce.glsl"
+#endif
 layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
 
 
@@ -108,10 +110,14 @@ void main() {
             m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
         }
 #endif
+#ifdef ALONG_ROWS
     row_max[rl * SLANES + lane] = m;
     barrier();
     m = 0.0;
     [[unroll]] for (uint i = 0u; i < SLANES; ++i) m = max(m, row_max[rl * SLANES + i]);
+#else
+    m = wg_max(m);
+#endif
     // m < 2^x with x = exponent + 1: scaled values below 2^4
     int e = m > 0.0 ? clamp(3 - (int((floatBitsToUint(m) >> 23) & 0xffu) - 127), -124, 100) : 0;
     float scale = uintBitsToFloat(uint(e + 127) << 23);
