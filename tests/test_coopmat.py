@@ -473,57 +473,6 @@ def test_gguf_rows_scaled_from_block_scales(as_gpu, precision, plans, monkeypatc
     assert_gguf_decoded(plans, name, rows, k)
 
 
-def _attention_ref(q, k, v, mask, scale, rnd=lambda x: x):
-    """Eager attention in fp64 with each product's operands rounded by rnd (GQA: kv heads
-    repeated)."""
-    g = q.shape[0] // k.shape[0]
-    q, k, v = (rnd(x).double() for x in (q, k, v))
-    k, v = k.repeat_interleave(g, 0), v.repeat_interleave(g, 0)
-    p = torch.softmax((q @ k.transpose(1, 2) * scale).masked_fill(~mask, float("-inf")), -1)
-    return rnd(p.float()).double() @ v
-
-
-# (query heads, kv heads, query rows, keys, head dim, value dim, score rows a block holds or
-# None: the default budget): GQA with both kv heads in one block written in place; one kv
-# head in row blocks whose edges fall inside its query heads (a prompt in a longer cache);
-# blocks of two kv heads and then one, copied into place
-TC_ATTENTION = [(6, 2, 70, 70, 64, 64, None), (4, 1, 100, 130, 32, 48, 45), (6, 3, 64, 80, 16, 8, 2 * 128)]
-
-
-@pytest.mark.parametrize("hq,hkv,t,c,d,dv,per", TC_ATTENTION, ids=str)
-def test_prompt_attention_on_tensor_cores(as_gpu, precision, plans, monkeypatch, hq, hkv, t, c, d, dv, per):
-    """A prompt's attention under "high" (planned as for a GPU): its two products on the
-    scaled fp16 tensor cores with the masked softmax between them (lowering/attention.py's
-    _on_tensor_cores), against eager in fp64 within 4x of TF32's error on the same inputs;
-    a causal mask and one with holes and a row with no live key (NaN where eager's is)."""
-    from dynamo_vulkan.fused import attention
-    from dynamo_vulkan.lowering import attention as att_lowering
-    require_coopmat("scaled", monkeypatch)
-    precision("high")
-    monkeypatch.setattr(att_lowering, "TC_MIN_ROWS", 16)
-    if per is not None:
-        monkeypatch.setattr(att_lowering, "TC_SCORES_MAX_BYTES", per * 4 * c)
-        plan_apart(monkeypatch, f"scores of {per} rows")
-    gen = torch.Generator().manual_seed(hq + t + c)
-    q, k, v = torch.randn(hq, t, d, generator=gen), torch.randn(hkv, c, d, generator=gen), \
-        torch.randn(hkv, c, dv, generator=gen)
-    causal = (c - t + torch.arange(t))[:, None] >= torch.arange(c)[None, :]
-    holes = (torch.rand(t, c, generator=gen) > 0.3) & causal
-    holes[3, :] = False
-    for mask in (causal, holes):
-        torch._dynamo.reset()
-        got = compiled(lambda q, k, v, m: attention(q, k, v, m, 0.125))(q, k, v, mask)
-        want = _attention_ref(q, k, v, mask, 0.125)
-        dead = want.isnan()
-        assert torch.equal(got.isnan(), dead), "NaN rows differ from eager's"
-        base = (_attention_ref(q, k, v, mask, 0.125, tf32) - want)[~dead].norm() / want[~dead].norm()
-        err = (got.double() - want)[~dead].norm() / want[~dead].norm()
-        assert err <= 4 * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
-    names = [d.name for p in plans for d in p.dispatches]
-    assert "rowwise:softmax" in names and not any(n.startswith("attention") for n in names), names
-    assert sum(n.startswith("matmul_coopmat") for n in names) >= 4, names
-
-
 def test_packing_follows_reads(monkeypatch):
     """Auto: an operand is converted first where PACK_MIN_READS or more tiles read it."""
     many = coopmat.PACK_MIN_READS

@@ -33,54 +33,8 @@ TILED_MIN_BLOCKS = 64
 TILED_BQ = (32, 16)
 TILED_BK = 16
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
-# a prompt's attention on tensor cores (where the matmul precision puts fp32 products on
-# them): from this many query rows, its scores in blocks of at most this many bytes
-TC_MIN_ROWS = 64
-TC_SCORES_MAX_BYTES = 8 << 20
 MAX_SPLITS = 64
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
-
-
-def _on_tensor_cores(ctx, out: TRef, q: TRef, k: TRef, v: TRef, mask: TRef, scale: float) -> bool:
-    """A prompt's attention as its two products on tensor cores (lowering/coopmat.py, the
-    scaled fp16 kernels: each row of q and of k, and each column of v, scaled apart) with
-    the masked softmax between them (rowwise.masked_softmax): on a GPU, from TC_MIN_ROWS
-    query rows, where the matmul precision takes fp32 products to those kernels. Each kv
-    head's query heads are one matrix of rows (q's heads consecutive); the scores go in
-    blocks of kv heads, or of rows of one, within TC_SCORES_MAX_BYTES. Returns whether it
-    was emitted (else the fp32 kernels take it)."""
-    from . import coopmat
-    from .elementwise import copy_to
-    from .matmul import matmul
-    from .rowwise import masked_softmax
-    hq, t, d = q.shape
-    hkv, c, dv = v.shape
-    g = hq // hkv
-    rows = g * t                      # a kv head's query rows
-    if device.is_cpu(ctx.caps) or t < TC_MIN_ROWS or q.strides[0] != t * q.strides[1]:
-        return False
-    plan = coopmat.choose(ctx, 1, rows, c, d).plan
-    if plan is None or not plan.scaled:
-        return False
-    per = max(1, TC_SCORES_MAX_BYTES // (4 * c))          # rows of scores a block holds
-    heads = max(1, min(hkv, per // rows))                 # whole kv heads a block, or one
-    qs, ks_, vs = q.strides, k.strides, v.strides
-    for h0 in range(0, hkv, heads):
-        hb = min(heads, hkv - h0)
-        for r0 in range(0, rows, rows if hb > 1 else min(rows, per)):
-            rb = rows if hb > 1 else min(per, rows - r0)
-            first = h0 * rows + r0                         # the block's first row of out
-            qv = q.with_layout((hb, rb, d), (rows * qs[1], qs[1], qs[2]), q.offset + first * qs[1])
-            kt = k.with_layout((hb, d, c), (ks_[0], ks_[2], ks_[1]), k.offset + h0 * ks_[0])
-            vv = v.with_layout((hb, c, dv), vs, v.offset + h0 * vs[0])
-            scores = matmul(ctx, qv, kt, alpha=scale, out=ctx.empty((hb, rb, c), "f32"))
-            masked_softmax(ctx, scores, mask, t, r0)
-            if first == 0 and hb * rb == hq * t:
-                matmul(ctx, scores, vv, out=out.with_layout((hb, rb, dv), (rb * dv, dv, 1), 0))
-            else:
-                part = matmul(ctx, scores, vv, out=ctx.empty((hb, rb, dv), "f32"))
-                copy_to(ctx, part, out.with_layout((hb, rb, dv), (rows * dv, dv, 1), first * dv))
-    return True
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -225,8 +179,6 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         ctx.dispatch("attention", {"CPU_LANES": 1, "VARIANT": "lanes", "WG": 8, "AR": CPU_ROWS,
                                    "D": d, "DV": dv, "SPLITS": 1},
                      [out, q, k, v, mask], [0], spec, groups_for(blocks), note=note + ", lanes")
-        return out
-    if q_lazy is None and not softcap and _on_tensor_cores(ctx, out, q, k, v, mask, scale):
         return out
     bq = _tiled_rows(ctx, hq, t, d, dv)
     if bq and q_lazy is None:

@@ -51,8 +51,7 @@ def _row_kernel(ctx: Context, mode: str, x: TRef, out: TRef, dim: int, extra: li
         cid += 1
     bindings = [out, x, *stats, *extra]
     names = ["outb", "inb"] + (["meanb", "rstdb"] if stats else []) + \
-        [name for flag, name in (("HAS_WEIGHT", "wb"), ("HAS_BIAS", "bb"), ("HAS_RESIDUAL", "resb"),
-                                 ("MASKED", "mb"))
+        [name for flag, name in (("HAS_WEIGHT", "wb"), ("HAS_BIAS", "bb"), ("HAS_RESIDUAL", "resb"))
          if flag in mode.split()]
     defines = {mode.split()[0]: 1, "VARIANT": mode.split()[0].lower()}
     for m in mode.split()[1:]:
@@ -73,17 +72,6 @@ def softmax(ctx, x, dim, half_to_float=False):
             (1,), (1,), 0), 0, [], {}) or out
     _row_kernel(ctx, mode, x, out, dim % x.ndim, [], {})
     return out
-
-
-def masked_softmax(ctx: Context, scores: TRef, mask: TRef, queries: int, row0: int) -> TRef:
-    """Softmax in place over the last dim of attention scores [..., keys] whose row R
-    belongs to query row (row0 + R) % queries, each key masked (-inf) where the bool
-    mask [queries, keys] is False; a row with no live key gets NaN, as eager's softmax
-    of all -inf."""
-    _row_kernel(ctx, "SOFTMAX MASKED", scores, scores, scores.ndim - 1, [mask],
-                {"M_OFF": mask.offset, "M_ST": mask.strides[0], "M_SC": mask.strides[1],
-                 "MT": queries, "ROW0": row0})
-    return scores
 
 
 @lowering(aten.native_layer_norm.default)

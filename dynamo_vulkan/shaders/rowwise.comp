@@ -2,9 +2,6 @@
 // row is N elements at stride IN_RS (OUT_RS in the output) and rows are
 // addressed through the kept dims' strides (spec constants), so a softmax over
 // any dim of any view needs no copy. lowering/rowwise.py declares variants.
-// MASKED (softmax): a prompt's attention scores (lowering/attention.py's tensor-core path),
-// each -inf where its key is masked: row R's query row is (ROW0 + R) % MT, element j its
-// key, bool mask mb[M_OFF + query * M_ST + j * M_SC].
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 1;
@@ -18,13 +15,6 @@ BUFFER_DECLS
 
 #include "wg_reduce.glsl"
 
-#ifdef MASKED
-#define LD_X(j) (ld_b(mb[M_OFF + ((ROW0 + row) % MT) * M_ST + (j) * M_SC]) ? ld_f32(inb[ib + (j) * IN_RS]) \
-                                                                          : uintBitsToFloat(0xff800000u))
-#else
-#define LD_X(j) ld_f32(inb[ib + (j) * IN_RS])
-#endif
-
 void main() {
     uint row = flat_workgroup();
     if (row >= ROWS) return;
@@ -34,13 +24,13 @@ void main() {
 #if defined(SOFTMAX) || defined(LOG_SOFTMAX)
     float m = uintBitsToFloat(0xff800000u);
     bool nan_seen = false;
-    for (uint j = lid; j < N; j += wg) { float x = LD_X(j); nan_seen = nan_seen || isnan(x); m = max(m, x); }
+    for (uint j = lid; j < N; j += wg) { float x = ld_f32(inb[ib + j * IN_RS]); nan_seen = nan_seen || isnan(x); m = max(m, x); }
     m = wg_max(m);
     float s = 0.0;
-    for (uint j = lid; j < N; j += wg) s += exp(LD_X(j) - m);
+    for (uint j = lid; j < N; j += wg) s += exp(ld_f32(inb[ib + j * IN_RS]) - m);
     s = wg_sum(s);
     for (uint j = lid; j < N; j += wg) {
-        float x = LD_X(j);
+        float x = ld_f32(inb[ib + j * IN_RS]);
 #ifdef SOFTMAX
         outb[ob + j * OUT_RS] = st_f32(exp(x - m) / s);
 #else
