@@ -11,7 +11,6 @@
 // tanh(s / cap) * cap before the mask and the softmax (Gemma 2). VW = 4 (D and DV
 // multiples of 4): the tiles are read from shared memory as vec4s. The specialisation
 // constants are attention.comp's; lowering/attention.py derives BQ, BK, D, DV and VW.
-#extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 #define TPR 8u
 #define WG (BQ * TPR)
@@ -122,19 +121,15 @@ void main() {
             vs[e] = ldv(V_OFF + kvh * V_SH + (c0 + vr) * V_SC + i * VW * V_SD, V_SD, vr < keys, 2u);
         }
         barrier();
-        // scores of this invocation's keys (sub, sub + TPR, ...), their row max; each q
-        // element read once for all of them (shared memory's reads bound this kernel)
+        // scores of this invocation's keys (sub, sub + TPR, ...), their row max
         float s[KPT];
-        [[unroll]] for (uint q = 0u; q < KPT; ++q) s[q] = 0.0;
-        for (uint i = 0u; i < DW; ++i) {
-            VT qv = qs[r * QLD + i];
-            [[unroll]] for (uint q = 0u; q < KPT; ++q) s[q] += DOTV(qv, ks[(sub + q * TPR) * KLD + i]);
-        }
         float cm = NEG_INF;
-        [[unroll]] for (uint q = 0u; q < KPT; ++q) {
+        for (uint q = 0u; q < KPT; ++q) {
             uint kj = sub + q * TPR, c = c0 + kj;
+            float qk = 0.0;
+            for (uint i = 0u; i < DW; ++i) qk += DOTV(qs[r * QLD + i], ks[kj * KLD + i]);
             bool live = row_in && kj < keys && ld_b(mb[M_OFF + min(t, T - 1u) * M_ST + min(c, C - 1u) * M_SC]);
-            s[q] = live ? capped(s[q] * scale) : NEG_INF;
+            s[q] = live ? capped(qk * scale) : NEG_INF;
             cm = max(cm, s[q]);
         }
         ps[r * PLD + sub] = cm;
