@@ -39,10 +39,8 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
 # them in its tile loads (B_GGUF)
 BOUNDED_TYPES = frozenset({"Q4_0", "Q8_0", "Q4_K", "Q6_K"})
 # ... where the product has at most this many rows of tiles: each row of tiles decodes W
-# again, and the decoding's instructions compete with the multiplies. On an H100 (a 7B
-# Q4_K_M, docs/journal.md, session 37) one row of tiles (a 128-token prompt) took 20.6 ms
-# of matmuls where the fp16 copies and their matmuls took 7.5 + 17.5; four (512 tokens)
-# took 75 ms against 7.8 + 49.
+# again, and the decoding's instructions compete with the multiplies, so one row of tiles
+# (a 128-token prompt) beats copying W first and four do not (docs/journal.md, session 37)
 INLINE_MAX_TILES_M = 1
 
 
