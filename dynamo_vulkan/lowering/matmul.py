@@ -124,7 +124,7 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: 
             coopmat.emit(ctx, choice.plan, defines, bindings, spec, out, nb, m, n, k,
                          f"{note}, {choice.note}", weight=weight)
         elif weight is not None:
-            raise LoweringError(f"{note}: B was packed for tensor cores that this product does not take")
+            raise LoweringError(f"{note}: B is a GGUF weight for tensor cores that this product does not take")
         else:
             _tiled(ctx, defines, bindings, spec, out, nb, m, n, k,
                    f"{note}, {choice.note}" if choice.note else note)

@@ -56,3 +56,11 @@ void convert(vec4 x0, vec4 x1, out uvec4 hi, out uvec4 lo) {
 }
 #endif
 
+// SCALED: the exponent e of a row's (or column's) power-of-two scale, from its largest
+// finite magnitude m (m < 2^x with x = m's exponent + 1: scaled values below 2^4), within
+// [-124, 100]; 0 for a row of zeros. pow2(e) is 2^e (e within a float's normal range).
+int scaled_exp(float m) {
+    return m > 0.0 ? clamp(3 - (int((floatBitsToUint(m) >> 23) & 0xffu) - 127), -124, 100) : 0;
+}
+float pow2(int e) { return uintBitsToFloat(uint(e + 127) << 23); }
+

@@ -118,9 +118,8 @@ void main() {
 #else
     m = wg_max(m);
 #endif
-    // m < 2^x with x = exponent + 1: scaled values below 2^4
-    int e = m > 0.0 ? clamp(3 - (int((floatBitsToUint(m) >> 23) & 0xffu) - 127), -124, 100) : 0;
-    float scale = uintBitsToFloat(uint(e + 127) << 23);
+    int e = scaled_exp(m);
+    float scale = pow2(e);
     uint at = (b * ROWS_P + r) * ko;
     for (uint o = lane; o < ko; o += SLANES) {
         vec4 x0 = vec4(0.0), x1 = vec4(0.0);

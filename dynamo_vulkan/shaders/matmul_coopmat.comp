@@ -155,12 +155,9 @@ layout(set = 0, binding = 2) readonly buffer Buf2e { int bexp[]; };
 #endif
 #ifdef B_GGUF
 // the largest bound of each of the tile's rows of W (float bits: non-negative floats
-// order as their bits), then its scale's exponent (coopmat_pack.comp's rule)
+// order as their bits), whose scale's exponent is b_exp (coopmat_pack.comp's rule)
 shared uint wbound[BN];
-int b_exp(uint r) {
-    float m = uintBitsToFloat(wbound[r]);
-    return m > 0.0 ? clamp(3 - (int((floatBitsToUint(m) >> 23) & 0xffu) - 127), -124, 100) : 0;
-}
+int b_exp(uint r) { return scaled_exp(uintBitsToFloat(wbound[r])); }
 #endif
 
 // ---- shared memory: element offsets of one stage's tiles; uvec4 index = element / 8
@@ -380,7 +377,7 @@ void stash(uint tid, uint base, uint n0, uint k0) {
                 // times the row's scale, a power of two: as scaling the decoded values
                 vec4 v0, v1;
                 uint n = n0 + p.x, ch = (k0 + p.y) / 8u;
-                vec2 ab = gb_dec8(qb[c], n * ROW_BYTES, ch, v0, v1) * uintBitsToFloat(uint(b_exp(p.x) + 127) << 23);
+                vec2 ab = gb_dec8(qb[c], n * ROW_BYTES, ch, v0, v1) * pow2(b_exp(p.x));
 #if GB_AFFINE
                 convert(v0 * ab.x + ab.y, v1 * ab.x + ab.y, hi, lo);
 #else
@@ -537,7 +534,7 @@ void main() {
                 int en = bexp[4u * (B_SB == 0u ? 1u : nbat) * B_PLANE + (B_SB == 0u ? 0u : batch) * B_ROWS_P + gn];
 #endif
                 int s = -(em + en), s1 = s / 2;
-                v = v * uintBitsToFloat(uint(s1 + 127) << 23) * uintBitsToFloat(uint(s - s1 + 127) << 23);
+                v = v * pow2(s1) * pow2(s - s1);
 #endif
 #ifdef HAS_BIAS
                 if (split_index == 0u)
