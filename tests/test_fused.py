@@ -101,9 +101,11 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
 
 
-# prompts (16 rows or more) on a GPU: the tiled kernel; rows past a block of 32 (or 16),
-# keys past a chunk of 16, GQA, odd dims, a value dim past 8 lanes of 32
-TILED = [(4, 2, 40, 70, 64, 64), (7, 1, 17, 300, 128, 128), (2, 2, 33, 33, 5, 300), (3, 3, 16, 16, 16, 24)]
+# prompts (16 rows or more) on a GPU: the register-tiled kernel; rows past a block, keys
+# past a chunk, GQA, odd dims (rows padded to vec4s), a value dim past the invocations of a
+# row group, Gemma 3's head dim of 256
+TILED = [(4, 2, 40, 70, 64, 64), (7, 1, 17, 300, 128, 128), (2, 2, 33, 33, 5, 300), (3, 3, 16, 16, 16, 24),
+         (4, 1, 37, 90, 256, 256)]
 
 
 @pytest.mark.parametrize("hq,hkv,t,c,d,dv", TILED, ids=str)
@@ -121,26 +123,99 @@ def test_tiled_attention_as_gpu(as_gpu, plans, monkeypatch, hq, hkv, t, c, d, dv
     for mask in (_causal(t, c, c - t), holes):
         torch._dynamo.reset()                            # the same code: compiled again
         check(lambda q, k, v, m: attention(q, k, v, m, 0.2, softcap), q, k, v, mask, rtol=1e-5, atol=1e-5)
-    assert _names(plans) == ["attention_tiled"] * 2
-    assert "tiled" in plans[-1].dispatches[0].note
+    assert _names(plans) == ["mask_ranges", "attention_tiled"] * 2
+    assert "tiled" in plans[-1].dispatches[-1].note
+
+
+@pytest.mark.parametrize("config", att_lowering.TILED_CONFIGS, ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_each_tiled_config(as_gpu, plans, monkeypatch, config, layout):
+    """Every tile of TILED_CONFIGS that fits this device, with K and V in shared arrays
+    of their own and in one, on vec4 rows (q a view of [t, heads, d], the mask a window
+    of a longer cache's) and on strided ones (scalar loads), against eager."""
+    monkeypatch.setattr(att_lowering, "TILED_MIN_BLOCKS", 1)
+    monkeypatch.setattr(att_lowering, "TILED_CONFIGS", (config,))
+    hq, hkv, t, c, d = 6, 2, 45, 100, 32
+    g = torch.Generator().manual_seed(sum(config))
+    if layout == "contiguous":
+        q = torch.randn(t, hq, d, generator=g).transpose(0, 1)
+        k, v = torch.randn(hkv, c, d, generator=g), torch.randn(hkv, c, d, generator=g)
+        mask = _causal(t, c + 8, c - t)[:, 4:c + 4]
+    else:
+        q = torch.randn(hq, t, d + 1, generator=g)[..., 1:]
+        k = torch.randn(hkv, d, c, generator=g).transpose(1, 2)
+        v = torch.randn(hkv, c, d + 3, generator=g)[..., :d]
+        mask = _causal(c, t, 0).t()
+    real = att_lowering._tiled_shared
+    for apart in (True, False):
+        # each tile fits lavapipe's 32 KiB both ways at these dims; the other layout is
+        # made not to fit
+        assert real(config[0], config[1], config[3], d, d, apart) <= device.device_info()["max_compute_shared_memory_size"]
+        monkeypatch.setattr(att_lowering, "_tiled_shared",
+                            lambda *a, _apart=apart: real(*a) if a[-1] == _apart else 1 << 30)
+        torch._dynamo.reset()
+        tile = att_lowering.tiled_config(device.device_info(), hq, t, d, d)
+        assert tile is not None and tile.kv_apart == apart
+        check(lambda q, k, v, m: attention(q, k, v, m, 0.3), q, k, v, mask, rtol=1e-5, atol=1e-5)
+        assert _names(plans)[-1] == "attention_tiled"
+
+
+def test_tiled_attentions_share_their_mask_ranges(as_gpu, plans, monkeypatch):
+    """Two attentions over one mask (two layers) take its live ranges from one
+    mask_ranges dispatch."""
+    monkeypatch.setattr(att_lowering, "TILED_MIN_BLOCKS", 1)
+    q, k, v = torch.randn(4, 20, 16), torch.randn(2, 30, 16), torch.randn(2, 30, 16)
+
+    def two_layers(q, k, v, m):
+        return attention(attention(q, k, v, m, 0.25) + q, k, v, m, 0.25)
+
+    check(two_layers, q, k, v, _causal(20, 30, 10), rtol=1e-5, atol=1e-5)
+    names = [n for n in _names(plans) if not n.startswith("elementwise")]
+    assert names == ["mask_ranges", "attention_tiled", "attention_tiled"]
+
+
+def test_derived_values_are_made_again_after_a_write():
+    """Context.derived (a mask's ranges, x's int8 planes) hands back what it made until a
+    dispatch writes a buffer it was derived from."""
+    from dynamo_vulkan.lowering.core import Context
+    ctx = Context(device.device_info())
+    src, other = ctx.empty((8,), "f32"), ctx.empty((8,), "f32")
+    made = []
+
+    def make():
+        made.append(ctx.empty((8,), "f32"))
+        ctx.dispatch("accumulate", {"VARIANT": "x"}, [made[-1], src], [0], [], (1, 1, 1))
+        return made[-1]
+
+    first = ctx.derived("key", {src.buf}, make)
+    ctx.dispatch("accumulate", {"VARIANT": "y"}, [other, src], [0], [], (1, 1, 1))   # writes other
+    assert ctx.derived("key", {src.buf}, make) is first and len(made) == 1
+    ctx.dispatch("accumulate", {"VARIANT": "z"}, [src, other], [0], [], (1, 1, 1))   # writes src
+    assert ctx.derived("key", {src.buf}, make) is not first and len(made) == 2
 
 
 def test_when_attention_is_tiled():
     """On a GPU, prompts of TILED_MIN_ROWS rows in TILED_MIN_BLOCKS workgroups or more,
-    32 rows a block where its tiles fit the shared memory, else 16; never on a CPU device."""
-    from types import SimpleNamespace
-    gpu = SimpleNamespace(caps={"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
-                                "max_compute_shared_memory_size": 49152, "max_compute_work_group_invocations": 1024})
-    rows = att_lowering._tiled_rows
-    assert rows(gpu, 28, 512, 128, 128) == 32 and rows(gpu, 28, 128, 128, 128) == 32
-    assert rows(gpu, 9, 128, 64, 64) == 0                  # 36 blocks: the row kernel
-    assert rows(gpu, 28, 8, 128, 128) == 0                 # decode-sized
-    assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=32768)), 28, 512, 128, 128) == 16
-    assert rows(gpu, 28, 512, 512, 512) == 0               # no tile fits
-    # vec4 tiles pad each q and K row by 4 floats: 35,968 bytes at 32 rows of 128
-    assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=35967)), 28, 512, 128, 128) == 16
-    assert rows(SimpleNamespace(caps=dict(gpu.caps, max_compute_shared_memory_size=35968)), 28, 512, 128, 128) == 32
-    assert rows(SimpleNamespace(caps=dict(gpu.caps, device_type="PHYSICAL_DEVICE_TYPE_CPU")), 28, 512, 128, 128) == 0
+    by the first tile that fits the shared memory and the registers; never on a CPU
+    device."""
+    gpu = {"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU",
+           "max_compute_shared_memory_size": 49152, "max_compute_work_group_invocations": 1024}
+    tile = att_lowering.tiled_config
+    seven_b = tile(gpu, 28, 512, 128, 128)
+    assert (seven_b.bq, seven_b.rpt, seven_b.tprg, seven_b.kv_apart) == (32, 2, 16, False)
+    assert seven_b.wg == 256
+    assert tile(gpu, 28, 128, 128, 128).bq == 32
+    assert tile(gpu, 9, 512, 64, 64).kv_apart                    # SmolLM2: K and V apart
+    assert tile(gpu, 9, 128, 64, 64).bq == 16                    # 72 blocks of 16 rows, not 36 of 32
+    assert tile(gpu, 2, 128, 64, 64) is None                     # 32 blocks at most: the row kernel
+    assert tile(gpu, 28, 8, 128, 128) is None                    # decode-sized
+    gemma = tile(gpu, 4, 512, 256, 256)                          # q and K tiles of 32 rows do not fit
+    assert (gemma.bq, gemma.bk, gemma.rpt, gemma.tprg) == (16, 16, 1, 16)
+    small = tile(dict(gpu, max_compute_shared_memory_size=32768), 28, 512, 128, 128)
+    assert small.bq == 16 and att_lowering._tiled_shared(small.bq, small.bk, small.tprg, 128, 128,
+                                                          small.kv_apart) <= 32768
+    assert tile(gpu, 28, 512, 1024, 1024) is None                # no tile fits
+    assert tile(dict(gpu, device_type="PHYSICAL_DEVICE_TYPE_CPU"), 28, 512, 128, 128) is None
 
 
 @pytest.mark.parametrize("plan_as", ["device", "as_gpu"])

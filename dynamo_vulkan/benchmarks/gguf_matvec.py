@@ -96,7 +96,7 @@ def _program(name, rows, cols, args, chained, rounds=1):
     outs = [TRef(xbuf, (m, rows), (rows, 1), 0, "f32")] if chained else \
         [ctx.empty((m, rows), "f32") for _ in range(copies)]
     for _ in range(rounds):
-        ctx.xplanes.clear()            # each round makes x's planes again, as the first did
+        ctx.forget_derived()           # each round makes x's planes again, as the first did
         for i, w in enumerate(ws):
             xr = TRef(xbuf, (m, cols), (cols, 1), head + i * m * cols, "f32")
             emit_linear(ctx, outs[0 if chained else i], xr, w, qt, rows, cols)

@@ -5,6 +5,7 @@ finish merges them."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -26,12 +27,19 @@ CPU_WG = 32
 CPU_ROWS = 8     # query rows per subgroup in the CPU_LANES variant (prompts on a CPU device)
 MAX_DIM = 1024   # head dims held in shared memory (q row) and registers (output)
 SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across workgroups
-# a prompt's attention on a GPU from this many query rows: tiles of TILED_BQ rows (8
-# invocations a row) and chunks of TILED_BK keys in shared memory (attention_tiled.comp)
+# a prompt's attention on a GPU from this many query rows, in TILED_MIN_BLOCKS workgroups
+# or more (fewer leave a GPU idle: the row-per-workgroup kernel runs), register-tiled
+# (attention_tiled.comp) by the first of TILED_CONFIGS that fits the device and the head
+# dims: (query rows BQ, keys a chunk BK, rows an invocation RPT, invocations a row group
+# TPRG), with at most TILED_ACC output floats and TILED_SCORES scores an invocation. The
+# order is measured (benchmarks/attention_sweep.py; docs/journal.md, session 38): a
+# prompt's attention is latency-bound, so 256 invocations a workgroup beat larger tiles
+# per invocation in fewer (the 7B's 512-row prompt: 32x32x2x16 180 us, 32x32x4x8 728)
 TILED_MIN_ROWS = 16
 TILED_MIN_BLOCKS = 64
-TILED_BQ = (32, 16)
-TILED_BK = 16
+TILED_CONFIGS = ((32, 32, 2, 16), (16, 32, 2, 32), (16, 16, 1, 16), (8, 32, 1, 32), (8, 16, 2, 16))
+TILED_ACC = 64
+TILED_SCORES = 32
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
@@ -48,28 +56,49 @@ def cpu_lanes(caps: dict, rows: int) -> bool:
     return rows > 1 and has_cpu_lanes(caps)
 
 
-def tiled_width(d: int, dv: int) -> int:
-    """attention_tiled.comp's VW: vec4 tiles where both head dims are multiples of 4."""
-    return 4 if d % 4 == 0 and dv % 4 == 0 else 1
+@dataclass(frozen=True)
+class TiledConfig:
+    """attention_tiled.comp's tile: BQ query rows a workgroup, BK keys a chunk, RPT rows
+    an invocation, TPRG invocations a row group; kv_apart: K and V have shared arrays of
+    their own (V loaded with K)."""
+    bq: int
+    bk: int
+    rpt: int
+    tprg: int
+    kv_apart: bool
+
+    @property
+    def wg(self) -> int:
+        return self.bq // self.rpt * self.tprg
 
 
-def _tiled_rows(ctx, heads: int, rows: int, d: int, dv: int) -> int:
-    """The query rows per workgroup of the tiled kernel (attention_tiled.comp) for a
-    prompt's attention, or 0 where it does not run: on a GPU, from TILED_MIN_ROWS query
-    rows, the largest of TILED_BQ whose shared tiles fit the device, where it makes
-    TILED_MIN_BLOCKS workgroups or more (fewer leave a GPU idle: the row-per-workgroup
-    kernel runs)."""
-    if device.is_cpu(ctx.caps) or rows < TILED_MIN_ROWS:
-        return 0
-    for bq in TILED_BQ:
-        if heads * _ceil_div(rows, bq) < TILED_MIN_BLOCKS:
-            return 0
-        vw = tiled_width(d, dv)         # q and K rows padded by one vec of vw (the kernel's)
-        smem = 4 * (bq * (d + vw) + TILED_BK * (d + vw) + TILED_BK * dv + bq * (TILED_BK + 1) + 64)
-        if smem <= ctx.caps.get("max_compute_shared_memory_size", 16384) and \
-                bq * 8 <= ctx.caps.get("max_compute_work_group_invocations", 128):
-            return bq
-    return 0
+def _tiled_shared(bq: int, bk: int, tprg: int, d: int, dv: int, apart: bool) -> int:
+    """attention_tiled.comp's shared bytes: q rows and K rows padded by a vec4, V rows,
+    the chunk's weights, the row maxima, wg_reduce's partials."""
+    qld, dv4 = -(-d // 4) + 1, -(-dv // 4)
+    kv = bk * qld + bk * dv4 if apart else max(bk * qld, bk * dv4)
+    return 16 * (bq * qld + kv) + 4 * (bk * bq + bq * tprg + 64)
+
+
+def tiled_config(caps: dict, heads: int, rows: int, d: int, dv: int) -> TiledConfig | None:
+    """The register-tiled kernel's tile for a prompt's attention (attention_tiled.comp), or
+    None where it does not run: a CPU device, fewer than TILED_MIN_ROWS query rows, no
+    tile of TILED_CONFIGS that fits the device's shared memory and invocations, keeps
+    TILED_ACC output floats and TILED_SCORES scores an invocation, and makes
+    TILED_MIN_BLOCKS workgroups."""
+    if device.is_cpu(caps) or rows < TILED_MIN_ROWS:
+        return None
+    smem = caps.get("max_compute_shared_memory_size", 16384)
+    for bq, bk, rpt, tprg in TILED_CONFIGS:
+        cv = -(-(-(-dv // 4)) // tprg)
+        if heads * _ceil_div(rows, bq) < TILED_MIN_BLOCKS or rpt * cv * 4 > TILED_ACC or \
+                rpt * (bk // tprg) > TILED_SCORES or \
+                bq // rpt * tprg > caps.get("max_compute_work_group_invocations", 128):
+            continue
+        for apart in (True, False):
+            if _tiled_shared(bq, bk, tprg, d, dv, apart) <= smem:
+                return TiledConfig(bq, bk, rpt, tprg, apart)
+    return None
 
 
 def workgroup_size(caps: dict) -> int:
@@ -180,11 +209,9 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
                                    "D": d, "DV": dv, "SPLITS": 1},
                      [out, q, k, v, mask], [0], spec, groups_for(blocks), note=note + ", lanes")
         return out
-    bq = _tiled_rows(ctx, hq, t, d, dv)
-    if bq and q_lazy is None:
-        ctx.dispatch("attention_tiled", {"BQ": bq, "BK": TILED_BK, "D": d, "DV": dv, "VW": tiled_width(d, dv)},
-                     [out, q, k, v, mask], [0], spec, groups_for(hq * _ceil_div(t, bq)),
-                     note=note + f", tiled {bq} rows x {TILED_BK} keys")
+    tile = tiled_config(ctx.caps, hq, t, d, dv)
+    if tile is not None and q_lazy is None:
+        _emit_tiled(ctx, tile, out, q, k, v, mask, spec, note)
         return out
     wg = workgroup_size(ctx.caps)
     dvlp = min(dv // vw, wg)
@@ -240,3 +267,41 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
                  note=note, disjoint=disjoint)
     return out
+
+
+def _vec4_rows(t: TRef, dims: int) -> bool:
+    """Whether a [heads, rows, dims] operand's rows load as whole vec4s: unit stride along
+    dims, dims, offset and the other strides multiples of 4."""
+    return t.strides[-1] == 1 and dims % 4 == 0 and \
+        all(x % 4 == 0 for x in (t.offset, *t.strides[:-1]))
+
+
+def _emit_tiled(ctx, tile: TiledConfig, out: TRef, q: TRef, k: TRef, v: TRef, mask: TRef,
+                spec: list, note: str) -> None:
+    """attention_tiled.comp for a prompt: a workgroup per (query head, tile.bq rows)."""
+    hq, t, d = q.shape
+    c, dv = v.shape[1], v.shape[2]
+    defines = {"BQ": tile.bq, "BK": tile.bk, "RPT": tile.rpt, "TPRG": tile.tprg, "D": d, "DV": dv}
+    for name, operand, dims in (("Q_VEC4", q, d), ("K_VEC4", k, d), ("V_VEC4", v, dv)):
+        if _vec4_rows(operand, dims):
+            defines[name] = 1
+    if tile.kv_apart:
+        defines["KV_APART"] = 1
+    ranges = ctx.derived(("mask_ranges", mask.buf, mask.offset, mask.strides, mask.shape), {mask.buf},
+                         lambda: _mask_ranges(ctx, mask))
+    ctx.dispatch("attention_tiled", defines, [out, q, k, v, mask, ranges], [0], spec,
+                 groups_for(hq * _ceil_div(t, tile.bq)),
+                 note=note + f", tiled {tile.bq} rows x {tile.bk} keys, {tile.rpt}x{tile.tprg}")
+
+
+def _mask_ranges(ctx, mask: TRef) -> TRef:
+    """mask_ranges.comp: each row's first and one-past-last unmasked key and whether all
+    keys between are unmasked, [T, 3] int32, for the tiled prompt attention."""
+    t, c = mask.shape
+    ranges = ctx.empty((t, 3), "i32")
+    defines = {}
+    if mask.strides[1] == 1 and c % 4 == 0 and mask.offset % 4 == 0 and mask.strides[0] % 4 == 0:
+        defines["M_VEC4"] = 1
+    ctx.dispatch("mask_ranges", defines, [ranges, mask], [0], [t, c, mask.offset, *mask.strides],
+                 groups_for(t), note=f"live keys of mask[{t}x{c}]")
+    return ranges

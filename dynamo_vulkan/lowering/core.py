@@ -123,7 +123,22 @@ class Context:
         self.outputs: list[TRef] = []                  # graph outputs placed so far
         self.in_place: set = set()      # nodes that may write their first input's buffer
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
-        self.xplanes: dict = {}         # x's int8 planes made so far (gguf._emit_int_dot)
+        self._derived: dict = {}        # key -> (a value derived from buffers, dispatch count then)
+
+    def derived(self, key, reads: set, make):
+        """A value that dispatches derive from buffers `reads` (x's int8 planes, a mask's
+        live ranges): make() emits it the first time; later callers with the same key get
+        it back until a dispatch since has written one of those buffers."""
+        got, since = self._derived.get(key, (None, 0))
+        if got is None or any(d.bindings[i] in reads for d in self.plan.dispatches[since:]
+                              for i in d.writes):
+            got = make()
+            self._derived[key] = (got, len(self.plan.dispatches))
+        return got
+
+    def forget_derived(self) -> None:
+        """Make every derived value again at its next use (benchmarks that repeat work)."""
+        self._derived.clear()
 
     # --- buffers -----------------------------------------------------------
     def buffer(self, words: int, role: str = "temp", kind: str = "f32", const=None) -> int:

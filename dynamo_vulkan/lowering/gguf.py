@@ -507,17 +507,13 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     nibbles = INT_DOT_TYPES[defines["VARIANT"]]
     if loader is not None:     # the same expression of the same operands
         read = {b.buf for b in loader.buffers}
-        key = ("loader", loader.decls, loader.base, nibbles,
+        key = ("xplanes", "loader", loader.decls, loader.base, nibbles,
                tuple((b.buf, b.offset, b.strides, b.shape) for b in loader.buffers))
     else:
         read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
-        key = (x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
+        key = ("xplanes", x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
                None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
-    planes, since = ctx.xplanes.get(key, (None, 0))
-    if planes is None or any(d.bindings[i] in read for d in ctx.plan.dispatches[since:]
-                             for i in d.writes):
-        planes = _emit_planes(ctx, x2, nb, nibbles, k, norm, loader)
-        ctx.xplanes[key] = (planes, len(ctx.plan.dispatches))
+    planes = ctx.derived(key, read, lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader))
     bindings = [out, planes, w]
     defines = defines | {"NR": INT_DOT_NR}
     if residual is not None:

@@ -51,7 +51,7 @@ FAMILIES: dict[str, Family] = {
     "accumulate": _f(),
     "argreduce": _f("INNER_INDEX LOAD OUTER_INDEX SPEC_DECLS STORE VAL_T",
                     "CHUNK SPLITS IS_FLOAT LARGEST PAIRS WANT_VALUES", "SMALLEST"),
-    "attention_tiled": _f("BK BQ D DV VW"),
+    "attention_tiled": _f("BK BQ D DV RPT TPRG", "KV_APART K_VEC4 Q_VEC4 V_VEC4"),
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
                         "K_NEW K_RPH K_W PARTS PENDING Q_LAZY Q_RPH Q_W "
                         "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
@@ -72,6 +72,7 @@ FAMILIES: dict[str, Family] = {
     "grid_sample": _f("", "ALIGN BICUBIC BORDER DIM3 NEAREST REFLECTION", "BILINEAR ZEROS"),
     "histogram": _f("SPEC_DECLS X_INDEX", "LOCAL SEARCH WEIGHTED", "LINEAR"),
     "histogramdd": _f("", "SEARCH WEIGHTED", "LOCAL"),
+    "mask_ranges": _f("", "M_VEC4"),
     "matmul": _f("", "A_ALONG_K A_VEC4 B_ALONG_K B_VEC4 BK BM BN CPU_LANES CL_MR CL_NC CL_WG "
                      "HAS_BIAS OUT_VEC4 TM TN"),
     "matmul_coopmat": _f("", "A_ALONG_K A_PACKED A_VEC4 B_ALONG_K B_PACKED B_VEC4 BF16_IN_F16 BK BM BN "
