@@ -209,8 +209,9 @@ def test_when_attention_is_tiled():
     assert tile(gpu, 9, 128, 64, 64).bq == 16                    # 72 blocks of 16 rows, not 36 of 32
     assert tile(gpu, 2, 128, 64, 64) is None                     # 32 blocks at most: the row kernel
     assert tile(gpu, 28, 8, 128, 128) is None                    # decode-sized
-    gemma = tile(gpu, 4, 512, 256, 256)                          # q and K tiles of 32 rows do not fit
-    assert (gemma.bq, gemma.bk, gemma.rpt, gemma.tprg) == (16, 16, 1, 16)
+    gemma = tile(gpu, 4, 512, 256, 256)                          # q tiles of 16 rows do not fit
+    assert (gemma.bq, gemma.bk, gemma.rpt, gemma.tprg) == (8, 32, 1, 32)
+    assert tile(gpu, 4, 128, 256, 256).bq == 8                   # 64 blocks of 8 rows
     small = tile(dict(gpu, max_compute_shared_memory_size=32768), 28, 512, 128, 128)
     assert small.bq == 16 and att_lowering._tiled_shared(small.bq, small.bk, small.tprg, 128, 128,
                                                           small.kv_apart) <= 32768

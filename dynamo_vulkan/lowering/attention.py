@@ -34,10 +34,12 @@ SPLIT_ROWS = 64  # fewer query rows than this (decode) split the keys across wor
 # TPRG), with at most TILED_ACC output floats and TILED_SCORES scores an invocation. The
 # order is measured (benchmarks/attention_sweep.py; docs/journal.md, session 38): a
 # prompt's attention is latency-bound, so 256 invocations a workgroup beat larger tiles
-# per invocation in fewer (the 7B's 512-row prompt: 32x32x2x16 180 us, 32x32x4x8 728)
+# per invocation in fewer (the 7B's 512-row prompt: 32x32x2x16 180 us, 32x32x4x8 728), and
+# so do tiles whose registers spill (the next chunk's K and V loaded into registers ahead:
+# 663 us)
 TILED_MIN_ROWS = 16
 TILED_MIN_BLOCKS = 64
-TILED_CONFIGS = ((32, 32, 2, 16), (16, 32, 2, 32), (16, 16, 1, 16), (8, 32, 1, 32), (8, 16, 2, 16))
+TILED_CONFIGS = ((32, 32, 2, 16), (16, 32, 1, 16), (8, 32, 1, 32), (16, 16, 1, 16), (8, 16, 2, 16))
 TILED_ACC = 64
 TILED_SCORES = 32
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
