@@ -18,14 +18,16 @@ layout(constant_id = 4) const uint M_SC = 1;
 BUFFER(0, ranges)
 IN_BUFFER(1, mb)
 layout(set = 0, binding = 1) readonly buffer Buf1v { uvec4 mv4[]; };
-#include "wg_reduce.glsl"
 #define UNROLL 4u
+shared uint lo_s, hi_s, live_s;
 
 void main() {
     uint t = flat_workgroup();
     if (t >= T) return;
     uint lid = gl_LocalInvocationID.x;
-    float lo = float(C), hi = 0.0, live = 0.0;
+    if (lid == 0u) { lo_s = C; hi_s = 0u; live_s = 0u; }
+    barrier();
+    uint lo = C, hi = 0u, live = 0u;     // integers: exact for any C
 #ifdef M_VEC4
     uint base = (M_OFF + t * M_ST) >> 2, n = C / 4u;
     for (uint i0 = lid; i0 < n; i0 += WG * UNROLL) {
@@ -34,8 +36,8 @@ void main() {
         [[unroll]] for (uint u = 0u; u < UNROLL; ++u)
             [[unroll]] for (uint e = 0u; e < 4u; ++e)
                 if (w[u][e] != 0u) {
-                    float c = float(4u * (i0 + u * WG) + e);
-                    lo = min(lo, c); hi = max(hi, c + 1.0); live += 1.0;
+                    uint c = 4u * (i0 + u * WG) + e;
+                    lo = min(lo, c); hi = max(hi, c + 1u); live += 1u;
                 }
     }
 #else
@@ -44,15 +46,16 @@ void main() {
         [[unroll]] for (uint u = 0u; u < UNROLL; ++u)
             b[u] = c0 + u * WG < C && ld_b(mb[M_OFF + t * M_ST + (c0 + u * WG) * M_SC]);
         [[unroll]] for (uint u = 0u; u < UNROLL; ++u)
-            if (b[u]) { float c = float(c0 + u * WG); lo = min(lo, c); hi = max(hi, c + 1.0); live += 1.0; }
+            if (b[u]) { uint c = c0 + u * WG; lo = min(lo, c); hi = max(hi, c + 1u); live += 1u; }
     }
 #endif
-    lo = -wg_max(-lo);
-    hi = wg_max(hi);
-    live = wg_sum(live);
+    atomicMin(lo_s, lo);
+    atomicMax(hi_s, hi);
+    atomicAdd(live_s, live);
+    barrier();
     if (lid == 0u) {
-        ranges[3u * t] = uint(lo);
-        ranges[3u * t + 1u] = uint(hi);
-        ranges[3u * t + 2u] = live > 0.0 && live == hi - lo ? 1u : 0u;
+        ranges[3u * t] = lo_s;
+        ranges[3u * t + 1u] = hi_s;
+        ranges[3u * t + 2u] = live_s > 0u && live_s == hi_s - lo_s ? 1u : 0u;
     }
 }
