@@ -411,3 +411,20 @@ def test_llm_rows_tolerate_the_error_of_the_precision_in_force(monkeypatch, prec
     assert (f"matmul precision {precision}" in pre.note) == (precision != "highest")
     pre, _ = llm._rows(Bench(), case, "vulkan", [1.0], [0.5], ((0.01, 2.0), (0.02, 3.0)), False, "n")
     assert pre.tol is None
+
+
+def test_attention_sweep_measures_a_tile_and_refuses_one_that_does_not_fit(as_gpu):
+    """benchmarks/attention_sweep.py, planned as a GPU: a tile's GPU time and its error
+    against eager, the row kernel's, and an error for a tile past the device's shared
+    memory (not a silent fall back to another kernel)."""
+    from dynamo_vulkan.benchmarks import attention_sweep
+    from dynamo_vulkan.lowering import attention as att
+
+    shape = ("tiny", 4, 2, 40, 64, 32)
+    tiled = attention_sweep.measure(shape, (16, 16, 1, 16), calls=2)
+    row = attention_sweep.measure(shape, None, calls=2)
+    assert tiled["config"] == "16x16x1x16" and row["config"] == "row"
+    assert tiled["us"] > 0 and row["us"] > 0 and tiled["err"] < 1e-5 and row["err"] < 1e-5
+    assert att.TILED_CONFIGS != ((16, 16, 1, 16),)          # the module's list is restored
+    with pytest.raises(ValueError, match="does not fit"):
+        attention_sweep.measure(("wide", 4, 1, 40, 64, 1024), (32, 32, 2, 16), calls=1)
