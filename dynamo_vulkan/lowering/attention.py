@@ -1,7 +1,9 @@
 """dynamo_vulkan.attention (dynamo_vulkan/fused.py) on shaders/attention.comp: one
 workgroup per (query head, query row), online softmax over chunks of WG keys; for few
 rows (decode) the keys are split across workgroups and the last of a row's splits to
-finish merges them."""
+finish merges them. A prompt on a GPU takes the register-tiled kernel instead
+(attention_tiled.comp, tiled_config), with each row's live keys from mask_ranges.comp,
+run once per mask and plan."""
 from __future__ import annotations
 
 import math
