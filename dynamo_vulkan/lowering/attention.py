@@ -94,7 +94,7 @@ def tiled_config(caps: dict, heads: int, rows: int, d: int, dv: int) -> TiledCon
         return None
     smem = caps.get("max_compute_shared_memory_size", 16384)
     for bq, bk, rpt, tprg in TILED_CONFIGS:
-        cv = -(-(-(-dv // 4)) // tprg)
+        cv = _ceil_div(_ceil_div(dv, 4), tprg)        # output vec4s an invocation and row
         if heads * _ceil_div(rows, bq) < TILED_MIN_BLOCKS or rpt * cv * 4 > TILED_ACC or \
                 rpt * (bk // tprg) > TILED_SCORES or \
                 bq // rpt * tprg > caps.get("max_compute_work_group_invocations", 128):
@@ -103,6 +103,13 @@ def tiled_config(caps: dict, heads: int, rows: int, d: int, dv: int) -> TiledCon
             if _tiled_shared(bq, bk, tprg, d, dv, apart) <= smem:
                 return TiledConfig(bq, bk, rpt, tprg, apart)
     return None
+
+
+def _vec4_rows(t: TRef, dims: int) -> bool:
+    """Whether an operand's rows (its last dim, `dims` long) load as whole vec4s: unit
+    stride along them, dims, offset and the other strides multiples of 4."""
+    return t.strides[-1] == 1 and dims % 4 == 0 and \
+        all(x % 4 == 0 for x in (t.offset, *t.strides[:-1]))
 
 
 def workgroup_size(caps: dict) -> int:
@@ -197,9 +204,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     out = ctx.empty((hq, t, dv), "f32")
     if out.numel == 0:
         return out
-    aligned = d % 4 == 0 and dv % 4 == 0 and k.strides[2] == 1 and v.strides[2] == 1 and \
-        all(x % 4 == 0 for x in (k.offset, k.strides[0], k.strides[1],
-                                 v.offset, v.strides[0], v.strides[1]))
+    aligned = _vec4_rows(k, d) and _vec4_rows(v, dv)
     vw = 4 if aligned else 1
     spec = [hq, t, c, hq // hkv, f32_bits(scale),
             q.offset if q_lazy is None else 0, *(q.strides if q_lazy is None else (0, 0, 0)),
@@ -273,13 +278,6 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     return out
 
 
-def _vec4_rows(t: TRef, dims: int) -> bool:
-    """Whether a [heads, rows, dims] operand's rows load as whole vec4s: unit stride along
-    dims, dims, offset and the other strides multiples of 4."""
-    return t.strides[-1] == 1 and dims % 4 == 0 and \
-        all(x % 4 == 0 for x in (t.offset, *t.strides[:-1]))
-
-
 def _emit_tiled(ctx, tile: TiledConfig, out: TRef, q: TRef, k: TRef, v: TRef, mask: TRef,
                 spec: list, note: str) -> None:
     """attention_tiled.comp for a prompt: a workgroup per (query head, tile.bq rows)."""
@@ -304,7 +302,7 @@ def _mask_ranges(ctx, mask: TRef) -> TRef:
     t, c = mask.shape
     ranges = ctx.empty((t, 3), "i32")
     defines = {}
-    if mask.strides[1] == 1 and c % 4 == 0 and mask.offset % 4 == 0 and mask.strides[0] % 4 == 0:
+    if _vec4_rows(mask, c):
         defines["M_VEC4"] = 1
     ctx.dispatch("mask_ranges", defines, [ranges, mask], [0], [t, c, mask.offset, *mask.strides],
                  groups_for(t), note=f"live keys of mask[{t}x{c}]")

@@ -12,8 +12,9 @@
 // from mask_ranges.comp (binding 5): the block walks the keys between its rows' first and
 // last unmasked ones (a causal prompt's block skips the chunks past its last row), and a
 // row whose live keys are one interval tests a key against it instead of loading the mask.
-// A masked key scores -inf; a row with no unmasked key gets NaN, as eager's softmax gives. SOFTCAP_BITS > 0: a score s becomes tanh(s / cap) * cap
-// before the mask and the softmax (Gemma 2). Head dims need not be multiples of 4: rows
+// A masked key scores -inf; a row with no unmasked key gets NaN, as eager's softmax gives.
+// SOFTCAP_BITS > 0: a score s becomes tanh(s / cap) * cap before the mask and the softmax
+// (Gemma 2). Head dims need not be multiples of 4: rows
 // are zero padded to whole vec4s in shared memory. KV_APART: K and V have shared arrays of
 // their own (V's loads are issued with K's); without it V reuses K's after the scores.
 // Q_VEC4 / K_VEC4 / V_VEC4: the operand's rows are unit stride, 16-byte aligned, loaded as
