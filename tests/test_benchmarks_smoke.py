@@ -420,11 +420,15 @@ def test_attention_sweep_measures_a_tile_and_refuses_one_that_does_not_fit(as_gp
     from dynamo_vulkan.benchmarks import attention_sweep
     from dynamo_vulkan.lowering import attention as att
 
-    shape = ("tiny", 4, 2, 40, 64, 32)
+    shape = ("tiny", 4, 2, 40, 64, 32, 40)
     tiled = attention_sweep.measure(shape, (16, 16, 1, 16), calls=2)
     row = attention_sweep.measure(shape, None, calls=2)
     assert tiled["config"] == "16x16x1x16" and row["config"] == "row"
     assert tiled["us"] > 0 and row["us"] > 0 and tiled["err"] < 1e-5 and row["err"] < 1e-5
     assert att.TILED_CONFIGS != ((16, 16, 1, 16),)          # the module's list is restored
+    # a decode step (one row seeing 300 of 1000 keys), its keys in at most 4 splits
+    step = attention_sweep.measure(("step", 4, 2, 1, 1000, 32, 300), None, calls=2, max_splits=4)
+    assert step["config"] == "row/4" and step["us"] > 0 and step["err"] < 1e-5
+    assert att.MAX_SPLITS == 64
     with pytest.raises(ValueError, match="does not fit"):
-        attention_sweep.measure(("wide", 4, 1, 40, 64, 1024), (32, 32, 2, 16), calls=1)
+        attention_sweep.measure(("wide", 4, 1, 40, 64, 1024, 40), (32, 32, 2, 16), calls=1)

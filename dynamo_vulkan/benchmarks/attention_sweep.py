@@ -1,14 +1,18 @@
 """A prompt's attention per tile of the register-tiled kernel: GPU microseconds a call.
 
-For each shape (query heads, kv heads, prompt rows, cache length, head dim; a causal
-prompt at the start of the cache, as a model's prefill) and each tile of
+For each shape (query heads, kv heads, query rows, cache length, head dim, live keys: a
+causal prompt whose last row sees that many keys; a prefill starts the cache, a decode
+step is one row) and each tile of
 lowering/attention.TILED_CONFIGS ("row": the row-per-workgroup kernel, attention.comp),
 the attention kernel's GPU time from the backend's timestamps (the mask's live ranges,
 made once a forward, and the copies left out), its TFLOP/s over the live keys, and its
-largest difference from eager on the CPU. A measurement script, not a test: it sets the
-module's tile list and keeps each variant's plans apart by the device's name.
+largest difference from eager on the CPU. A decode step's shapes take the row kernel
+with its keys split (--max-splits: lowering/attention.MAX_SPLITS). A measurement script,
+not a test: it sets the module's tile list and keeps each variant's plans apart by the
+device's name.
 
     python3 -m dynamo_vulkan.benchmarks.attention_sweep [--configs 32x32x4x8,row]
+    python3 -m dynamo_vulkan.benchmarks.attention_sweep --configs row --shapes 7b-decode-512 --max-splits 64,16
 """
 from __future__ import annotations
 
@@ -21,11 +25,14 @@ import torch
 
 from .gputime import LOGGER, profiled
 
-# (label, query heads, kv heads, rows, cache length, head dim): the 7B's, SmolLM2's and
-# Gemma 3's prompts of 512 and 128 tokens in a 2048-slot cache
-SHAPES = [("7b-512", 28, 4, 512, 2048, 128), ("7b-128", 28, 4, 128, 2048, 128),
-          ("smollm2-512", 9, 3, 512, 2048, 64), ("smollm2-128", 9, 3, 128, 2048, 64),
-          ("gemma3-512", 4, 1, 512, 2048, 256), ("gemma3-128", 4, 1, 128, 2048, 256)]
+# (label, query heads, kv heads, rows, cache length, head dim, live keys of the last row):
+# the 7B's, SmolLM2's and Gemma 3's prompts of 512 and 128 tokens in a 2048-slot cache,
+# and the 7B's decode step after 1, 512 and 2047 tokens
+SHAPES = [("7b-512", 28, 4, 512, 2048, 128, 512), ("7b-128", 28, 4, 128, 2048, 128, 128),
+          ("smollm2-512", 9, 3, 512, 2048, 64, 512), ("smollm2-128", 9, 3, 128, 2048, 64, 128),
+          ("gemma3-512", 4, 1, 512, 2048, 256, 512), ("gemma3-128", 4, 1, 128, 2048, 256, 128),
+          ("7b-decode-1", 28, 4, 1, 2048, 128, 1), ("7b-decode-512", 28, 4, 1, 2048, 128, 512),
+          ("7b-decode-2048", 28, 4, 1, 2048, 128, 2048)]
 
 
 class _Kernel(logging.Handler):
@@ -51,22 +58,24 @@ def _config(text: str):
     return None if text == "row" else tuple(int(x) for x in text.split("x"))
 
 
-def measure(shape, config, calls: int = 10) -> dict:
-    """One shape under one tile (None: the row kernel): median GPU us, TFLOP/s, error."""
+def measure(shape, config, calls: int = 10, max_splits: int | None = None) -> dict:
+    """One shape under one tile (None: the row kernel; max_splits: its key splits at most,
+    where it splits them): median GPU us, TFLOP/s, error."""
     from dynamo_vulkan import device
     from dynamo_vulkan.fused import attention
     from dynamo_vulkan.lowering import attention as att
 
-    label, hq, hkv, t, c, d = shape
+    label, hq, hkv, t, c, d, live = shape
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(*s, generator=g) for s in ((hq, t, d), (hkv, c, d), (hkv, c, d)))
-    mask = torch.arange(t)[:, None] >= torch.arange(c)[None, :]
+    mask = torch.arange(t)[:, None] + (live - t) >= torch.arange(c)[None, :]
     scale = 1 / math.sqrt(d)
     info = device.device_info()
-    saved = (att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, info["name"])
+    saved = (att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, att.MAX_SPLITS, info["name"])
     att.TILED_CONFIGS = () if config is None else (config,)
     att.TILED_MIN_BLOCKS = 1
-    info["name"] = f"{saved[2]} (attention tile {config})"
+    att.MAX_SPLITS = max_splits or att.MAX_SPLITS
+    info["name"] = f"{saved[3]} (attention tile {config}, splits {att.MAX_SPLITS})"
     handler = _Kernel("attention")
     log = logging.getLogger(LOGGER)
     try:
@@ -82,12 +91,13 @@ def measure(shape, config, calls: int = 10) -> dict:
                 fn(q, k, v, mask)
     finally:
         log.removeHandler(handler)
-        att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, info["name"] = saved
+        att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, att.MAX_SPLITS, info["name"] = saved
     ref = torch.softmax((q @ k.repeat_interleave(hq // hkv, 0).transpose(1, 2) * scale)
                         .masked_fill(~mask, float("-inf")), -1) @ v.repeat_interleave(hq // hkv, 0)
     us = statistics.median(handler.calls)
-    flops = 4 * hq * d * sum(min(c, r + 1) for r in range(t))     # q k^T and p v over live keys
-    return {"shape": label, "config": "row" if config is None else "x".join(map(str, config)),
+    flops = 4 * hq * d * sum(min(c, live - t + r + 1) for r in range(t))   # over live keys
+    name = "row" if config is None else "x".join(map(str, config))
+    return {"shape": label, "config": name + (f"/{max_splits}" if max_splits else ""),
             "us": us, "tflops": flops / us / 1e6, "err": float((out - ref).abs().max())}
 
 
@@ -98,18 +108,22 @@ def main(argv=None) -> None:
                    help="tiles BQxBKxRPTxTPRG, or 'row', comma-separated")
     p.add_argument("--shapes", default=",".join(s[0] for s in SHAPES))
     p.add_argument("--calls", type=int, default=10)
+    p.add_argument("--max-splits", default="", help="the row kernel's key splits at most, "
+                   "comma-separated (decode shapes); default lowering/attention.MAX_SPLITS")
     args = p.parse_args(argv)
+    splits = [int(x) for x in args.max_splits.split(",") if x] or [None]
     shapes = [s for s in SHAPES if s[0] in args.shapes.split(",")]
     print(f"{'shape':14s} {'tile':12s} {'us':>9s} {'TFLOP/s':>8s} {'max err':>9s}")
     for shape in shapes:
         for text in args.configs.split(","):
-            try:
-                r = measure(shape, _config(text), args.calls)
-            except Exception as e:       # a tile that does not fit this device or shape
-                print(f"{shape[0]:14s} {text:12s} failed: {type(e).__name__}: {str(e)[:80]}")
-                continue
-            print(f"{r['shape']:14s} {r['config']:12s} {r['us']:9.1f} {r['tflops']:8.2f} {r['err']:9.2e}",
-                  flush=True)
+            for ms in splits:
+                try:
+                    r = measure(shape, _config(text), args.calls, ms)
+                except Exception as e:       # a tile that does not fit this device or shape
+                    print(f"{shape[0]:14s} {text:12s} failed: {type(e).__name__}: {str(e)[:80]}")
+                    continue
+                print(f"{r['shape']:14s} {r['config']:12s} {r['us']:9.1f} {r['tflops']:8.2f} "
+                      f"{r['err']:9.2e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@
 // the mask and the softmax; 0 leaves it as is (a specialisation constant, so the branch
 // folds away).
 // lowering/attention.py derives every parameter.
+#extension GL_EXT_control_flow_attributes : enable
 #ifdef CPU_LANES
 #extension GL_KHR_shader_subgroup_shuffle : enable
-#extension GL_EXT_control_flow_attributes : enable
 #endif
 #include "common.glsl"
 layout(local_size_x = WG) in;
@@ -100,10 +100,13 @@ float capped(float s) {
 #define C_G (WG / C_DVC)              // groups of splits per output lane
 shared float c_w[SPLITS];
 shared float c_acc[WG];
+#define C_NS ((SPLITS + C_G - 1) / C_G)   // splits per invocation of an output lane
 // out[row] = the splits' outputs merged by their softmax weights: an invocation per
 // split for the maxima and sums, then C_G invocations per output lane, each over every
-// C_G-th split, their loads issued together (one invocation looping over every split
-// waits on each load in turn: docs/journal.md, session 29). Every invocation calls it.
+// C_G-th split. Each invocation loads all its splits' values into registers before it
+// adds any: the scratch is coherent, and a load followed by its add waits for the value
+// before the next load issues (one invocation looping over every split waits on each
+// load in turn: docs/journal.md, session 29). Every invocation calls it.
 void combine(uint row) {
     uint base = row * SPLITS * (DV + 2u), lid = gl_LocalInvocationID.x;
     float ms = NEG_INF, ls = 0.0;
@@ -122,9 +125,15 @@ void combine(uint row) {
         uint d = d0 + lane;
         float a = 0.0;
         if (grp < C_G && d < DV) {
-            for (uint s = grp; s < SPLITS; s += C_G) {
-                float ws = c_w[s], v = ld_f32(part_b[base + s * (DV + 2u) + 2u + d]);
-                a += ws > 0.0 ? v * ws : 0.0;         // a split with no live key: skipped
+            float vs[C_NS];
+            [[unroll]] for (uint i = 0u; i < C_NS; ++i) {
+                uint s = min(grp + i * C_G, SPLITS - 1u);      // past the last: unused
+                vs[i] = ld_f32(part_b[base + s * (DV + 2u) + 2u + d]);
+            }
+            [[unroll]] for (uint i = 0u; i < C_NS; ++i) {
+                uint s = grp + i * C_G;
+                float ws = s < SPLITS ? c_w[s] : 0.0;
+                a += ws > 0.0 ? vs[i] * ws : 0.0;     // a split with no live key: skipped
             }
         }
         c_acc[lid] = a;
