@@ -10,9 +10,7 @@
 // output lane) pairs and walks the chunk's keys for them: the row's running max from
 // the scores in shared memory, then every key's V lane, VB at a time with a fixed trip
 // count so that the loads issue together. A masked key adds nothing (its V row is not read into the
-// sum). A chunk with no live key for a row leaves that row as it was. PENDING: key P's K
-// and V rows are computed (attention_io.glsl), its V row after the chunk's loop, and the
-// caches' rows at P (which a scatter beside this kernel writes) are never used.
+// sum). A chunk with no live key for a row leaves that row as it was.
 // SPLITS > 1: each split writes its rows' max, sum and unnormalised output, and the kv
 // head's last split to arrive (last_arrival.glsl) merges them into out.
 // Defines: WG, VW (4: vec4 rows), D, DV, GR (= GROUP), TPK, SPLITS, and the decode
@@ -60,27 +58,33 @@ shared float ss[2][GR][KPP];           // a chunk's scores (NEG_INF: masked), by
 
 #if SPLITS > 1
 // the kv head's splits merged by the last to arrive: each (row, lane) pair's invocation
-// folds the splits' maxima, sums and outputs in as an online softmax does its chunks;
-// their loads have no order between them, so they issue together (no shared memory, no
-// barrier)
+// weighs every split's output by exp(its max - the row's max); the maxima and sums go
+// through shared memory first
+shared float c_m[GR][SPLITS];
+shared float c_l[GR][SPLITS];
 void combine(uint kvh) {
     uint lid = gl_LocalInvocationID.x;
+    for (uint i = lid; i < GR * SPLITS; i += WG) {
+        uint g = i / SPLITS, s = i % SPLITS, p = ((kvh * SPLITS + s) * GR + g) * (DV + 2u);
+        c_m[g][s] = ld_f32(part_b[p]);
+        c_l[g][s] = ld_f32(part_b[p + 1u]);
+    }
+    barrier();
     [[unroll]] for (uint j = 0u; j < OPI; ++j) {
         uint o = lid + j * WG;
         if (o < NOUT) {
             uint g = o / DVL, lane = o % DVL;
-            float mx = NEG_INF, l = 0.0;
+            float mx = NEG_INF;
+            [[unroll]] for (uint s = 0u; s < SPLITS; ++s) mx = max(mx, c_m[g][s]);
+            VT vs[SPLITS];
+            [[unroll]] for (uint s = 0u; s < SPLITS; ++s)
+                vs[s] = LOAD4(part_b, ((kvh * SPLITS + s) * GR + g) * (DV + 2u) + 2u + lane * VW);
             VT a = VT(0.0);
+            float l = 0.0;
             [[unroll]] for (uint s = 0u; s < SPLITS; ++s) {
-                uint p = ((kvh * SPLITS + s) * GR + g) * (DV + 2u);
-                float ms = ld_f32(part_b[p]), ls = ld_f32(part_b[p + 1u]);
-                VT v = LOAD4(part_b, p + 2u + lane * VW);
-                if (ms != NEG_INF) {             // a split with no live key: skipped
-                    float nm = max(mx, ms), al = exp(mx - nm), w = exp(ms - nm);
-                    a = a * al + w * v;
-                    l = l * al + w * ls;
-                    mx = nm;
-                }
+                float w = c_m[g][s] == NEG_INF ? 0.0 : exp(c_m[g][s] - mx);   // a split with no live key: 0
+                a += w > 0.0 ? w * vs[s] : VT(0.0);
+                l += w * c_l[g][s];
             }
             a /= l;                              // l = 0 (all masked): NaN
             STORE(outb, (kvh * GROUP + g) * DV + lane * VW, a);
@@ -121,12 +125,11 @@ void main() {
         if (live) {
             uint kbase = K_OFF + kvh * K_SH + c * K_SC;
             for (uint i = sub; i < D / VW; i += TPK) {
-                VT kk;
 #ifdef PENDING
-                if (c == P) kk = KNEW(kvh, i * VW);
-                else
+                VT kk = c == P ? KNEW(kvh, i * VW) : LDK(kbase + i * VW * K_SD);
+#else
+                VT kk = LDK(kbase + i * VW * K_SD);
 #endif
-                kk = LDK(kbase + i * VW * K_SD);
                 [[unroll]] for (uint g = 0u; g < GR; ++g) qk[g] += DOTV(qs[g][i], kk);
             }
         }
@@ -147,26 +150,23 @@ void main() {
             uint vbase = V_OFF + kvh * V_SH + lane * VW * V_SD;
             VT a = acc[j] * alpha;
             float ls = 0.0;
-#ifdef PENDING
-            uint pk = P - c0;                    // key P's place in the chunk, if there
-#else
-            uint pk = KPP;
-#endif
             [[unroll]] for (uint kb0 = 0u; kb0 < KPP; kb0 += VB) {
                 VT vr[VB];
-                [[unroll]] for (uint k = 0u; k < VB; ++k)         // past the split's end: unused
-                    vr[k] = LDV(vbase + min(c0 + kb0 + k, k1 - 1u) * V_SC);
+                [[unroll]] for (uint k = 0u; k < VB; ++k) {
+                    uint key = min(c0 + kb0 + k, k1 - 1u);     // past the split's end: unused
+#ifdef PENDING
+                    vr[k] = key == P ? VNEW(kvh, lane * VW) : LDV(vbase + key * V_SC);
+#else
+                    vr[k] = LDV(vbase + key * V_SC);
+#endif
+                }
                 [[unroll]] for (uint k = 0u; k < VB; ++k) {
                     float s = ss[par][g][kb0 + k];
                     float p = s == NEG_INF ? 0.0 : exp(s - nm);
-                    a += s == NEG_INF || kb0 + k == pk ? VT(0.0) : p * vr[k];
+                    a += s == NEG_INF ? VT(0.0) : p * vr[k];
                     ls += p;
                 }
             }
-#ifdef PENDING
-            if (pk < KPP && ss[par][g][pk] != NEG_INF)        // key P: the step's own V row
-                a += exp(ss[par][g][pk] - nm) * VNEW(kvh, lane * VW);
-#endif
             acc[j] = a;
             l[j] = l[j] * alpha + ls;
             m[j] = nm;
