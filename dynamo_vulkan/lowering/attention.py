@@ -1,10 +1,9 @@
 """dynamo_vulkan.attention (dynamo_vulkan/fused.py) on shaders/attention.comp: one
 workgroup per (query head, query row), online softmax over chunks of WG keys; for few
-rows the keys are split across workgroups and the last of a row's splits to finish
-merges them. A decode step on a GPU takes attention_decode.comp (decode_config): a
-workgroup per (kv head, split) for all the query heads that share the kv head. A prompt
-on a GPU takes the register-tiled kernel (attention_tiled.comp, tiled_config), with
-each row's live keys from mask_ranges.comp, run once per mask and plan."""
+rows (decode) the keys are split across workgroups and the last of a row's splits to
+finish merges them. A prompt on a GPU takes the register-tiled kernel instead
+(attention_tiled.comp, tiled_config), with each row's live keys from mask_ranges.comp,
+run once per mask and plan."""
 from __future__ import annotations
 
 import math
@@ -47,12 +46,6 @@ TILED_ACC = 64
 TILED_SCORES = 32
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64
-# A decode step on a GPU (one query row per head) takes attention_decode.comp: a
-# workgroup per (kv head, split of the keys) for the kv head's query heads, at most
-# DECODE_MAX_GROUP of them, its splits chosen so the step has about DECODE_WGS
-# workgroups (whole chunks of keys each, at most MAX_SPLITS)
-DECODE_MAX_GROUP = 16
-DECODE_WGS = 128
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
 
@@ -135,23 +128,6 @@ def splits_keys(caps: dict, rows: int, keys: int, wg: int, split_tpk: int) -> bo
     than one chunk of keys, on a GPU. Not on lavapipe, whose two or so threads are kept
     busy by a workgroup per row (split, it is 4x slower there: docs/journal.md)."""
     return rows < SPLIT_ROWS and keys > wg // split_tpk and not device.is_cpu(caps)
-
-
-def decode_config(caps: dict, hq: int, hkv: int, t: int, c: int, d: int, vw: int):
-    """attention_decode.comp's (invocations per key, splits, keys per split) for one query
-    row per head on a GPU, where a workgroup holds the kv head's query heads (at most
-    DECODE_MAX_GROUP); else None. Invocations per key are at most the subgroup size (their
-    partial dot products meet by shuffles); the splits give the step about DECODE_WGS
-    workgroups."""
-    if t != 1 or device.is_cpu(caps) or hq % hkv or hq // hkv > DECODE_MAX_GROUP:
-        return None
-    wg = workgroup_size(caps)
-    sg = int(caps.get("subgroup_size", 32))
-    tpk = min(split_invocations_per_key(d // vw), 1 << (max(1, sg).bit_length() - 1))
-    kpp = wg // tpk
-    splits = max(1, min(MAX_SPLITS, _ceil_div(DECODE_WGS, hkv), _ceil_div(c, kpp)))
-    split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp          # whole chunks a split
-    return tpk, _ceil_div(c, split_keys), split_keys
 
 
 def _check(node) -> str | None:
@@ -247,33 +223,24 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         _emit_tiled(ctx, tile, out, q, k, v, mask, spec, note)
         return out
     wg = workgroup_size(ctx.caps)
+    dvlp = min(dv // vw, wg)
     rows = hq * t
+    tpk, splits, split_keys = 1, 1, c
     split_tpk = split_invocations_per_key(d // vw)
-    step = decode_config(ctx.caps, hq, hkv, t, c, d, vw)
-    if step is not None:
-        # a decode step: a workgroup per (kv head, split) for the kv head's query heads
-        kernel, (tpk, splits, split_keys) = "attention_decode", step
-        defines = {"WG": wg, "VW": vw, "D": d, "DV": dv, "GR": hq // hkv, "TPK": tpk,
-                   "SPLITS": splits}
-        merges, groups = hkv, hkv * splits
-    else:
-        kernel, tpk, splits, split_keys = "attention", 1, 1, c
-        if splits_keys(ctx.caps, rows, c, wg, split_tpk):
-            # few rows, so spread the keys (more than one chunk of them) over more
-            # workgroups, split_tpk invocations per key, and merge the splits
-            tpk = split_tpk
-            kpp = wg // tpk
-            splits = min(MAX_SPLITS, _ceil_div(c, kpp))
-            split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp     # whole chunks per split
-            splits = _ceil_div(c, split_keys)
-        dvlp = min(dv // vw, wg)
-        parts, dpt = wg // dvlp, _ceil_div(dv // vw, dvlp)
-        vpk = _ceil_div(wg // tpk, parts)       # V rows per invocation and chunk
-        defines = {"WG": wg, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
-                   "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
-                   # the splits load their V rows with the keys (registers permitting)
-                   "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
-        merges, groups = rows, rows * splits
+    if splits_keys(ctx.caps, rows, c, wg, split_tpk):
+        # decode: few rows, so spread the keys (more than one chunk of them) over more
+        # workgroups, split_tpk invocations per key, and merge the splits
+        tpk = split_tpk
+        kpp = wg // tpk
+        splits = min(MAX_SPLITS, _ceil_div(c, kpp))
+        split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp     # whole chunks per split
+        splits = _ceil_div(c, split_keys)
+    parts, dpt = wg // dvlp, _ceil_div(dv // vw, dvlp)
+    vpk = _ceil_div(wg // tpk, parts)       # V rows per invocation and chunk
+    defines = {"WG": wg, "VW": vw, "D": d, "DV": dv, "DVL": dv // vw, "DVLP": dvlp,
+               "PARTS": parts, "DPT": dpt, "TPK": tpk, "KPP": wg // tpk, "SPLITS": splits,
+               # decode's splits load their V rows with the keys (registers permitting)
+               "VPK": vpk if splits > 1 and dpt * vpk <= VPRE_MAX else 0}
     spec[-2] = split_keys
     # bindings: out, q, k, v, mask, then what the variant adds
     bindings = [out, q_lazy.buffers[0] if q_lazy else q, k, v, mask]
@@ -287,10 +254,10 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         extra["SCRATCH_BINDING"] = len(bindings)
         writes.append(len(bindings))
         bindings.append(ctx.empty((rows * splits * (dv + 2),), "f32"))
-        # a counter per merge (row, or kv head), zero at upload and reset by its last split
+        # a counter per row, zero at upload and reset by the row's last split
         extra["COUNTER_BINDING"] = len(bindings)
         writes.append(len(bindings))
-        bindings.append(ctx.buffer(merges, "const", "i32", np.zeros(merges, np.uint32)))
+        bindings.append(ctx.buffer(rows, "const", "i32", np.zeros(rows, np.uint32)))
     disjoint = []
     # the step's K/V rows computed here: a GPU saves the barrier after the scatters. Not
     # on lavapipe, a CPU device, where it is many times slower (docs/journal.md, session 29)
@@ -304,11 +271,9 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
             bindings += [idx, *kn[1].buffers, *vn[1].buffers]
             disjoint = [(k.buf, kn[0].dispatch), (v.buf, vn[0].dispatch)]
             note += ", the step's k/v rows computed here"
-    if step is not None:
-        note += f", {hq // hkv} query heads a workgroup"
     if splits > 1:
         note += f", {splits} splits merged by the last"
-    ctx.dispatch(kernel, defines | extra, bindings, writes, spec, groups_for(groups),
+    ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
                  note=note, disjoint=disjoint)
     return out
 

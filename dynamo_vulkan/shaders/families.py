@@ -55,9 +55,6 @@ FAMILIES: dict[str, Family] = {
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
                         "K_NEW K_RPH K_W PARTS PENDING Q_LAZY Q_RPH Q_W "
                         "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
-    "attention_decode": _f("D DV GR SPLITS TPK VW WG",
-                           "COUNTER_BINDING IDX_BINDING IDX_OFF K_NEW K_RPH K_W PENDING Q_LAZY "
-                           "Q_RPH Q_W SCRATCH_BINDING V_NEW V_RPH V_W"),
     "cdist": _f("", "PDIST P_INF P_ONE P_TWO P_ZERO", "P_ANY"),
     "conv": _f("", "HAS_BIAS TRANSPOSED"),
     "coopmat_pack": _f("", "ALONG_ROWS BF16_IN_F16 CM_BF16 GGUF SCALED SPLIT3", "CM_F16", extra=GGUF_QTYPES),
