@@ -473,6 +473,59 @@ def test_gguf_rows_scaled_from_block_scales(as_gpu, precision, plans, monkeypatc
     assert_gguf_decoded(plans, name, rows, k)
 
 
+class _SwiGLUDown(torch.nn.Module):
+    """A decoder's FFN tail: down(silu(gate) * up), gate and up halves of one [m, 2k]
+    product (strided rows, as the fused gate|up gives them)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, gu):
+        k = gu.shape[-1] // 2
+        return self.lin(torch.nn.functional.silu(gu[:, :k]) * gu[:, k:])
+
+
+@pytest.mark.parametrize("prec,kept", [("high", 12), ("high", 0), ("highest", 12)], ids=str)
+def test_prompt_swiglu_computed_in_the_16_bit_copy(as_gpu, precision, plans, monkeypatch, prec, kept):
+    """A prompt's silu(gate) * up read only by a GGUF linear (planned as a GPU): under "high"
+    the scaled tensor-core path computes it in its 16-bit copy of x (no elementwise kernel,
+    no fp32 copy of it), its values kept in registers between the row's maximum and the
+    stores or (kept 0) computed again; under "highest" the tiled GGUF kernel reads it
+    computed first. Rows past a tile, against eager's down(silu(gate) * up)."""
+    from dynamo_vulkan.lowering import coopmat_pack
+    monkeypatch.setattr(coopmat_pack, "LAZY_KEPT_OCTETS", kept)
+    plan_apart(monkeypatch, f"kept {kept}")
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    require_coopmat("scaled", monkeypatch)
+    precision(prec)
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    rows, k = 40, 512
+    lin = GGUFLinear(blocks_of("Q4_K", rows, k, 7), quant_info("Q4_K").ggml_type, rows, k)
+    w = lin.dequantized_weight()
+    gu = torch.randn(70, 2 * k)
+    x = torch.nn.functional.silu(gu[:, :k]) * gu[:, k:]
+    with torch.no_grad():
+        got = compiled(_SwiGLUDown(lin))(gu)
+    swiglu = [d.note for p in plans for d in p.dispatches
+              if d.name.startswith("elementwise") and "sigmoid" in d.note]      # silu(gate) * up
+    lazy_packs = [d.note for p in plans for d in p.dispatches
+                  if d.name.startswith("coopmat_pack") and "elementwise [70x512] computed" in d.note]
+    if prec == "high":
+        assert_scaled_near(got, lambda a, b: a @ b.t(), x, w)
+        assert len(lazy_packs) == 1 and not swiglu, (lazy_packs, swiglu)
+        pack = next(d for p in plans for d in p.dispatches if d.name == "coopmat_pack:f16 lazy")
+        source = str(next(p for p in plans if pack in p.dispatches).sources[pack.spirv_key])
+        assert ("#define LZ_OCT" in source) == (kept > 0)
+    else:
+        torch.testing.assert_close(got, x @ w.t(), rtol=1e-4, atol=1e-4)
+        assert not lazy_packs and len(swiglu) == 1, (lazy_packs, swiglu)
+
+
 def test_packing_follows_reads(monkeypatch):
     """Auto: an operand is converted first where PACK_MIN_READS or more tiles read it."""
     many = coopmat.PACK_MIN_READS

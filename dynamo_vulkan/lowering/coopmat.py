@@ -222,11 +222,12 @@ def packed_operands(tiles_m: int, tiles_n: int) -> str:
 
 
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note,
-         weight=None) -> None:
+         weight=None, a_loader=None) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
     to fill the GPU), after the 16-bit copies of the operands that many tiles read.
     weight (coopmat_pack.GGUFWeight), where given, is B: decoded in the kernel's tile
-    loads (B_GGUF) or first into its fp16 copy."""
+    loads (B_GGUF) or first into its fp16 copy. a_loader (fusion.row_loader), where given,
+    computes A (an elementwise expression) in its 16-bit copy."""
     from .coopmat_pack import decodes_inline, pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
@@ -235,8 +236,12 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     packed = "AB" if plan.scaled else packed_operands(tiles[1], tiles[0]) if k else ""
     kp = -(-max(k, 1) // plan.bk) * plan.bk
     bindings = list(bindings)
+    if a_loader is not None and "A" not in packed:
+        raise core.LoweringError("an elementwise A is computed by its 16-bit copy, which this "
+                                 "product does not make")
     if "A" in packed:
-        bindings[1] = pack_operand(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1], a.strides[2], nb)
+        bindings[1] = pack_operand(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1],
+                                   a.strides[2], nb, loader=a_loader)
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])

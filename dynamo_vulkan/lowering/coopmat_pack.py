@@ -8,15 +8,34 @@ from dataclasses import dataclass
 from . import core
 
 WG = 256    # coopmat_pack.comp's workgroup
+# octets of 8 an invocation of an elementwise operand's pack holds in registers at most
+# (LZ_OCT, its expression computed once); past that it computes them again for the stores
+LAZY_KEPT_OCTETS = 12
 # rows a workgroup scales (coopmat_pack.comp's SROWS; rows_p is a multiple of 32): along its
 # rows (ALONG_ROWS) or along k
 SCALED_ROWS = {True: 32, False: 1}
 
 
 def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
-                 nb: int):
+                 nb: int, loader=None):
     """The 16-bit copy of one operand (rows x k per batch, strides sb, sr, sk) that
-    matmul_coopmat.comp reads as A_PACKED / B_PACKED: rows_p x kp per batch, zero padded."""
+    matmul_coopmat.comp reads as A_PACKED / B_PACKED: rows_p x kp per batch, zero padded.
+    loader (fusion.row_loader from binding 1, scaled plans, one batch): the operand is an
+    elementwise expression computed as the pack loads it (ref then gives its shape only)."""
+    if loader is not None:
+        if not plan.scaled or (nb != 1 and sb) or loader.base != 1:
+            raise core.LoweringError("an elementwise operand is packed by the scaled fp16 "
+                                     "kernels only, one batch, its loader bound from 1")
+        dst = ctx.empty((rows_p * kp // 2 + rows_p,), "f32")
+        defines = {"VARIANT": "f16 lazy", "CM_F16": 1, "SCALED": 1, "X_LAZY": loader.decls}
+        octets = -(-kp // (8 * WG))       # an invocation's octets, kept in registers where few
+        if octets <= LAZY_KEPT_OCTETS:
+            defines["LZ_OCT"] = octets
+        ctx.dispatch("coopmat_pack", defines,
+                     [dst, *loader.buffers], [0], [WG, rows, k, 0, 0, 0, 0, 1, rows_p, kp],
+                     core.groups_for(rows_p * WG, WG),
+                     note=f"elementwise [{rows}x{k}] computed to 16 bits for {plan.label}")
+        return dst
     batches = nb if sb else 1
     planes = 2 if plan.split3 else 1
     octets = batches * rows_p * kp // 8

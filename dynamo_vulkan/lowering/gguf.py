@@ -384,8 +384,11 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if norm is not None or residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
         first = _decode_first(ctx, m, n, k, row0, out_rows, defines["VARIANT"])
+        if loader is not None and not _packs_lazy(first):
+            raise LoweringError("a prompt's elementwise x is computed by the tensor-core "
+                                "kernels' 16-bit copy of it only")
         if first:
-            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first)
+            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first, loader)
             return
         groups = (-(-n // TILE), -(-m // TILE), 1)
         lanes = cpu_lanes(ctx.caps, n)
@@ -435,6 +438,13 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     return m >= DECODE_FIRST_M and 4 * n * k <= limit
 
 
+def _packs_lazy(first) -> bool:
+    """Whether a prompt's product, by _decode_first's answer, runs on the scaled fp16
+    tensor-core kernel, whose 16-bit copy of x can compute an elementwise x as it loads it
+    (coopmat_pack.comp X_LAZY)."""
+    return first is not False and first is not True and first.scaled
+
+
 def _scaled_plan(ctx: Context, m: int, n: int, k: int):
     """The scaled fp16 tensor-core plan of x @ W^T, where the matmul would take one."""
     from . import coopmat
@@ -443,17 +453,18 @@ def _scaled_plan(ctx: Context, m: int, n: int, k: int):
 
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
-                         k: int, rb: int, note: str, how) -> None:
+                         k: int, rb: int, note: str, how, loader: RowLoader | None = None) -> None:
     """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out (how:
     _decode_first's answer): by the scaled fp16 tensor-core kernel, which decodes W
-    (coopmat_pack.GGUFWeight), where it takes the product, else after gguf_dequant
-    decodes W into a temporary fp32 [n, k]."""
+    (coopmat_pack.GGUFWeight), where it takes the product (loader: x is an elementwise
+    expression its 16-bit copy of x computes), else after gguf_dequant decodes W into a
+    temporary fp32 [n, k]."""
     from .coopmat_pack import GGUFWeight
     from .matmul import matmul
 
     if how is not True:
         matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), out=out,     # W's layout only
-               weight=GGUFWeight(w, defines, n, k, rb))
+               weight=GGUFWeight(w, defines, n, k, rb), a_loader=loader)
         return
     wf = ctx.empty((n, k), "f32")
     ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],
@@ -605,11 +616,14 @@ def norm_feeds_matvecs(node, ctx: Context) -> bool:
 
 
 def _lazy_feeds_matvec(user, node) -> bool:
-    """An elementwise result (silu(gate) * up) read only as x by a mat-vec: the mat-vec
-    computes it as it loads x; not for LM-head-sized weights (see norm_feeds_matvecs)."""
+    """An elementwise result (silu(gate) * up) read only as x by a GGUF linear, on a GPU:
+    a mat-vec computes it as it loads x (not for LM-head-sized weights: see
+    norm_feeds_matvecs); a prompt's product on the scaled tensor-core kernel computes it in
+    its 16-bit copy of x (gguf_linear; any other prompt kernel gets it computed first)."""
     val = node.meta.get("val")
-    return not _recompute_costs() and user.args[0] is node and val is not None and val.dim() >= 1 and \
-        val.numel() // max(1, val.shape[-1]) <= MATVEC_M and user.args[3] <= NORM_MAX_ROWS
+    if _recompute_costs() or user.args[0] is not node or val is None or val.dim() < 1:
+        return False
+    return val.numel() // max(1, val.shape[-1]) > MATVEC_M or user.args[3] <= NORM_MAX_ROWS
 
 
 def _matvec_feeds_norm(node, ctx: Context) -> bool:
@@ -728,6 +742,15 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
             shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")
             return Lowered(_linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
                                    residual=residual, loader=loader), added)
+    if isinstance(x, Lazy) and m > MATVEC_M and out.numel and len(w) == 1 and \
+            _packs_lazy(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
+        # a prompt on the scaled tensor cores: x computed in their 16-bit copy of it, whose
+        # bindings are dst, then the loader's
+        loader = row_loader(ctx, x, m, cols, 1)
+        if loader is not None:
+            shape_only = TRef(-1, (m, cols), (cols, 1), 0, "f32")
+            emit_linear(ctx, out, shape_only, w[0][0], qtype, rows, cols, loader=loader)
+            return Lowered(out, added)
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
         x = ew(ctx, "$0", [x], "f32", compute="f32")

@@ -40,17 +40,35 @@ layout(constant_id = 10) const uint ROW_BYTES = 0;
 #define WQ_BINDING 1
 BUFFER(WQ_BINDING, wq)
 #include "gguf_blocks.glsl"
+#elif defined(X_LAZY)
+// the operand is an elementwise expression (a prompt's silu(gate) * up before the down
+// projection) computed here as it is loaded, from binding 1 on: its own kernel and its
+// fp32 result's round trip are saved. One batch; a row's "base" is its index. LZ_OCT:
+// the octets an invocation takes at most, held in registers between the row's maximum
+// and the stores, so that the expression is computed once.
+#if !defined(SCALED) || defined(ALONG_ROWS)
+#error X_LAZY packs scaled fp16 along k only
+#endif
+X_LAZY
 #else
 IN_BUFFER(1, src)
 #endif
 
 // 8 elements of a row from octet o on (zeros beyond K): at word base, or GGUF, the row
-// at byte base
+// at byte base, or X_LAZY, row base of the expression
 void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
 #ifdef GGUF
     x0 = vec4(0.0);
     x1 = vec4(0.0);
     if (o * 8u < K) deq8r(base, o, x0, x1);      // GGUF rows are whole chunks of 8
+#elif defined(X_LAZY)
+    vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        uint k = o * 8u + i;
+        if (k < K) x[i / 4u][i % 4u] = xlazy(base, k);
+    }
+    x0 = x[0];
+    x1 = x[1];
 #else
     vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
     [[unroll]] for (uint i = 0u; i < 8u; ++i) {
@@ -87,6 +105,8 @@ void main() {
 #endif
 #ifdef GGUF
     uint r = (wg % groups) * SROWS + rl, base = r * ROW_BYTES;
+#elif defined(X_LAZY)
+    uint r = (wg % groups) * SROWS + rl, base = r;
 #else
     uint r = (wg % groups) * SROWS + rl, base = OFF + b * SB + r * SR;
 #endif
@@ -98,6 +118,19 @@ void main() {
     // partial sums without changing their rounding (short of fp16's subnormals, 2^18 below)
     if (r < ROWS)
         for (uint blk = lane; blk < NB; blk += SLANES) m = max(m, gb_bound(base, blk));
+#elif defined(LZ_OCT)
+    // X_LAZY: each invocation's octets computed once, kept in registers for the stores
+    vec4 kept[2u * LZ_OCT];
+    [[unroll]] for (uint i = 0u; i < LZ_OCT; ++i) {
+        uint o = lane + i * SLANES;
+        kept[2u * i] = vec4(0.0);
+        kept[2u * i + 1u] = vec4(0.0);
+        if (r < ROWS && o < ko) load8(base, o, kept[2u * i], kept[2u * i + 1u]);
+        const vec4 inf = vec4(uintBitsToFloat(0x7f800000u));
+        vec4 a0 = abs(kept[2u * i]), a1 = abs(kept[2u * i + 1u]);
+        vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
+        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    }
 #else
     if (r < ROWS)
         for (uint o = lane; o < ko; o += SLANES) {
@@ -121,6 +154,15 @@ void main() {
     int e = scaled_exp(m);
     float scale = pow2(e);
     uint at = (b * ROWS_P + r) * ko;
+#ifdef LZ_OCT
+    [[unroll]] for (uint i = 0u; i < LZ_OCT; ++i) {
+        uint o = lane + i * SLANES;
+        if (o >= ko) break;
+        uvec4 hi, lo;
+        convert(kept[2u * i] * scale, kept[2u * i + 1u] * scale, hi, lo);
+        dst[at + o] = hi;
+    }
+#else
     for (uint o = lane; o < ko; o += SLANES) {
         vec4 x0 = vec4(0.0), x1 = vec4(0.0);
         if (r < ROWS) load8(base, o, x0, x1);
@@ -128,6 +170,7 @@ void main() {
         convert(x0 * scale, x1 * scale, hi, lo);
         dst[at + o] = hi;
     }
+#endif
     if (lane == 0u) dst_exp[4u * BATCHES * ROWS_P * ko + b * ROWS_P + r] = e;
 }
 #else
