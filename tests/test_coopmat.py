@@ -353,6 +353,27 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
 
 
+def test_an_operand_read_by_several_products_is_packed_once(precision, plans, monkeypatch):
+    """Three scaled products of one A (a prompt's q, k and v projections of one normalised
+    x): A's 16-bit copy is made once and read by all three; an A written in between (the
+    in-place add) is packed again."""
+    require_coopmat("scaled", monkeypatch)
+    precision("high")
+
+    def fn(x, w1, w2, w3):
+        y1, y2 = x @ w1, x @ w2
+        x = x * 2.0          # a new A: its own copy
+        return y1, y2, x @ w3
+
+    x, ws = torch.randn(70, 96), [torch.randn(96, n) for n in (40, 33, 64)]
+    got = compiled(fn)(x, *ws)
+    for g, a, w in zip(got, (x, x, x * 2.0), ws):
+        assert_scaled_near(g, lambda a, b: a @ b, a, w)
+    packs = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
+    assert sum("[1x70x96]" in s for s in packs) == 2, packs            # A: x once, 2x once
+    assert len(packs) == 5, packs                                       # and each weight
+
+
 def assert_gguf_decoded(plans, name: str, rows: int, k: int, tiles_m=(1,)) -> None:
     """W was decoded by the tensor-core path, never through an fp32 copy: in the matmul's
     tile loads for a type whose blocks bound their magnitudes, in products of one row of

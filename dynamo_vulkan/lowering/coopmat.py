@@ -221,6 +221,18 @@ def packed_operands(tiles_m: int, tiles_n: int) -> str:
     return ("A" if tiles_n >= PACK_MIN_READS else "") + ("B" if tiles_m >= PACK_MIN_READS else "")
 
 
+def _packed(ctx, plan: Plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
+            nb: int):
+    """The 16-bit copy of an operand (coopmat_pack.pack_operand), made once for every product
+    that reads the same elements in the same layout until a dispatch writes its buffer: a
+    prompt's q, k and v projections pack their one normalised x once."""
+    from .coopmat_pack import pack_operand
+    key = ("coopmat_pack", ref.buf, ref.offset, ref.shape, ref.strides, plan.dtype, plan.split3,
+           plan.scaled, rows, k, rows_p, kp, sb, sr, sk, nb)
+    return ctx.derived(key, {ref.buf}, lambda: pack_operand(ctx, plan, ref, rows, k, rows_p, kp, sb, sr,
+                                                            sk, nb))
+
+
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note,
          weight=None, a_loader=None) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
@@ -239,9 +251,13 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     if a_loader is not None and "A" not in packed:
         raise core.LoweringError("an elementwise A is computed by its 16-bit copy, which this "
                                  "product does not make")
-    if "A" in packed:
+    if "A" in packed and a_loader is not None:
         bindings[1] = pack_operand(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1],
                                    a.strides[2], nb, loader=a_loader)
+        defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
+    elif "A" in packed:
+        bindings[1] = _packed(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1],
+                              a.strides[2], nb)
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
@@ -258,7 +274,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
             bindings[2] = weight.pack(ctx, plan, tiles[0] * plan.bn, kp)
             defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     elif "B" in packed:
-        bindings[2] = pack_operand(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
+        bindings[2] = _packed(ctx, plan, b, n, k, tiles[0] * plan.bn, kp, spec[8], b.strides[2], b.strides[1], nb)
         defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     else:
         load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
