@@ -494,6 +494,59 @@ def test_gguf_rows_scaled_from_block_scales(as_gpu, precision, plans, monkeypatc
     assert_gguf_decoded(plans, name, rows, k)
 
 
+class _NormedQKV(torch.nn.Module):
+    """A decoder's attention input: q, k and v projections of one rms_norm(x)."""
+
+    def __init__(self, lins, weight):
+        super().__init__()
+        self.lins = torch.nn.ModuleList(lins)
+        self.register_buffer("weight", weight)
+
+    def forward(self, x):
+        from dynamo_vulkan.fused import rms_norm
+        h = rms_norm(x, self.weight, 1e-6)
+        return tuple(lin(h) for lin in self.lins)
+
+
+@pytest.mark.parametrize("prec", ["high", "highest"])
+def test_prompt_norm_computed_in_the_16_bit_copy(as_gpu, precision, plans, monkeypatch, prec):
+    """A prompt's rms_norm read only by GGUF linears (q, k and v; planned as a GPU): under
+    "high" the scaled tensor-core path normalises x in its 16-bit copy, made once for the
+    three (no norm kernel); under "highest" the norm runs once as its own kernel. Rows past
+    a tile, a weight far from 1, against eager's."""
+    from dynamo_vulkan.fused import rms_norm
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    require_coopmat("scaled", monkeypatch)
+    precision(prec)
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    k = 512
+    lins = [GGUFLinear(blocks_of(name, rows, k, seed), quant_info(name).ggml_type, rows, k)
+            for name, rows, seed in (("Q4_K", 48, 1), ("Q4_K", 16, 2), ("Q6_K", 16, 3))]
+    weight = torch.rand(k) * 30.0 + 0.5
+    x = torch.randn(70, k) * 5.0
+    with torch.no_grad():
+        got = compiled(_NormedQKV(lins, weight))(x)
+    h = rms_norm(x, weight, 1e-6)
+    names = [d.name for p in plans for d in p.dispatches]
+    normed = [d.note for p in plans for d in p.dispatches
+              if d.name.startswith("coopmat_pack") and d.note.startswith("rms_norm of [1x70x512]")]
+    for g, lin in zip(got, lins):
+        w = lin.dequantized_weight()
+        if prec == "high":
+            assert_scaled_near(g, lambda a, b: a @ b.t(), h, w)
+        else:        # fp32 sums in another order: within fp32's rounding of the products' sizes
+            scale = float((h.abs() @ w.abs().t()).max())
+            torch.testing.assert_close(g, h @ w.t(), rtol=1e-5, atol=1e-5 * scale)
+    if prec == "high":
+        assert len(normed) == 1 and "rowwise:rms_norm" not in names, (normed, names)
+    else:
+        assert not normed and names.count("rowwise:rms_norm") == 1, names
+
+
 class _SwiGLUDown(torch.nn.Module):
     """A decoder's FFN tail: down(silu(gate) * up), gate and up halves of one [m, 2k]
     product (strided rows, as the fused gate|up gives them)."""

@@ -222,24 +222,28 @@ def packed_operands(tiles_m: int, tiles_n: int) -> str:
 
 
 def _packed(ctx, plan: Plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
-            nb: int):
-    """The 16-bit copy of an operand (coopmat_pack.pack_operand), made once for every product
-    that reads the same elements in the same layout until a dispatch writes its buffer: a
-    prompt's q, k and v projections pack their one normalised x once."""
+            nb: int, norm=None):
+    """The 16-bit copy of an operand (coopmat_pack.pack_operand; norm: of its rows'
+    rms_norm), made once for every product that reads the same elements in the same layout
+    until a dispatch writes a buffer it reads: a prompt's q, k and v projections pack their
+    one normalised x once."""
     from .coopmat_pack import pack_operand
     key = ("coopmat_pack", ref.buf, ref.offset, ref.shape, ref.strides, plan.dtype, plan.split3,
-           plan.scaled, rows, k, rows_p, kp, sb, sr, sk, nb)
-    return ctx.derived(key, {ref.buf}, lambda: pack_operand(ctx, plan, ref, rows, k, rows_p, kp, sb, sr,
-                                                            sk, nb))
+           plan.scaled, rows, k, rows_p, kp, sb, sr, sk, nb,
+           None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
+    reads = {ref.buf} | ({norm[0].buf} if norm is not None else set())
+    return ctx.derived(key, reads, lambda: pack_operand(ctx, plan, ref, rows, k, rows_p, kp, sb, sr,
+                                                        sk, nb, norm=norm))
 
 
 def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m, n, k, note,
-         weight=None, a_loader=None) -> None:
+         weight=None, a_loader=None, a_norm=None) -> None:
     """Dispatch the kernel (K split into slices, then their sum, when its tiles are too few
     to fill the GPU), after the 16-bit copies of the operands that many tiles read.
     weight (coopmat_pack.GGUFWeight), where given, is B: decoded in the kernel's tile
     loads (B_GGUF) or first into its fp16 copy. a_loader (fusion.row_loader), where given,
-    computes A (an elementwise expression) in its 16-bit copy."""
+    computes A (an elementwise expression) in its 16-bit copy; a_norm (weight TRef, eps),
+    A's rows' rms_norm."""
     from .coopmat_pack import decodes_inline, pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
@@ -248,16 +252,16 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     packed = "AB" if plan.scaled else packed_operands(tiles[1], tiles[0]) if k else ""
     kp = -(-max(k, 1) // plan.bk) * plan.bk
     bindings = list(bindings)
-    if a_loader is not None and "A" not in packed:
-        raise core.LoweringError("an elementwise A is computed by its 16-bit copy, which this "
-                                 "product does not make")
+    if (a_loader is not None or a_norm is not None) and "A" not in packed:
+        raise core.LoweringError("an elementwise or normalised A is computed by its 16-bit "
+                                 "copy, which this product does not make")
     if "A" in packed and a_loader is not None:
         bindings[1] = pack_operand(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1],
                                    a.strides[2], nb, loader=a_loader)
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     elif "A" in packed:
         bindings[1] = _packed(ctx, plan, a, m, k, tiles[1] * plan.bm, kp, spec[4], a.strides[1],
-                              a.strides[2], nb)
+                              a.strides[2], nb, norm=a_norm)
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])

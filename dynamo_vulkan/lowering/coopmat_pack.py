@@ -17,11 +17,13 @@ SCALED_ROWS = {True: 32, False: 1}
 
 
 def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
-                 nb: int, loader=None):
+                 nb: int, loader=None, norm=None):
     """The 16-bit copy of one operand (rows x k per batch, strides sb, sr, sk) that
     matmul_coopmat.comp reads as A_PACKED / B_PACKED: rows_p x kp per batch, zero padded.
     loader (fusion.row_loader from binding 1, scaled plans, one batch): the operand is an
-    elementwise expression computed as the pack loads it (ref then gives its shape only)."""
+    elementwise expression computed as the pack loads it (ref then gives its shape only).
+    norm (weight TRef, eps; scaled plans, one batch, rows along k): the operand is
+    rms_norm(ref) of its rows, computed here."""
     if loader is not None:
         if not plan.scaled or (nb != 1 and sb) or loader.base != 1:
             raise core.LoweringError("an elementwise operand is packed by the scaled fp16 "
@@ -36,6 +38,9 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
                      core.groups_for(rows_p * WG, WG),
                      note=f"elementwise [{rows}x{k}] computed to 16 bits for {plan.label}")
         return dst
+    if norm is not None and (not plan.scaled or (nb != 1 and sb) or sk != 1):
+        raise core.LoweringError("rms_norm rows are packed by the scaled fp16 kernels only, "
+                                 "one batch, the rows along k")
     batches = nb if sb else 1
     planes = 2 if plan.split3 else 1
     octets = batches * rows_p * kp // 8
@@ -47,9 +52,14 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
         defines["ALONG_ROWS"] = 1
     # SCALED: a workgroup a group of SCALED_ROWS rows; else an invocation an octet
     count = batches * rows_p // SCALED_ROWS["ALONG_ROWS" in defines] * WG if plan.scaled else octets
-    ctx.dispatch("coopmat_pack", defines, [dst, ref], [0],
-                 [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp],
-                 core.groups_for(count, WG), note=f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}")
+    bindings, spec = [dst, ref], [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp]
+    note = f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}"
+    if norm is not None:
+        defines["NORM"] = 1
+        bindings.append(norm[0])
+        spec += [core.f32_bits(norm[1]), norm[0].offset]
+        note = f"rms_norm of {note}"
+    ctx.dispatch("coopmat_pack", defines, bindings, [0], spec, core.groups_for(count, WG), note=note)
     return dst
 
 

@@ -381,14 +381,14 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
                      groups_for(n, nr * (wg // tpr)), note=note)
     else:
-        if norm is not None or residual is not None or post_norm is not None:
-            raise LoweringError("the tiled GGUF matmul has no norm or residual fusion")
+        if residual is not None or post_norm is not None:
+            raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
         first = _decode_first(ctx, m, n, k, row0, out_rows, defines["VARIANT"])
-        if loader is not None and not _packs_lazy(first):
-            raise LoweringError("a prompt's elementwise x is computed by the tensor-core "
-                                "kernels' 16-bit copy of it only")
+        if (loader is not None or norm is not None) and not _packs_lazy(first):
+            raise LoweringError("a prompt's elementwise or normalised x is computed by the "
+                                "tensor-core kernels' 16-bit copy of it only")
         if first:
-            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first, loader)
+            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first, loader, norm)
             return
         groups = (-(-n // TILE), -(-m // TILE), 1)
         lanes = cpu_lanes(ctx.caps, n)
@@ -453,18 +453,19 @@ def _scaled_plan(ctx: Context, m: int, n: int, k: int):
 
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
-                         k: int, rb: int, note: str, how, loader: RowLoader | None = None) -> None:
+                         k: int, rb: int, note: str, how, loader: RowLoader | None = None,
+                         norm=None) -> None:
     """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out (how:
     _decode_first's answer): by the scaled fp16 tensor-core kernel, which decodes W
     (coopmat_pack.GGUFWeight), where it takes the product (loader: x is an elementwise
-    expression its 16-bit copy of x computes), else after gguf_dequant decodes W into a
-    temporary fp32 [n, k]."""
+    expression its 16-bit copy of x computes; norm (weight TRef, eps): that copy holds
+    rms_norm(x2)), else after gguf_dequant decodes W into a temporary fp32 [n, k]."""
     from .coopmat_pack import GGUFWeight
     from .matmul import matmul
 
     if how is not True:
         matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), out=out,     # W's layout only
-               weight=GGUFWeight(w, defines, n, k, rb), a_loader=loader)
+               weight=GGUFWeight(w, defines, n, k, rb), a_loader=loader, a_norm=norm)
         return
     wf = ctx.empty((n, k), "f32")
     ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],
@@ -596,14 +597,20 @@ def _recompute_costs() -> bool:
 
 
 def norm_feeds_matvecs(node, ctx: Context) -> bool:
-    """An rms_norm whose every user is a mat-vec gguf_linear of it: each of them
+    """An rms_norm whose every user is a gguf_linear of it, on a GPU: each mat-vec
     normalises x itself (NORM: in its one planes kernel on the integer-dot path, else in
-    every row group), and the norm costs no kernel of its own. Not for weights of more
+    every row group), and the norm costs no kernel of its own; not for weights of more
     than NORM_MAX_ROWS rows (an LM head) on the fp32 path, whose thousands of workgroups
-    would each read x once more than the weight is worth."""
+    would each read x once more than the weight is worth. A prompt's products normalise x
+    in the tensor cores' 16-bit copy of it (one copy for all of them)."""
     val, w = node.meta.get("val"), node.args[1]
-    if _recompute_costs() or val is None or val.numel() // max(1, val.shape[-1]) > MATVEC_M:
+    if _recompute_costs() or val is None:
         return False
+    if val.numel() // max(1, val.shape[-1]) > MATVEC_M:
+        # a prompt: the scaled tensor cores' 16-bit copy of x normalises it where they take
+        # the product (gguf_linear); any other kernel reads the norm computed once
+        return val.shape[-1] % 8 == 0 and isinstance(w, torch.fx.Node) and w.op == "placeholder" and \
+            bool(node.users) and all(u.target is GGUF_LINEAR and u.args[0] is node for u in node.users)
     one_row = val.numel() == val.shape[-1]
 
     def takes_norm(u) -> bool:
@@ -730,6 +737,11 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
     if isinstance(x, NormedRows):
         nw = x.weight
         if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
+            norm, x = (nw, x.eps), x.x
+        elif m > MATVEC_M and out.numel and len(w) == 1 and nw.strides == (1,) and \
+                x.x.strides[-1] == 1 and x.x.kind == "f32" and \
+                _packs_lazy(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
+            # a prompt on the scaled tensor cores: their 16-bit copy of x normalises it
             norm, x = (nw, x.eps), x.x
     residual = None
     if request.residual is not None and m <= MATVEC_M and out.numel and not defer:

@@ -84,16 +84,17 @@ COLS_RED_VEC4S = 1024    # ... shared memory of the partial-sum exchange (16 KiB
 
 
 def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: TRef | None = None,
-           weight=None, a_loader=None) -> TRef:
+           weight=None, a_loader=None, a_norm=None) -> TRef:
     """alpha * a @ b (+ beta * bias, broadcast) for 2-D or batched 3-D a and b, into a
     new contiguous output (or `out`, contiguous from offset 0: a GGUF linear's); the
     kernel is chosen by the rows of a and b's layout. weight: b as a GGUF weight for the
     scaled tensor-core kernels (coopmat_pack.GGUFWeight); b then gives only the layout,
     and the product takes those kernels (an error where they do not take it). a_loader
     (fusion.row_loader): a is an elementwise expression that those kernels' 16-bit copy
-    of it computes (a then gives only its shape), with weight only."""
-    if a_loader is not None and weight is None:
-        raise LoweringError("an elementwise A is taken with a GGUF weight only")
+    of it computes (a then gives only its shape), with weight only; a_norm (weight TRef,
+    eps): that copy holds rms_norm(a) of a's rows, with weight only."""
+    if (a_loader is not None or a_norm is not None) and weight is None:
+        raise LoweringError("an elementwise or normalised A is taken with a GGUF weight only")
     if a.ndim == 2:
         a = a.with_layout((1,) + a.shape, (0,) + a.strides, a.offset)
         b = b.with_layout((1,) + b.shape, (0,) + b.strides, b.offset)
@@ -126,7 +127,7 @@ def matmul(ctx: Context, a: TRef, b: TRef, bias=None, alpha=1.0, beta=1.0, out: 
         choice = coopmat.choose(ctx, nb, m, n, k)
         if choice.plan is not None:
             coopmat.emit(ctx, choice.plan, defines, bindings, spec, out, nb, m, n, k,
-                         f"{note}, {choice.note}", weight=weight, a_loader=a_loader)
+                         f"{note}, {choice.note}", weight=weight, a_loader=a_loader, a_norm=a_norm)
         elif weight is not None:
             raise LoweringError(f"{note}: B is a GGUF weight for tensor cores that this product does not take")
         else:

@@ -53,6 +53,27 @@ X_LAZY
 #else
 IN_BUFFER(1, src)
 #endif
+#ifdef NORM
+// the operand is rms_norm(x) of its rows (x * rsqrt(mean(x^2) + eps) * w, as rowwise.comp's
+// RMS_NORM): a prompt's normalised x, computed here for every product that packs it, so
+// that the norm costs no kernel and no fp32 copy. Scaled fp16 along k, one batch.
+#if !defined(SCALED) || defined(ALONG_ROWS) || defined(GGUF) || defined(X_LAZY)
+#error NORM packs a plain operand's rows, scaled fp16 along k
+#endif
+layout(constant_id = 10) const uint EPS_BITS = 0;
+layout(constant_id = 11) const uint W_OFF = 0;
+IN_BUFFER(2, nw)
+// octet o of a row times r (its rsqrt(mean(x^2) + eps)) times the norm's weight
+void normed8(uint o, float r, inout vec4 x0, inout vec4 x1) {
+    vec4 w[2] = vec4[2](vec4(0.0), vec4(0.0));
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        uint k = o * 8u + i;
+        if (k < K) w[i / 4u][i % 4u] = ld_f32(nw[W_OFF + k]);
+    }
+    x0 = x0 * r * w[0];
+    x1 = x1 * r * w[1];
+}
+#endif
 
 // 8 elements of a row from octet o on (zeros beyond K): at word base, or GGUF, the row
 // at byte base, or X_LAZY, row base of the expression
@@ -111,6 +132,16 @@ void main() {
     uint r = (wg % groups) * SROWS + rl, base = OFF + b * SB + r * SR;
 #endif
     float m = 0.0;
+#ifdef NORM
+    float ss = 0.0;
+    if (r < ROWS)
+        for (uint o = lane; o < ko; o += SLANES) {
+            vec4 x0, x1;
+            load8(base, o, x0, x1);
+            ss += dot(x0, x0) + dot(x1, x1);
+        }
+    float rn = inversesqrt(wg_sum(ss) / float(K) + uintBitsToFloat(EPS_BITS));
+#endif
 #if defined(GGUF) && defined(GB_BOUND)
     // a GGUF row's bound from its blocks' scales (gguf_blocks.glsl), its quants unread. Where
     // it lies a binade or more above the largest magnitude, the scaled values stay below 8
@@ -136,6 +167,9 @@ void main() {
         for (uint o = lane; o < ko; o += SLANES) {
             vec4 x0, x1;
             load8(base, o, x0, x1);
+#ifdef NORM
+            normed8(o, rn, x0, x1);
+#endif
             // the largest finite magnitude: infinities stay infinite when scaled, NaN NaN
             const vec4 inf = vec4(uintBitsToFloat(0x7f800000u));
             vec4 a0 = abs(x0), a1 = abs(x1);
@@ -166,6 +200,9 @@ void main() {
     for (uint o = lane; o < ko; o += SLANES) {
         vec4 x0 = vec4(0.0), x1 = vec4(0.0);
         if (r < ROWS) load8(base, o, x0, x1);
+#ifdef NORM
+        normed8(o, rn, x0, x1);
+#endif
         uvec4 hi, lo;
         convert(x0 * scale, x1 * scale, hi, lo);
         dst[at + o] = hi;
