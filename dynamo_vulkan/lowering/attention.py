@@ -45,7 +45,11 @@ TILED_CONFIGS = ((32, 32, 2, 16), (16, 32, 1, 16), (8, 32, 1, 32), (16, 16, 1, 1
 TILED_ACC = 64
 TILED_SCORES = 32
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
-MAX_SPLITS = 64
+# ... in at most this many splits: a decode step's kernel waits for its last split, and
+# 64 splits of a 7B's 28 heads ran past one wave of the GPU (benchmarks/attention_sweep.py,
+# a 2048-slot cache, H100: 1, 512 and 2048 live keys 11.7 / 15.4 / 21.5 us in 32 splits,
+# 14.8 / 16.9 / 23.0 in 64; docs/journal.md, session 39)
+MAX_SPLITS = 32
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
 
