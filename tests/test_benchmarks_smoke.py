@@ -427,9 +427,9 @@ def test_attention_sweep_measures_a_tile_and_refuses_one_that_does_not_fit(as_gp
     assert tiled["us"] > 0 and row["us"] > 0 and tiled["err"] < 1e-5 and row["err"] < 1e-5
     assert att.TILED_CONFIGS != ((16, 16, 1, 16),)          # the module's list is restored
     # a decode step (one row seeing 300 of 1000 keys), its keys in at most 4 splits
-    splits = att.MAX_SPLITS
+    splits = att.MAX_SPLITS, att.SPLIT_WORKGROUPS
     step = attention_sweep.measure(("step", 4, 2, 1, 1000, 32, 300), None, calls=2, max_splits=4)
     assert step["config"] == "row/4" and step["us"] > 0 and step["err"] < 1e-5
-    assert att.MAX_SPLITS == splits                         # restored
+    assert (att.MAX_SPLITS, att.SPLIT_WORKGROUPS) == splits          # restored
     with pytest.raises(ValueError, match="does not fit"):
         attention_sweep.measure(("wide", 4, 1, 40, 64, 1024, 40), (32, 32, 2, 16), calls=1)

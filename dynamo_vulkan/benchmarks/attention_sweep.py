@@ -7,7 +7,8 @@ lowering/attention.TILED_CONFIGS ("row": the row-per-workgroup kernel, attention
 the attention kernel's GPU time from the backend's timestamps (the mask's live ranges,
 made once a forward, and the copies left out), its TFLOP/s over the live keys, and its
 largest difference from eager on the CPU. A decode step's shapes take the row kernel
-with its keys split (--max-splits: lowering/attention.MAX_SPLITS). A measurement script,
+with its keys split (--max-splits: that many splits at most, lowering/attention.MAX_SPLITS,
+whatever SPLIT_WORKGROUPS says). A measurement script,
 not a test: it sets the module's tile list and keeps each variant's plans apart by the
 device's name.
 
@@ -71,11 +72,12 @@ def measure(shape, config, calls: int = 10, max_splits: int | None = None) -> di
     mask = torch.arange(t)[:, None] + (live - t) >= torch.arange(c)[None, :]
     scale = 1 / math.sqrt(d)
     info = device.device_info()
-    saved = (att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, att.MAX_SPLITS, info["name"])
+    saved = (att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, att.MAX_SPLITS, att.SPLIT_WORKGROUPS, info["name"])
     att.TILED_CONFIGS = () if config is None else (config,)
     att.TILED_MIN_BLOCKS = 1
-    att.MAX_SPLITS = max_splits or att.MAX_SPLITS
-    info["name"] = f"{saved[3]} (attention tile {config}, splits {att.MAX_SPLITS})"
+    if max_splits:           # at most that many splits, the total workgroups uncapped
+        att.MAX_SPLITS, att.SPLIT_WORKGROUPS = max_splits, 1 << 30
+    info["name"] = f"{saved[4]} (attention tile {config}, splits {att.MAX_SPLITS}/{att.SPLIT_WORKGROUPS})"
     handler = _Kernel("attention")
     log = logging.getLogger(LOGGER)
     try:
@@ -91,7 +93,7 @@ def measure(shape, config, calls: int = 10, max_splits: int | None = None) -> di
                 fn(q, k, v, mask)
     finally:
         log.removeHandler(handler)
-        att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, att.MAX_SPLITS, info["name"] = saved
+        att.TILED_CONFIGS, att.TILED_MIN_BLOCKS, att.MAX_SPLITS, att.SPLIT_WORKGROUPS, info["name"] = saved
     ref = torch.softmax((q @ k.repeat_interleave(hq // hkv, 0).transpose(1, 2) * scale)
                         .masked_fill(~mask, float("-inf")), -1) @ v.repeat_interleave(hq // hkv, 0)
     us = statistics.median(handler.calls)
@@ -109,7 +111,7 @@ def main(argv=None) -> None:
     p.add_argument("--shapes", default=",".join(s[0] for s in SHAPES))
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--max-splits", default="", help="the row kernel's key splits at most, "
-                   "comma-separated (decode shapes); default lowering/attention.MAX_SPLITS")
+                   "comma-separated (decode shapes); default lowering/attention's rule")
     args = p.parse_args(argv)
     splits = [int(x) for x in args.max_splits.split(",") if x] or [None]
     shapes = [s for s in SHAPES if s[0] in args.shapes.split(",")]

@@ -45,11 +45,13 @@ TILED_CONFIGS = ((32, 32, 2, 16), (16, 32, 1, 16), (8, 32, 1, 32), (16, 16, 1, 1
 TILED_ACC = 64
 TILED_SCORES = 32
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
-# ... in at most this many splits: a decode step's kernel waits for its last split, and
+MAX_SPLITS = 64  # ... in at most this many splits,
+# and at most SPLIT_WORKGROUPS workgroups in all: the kernel waits for its last split, and
 # 64 splits of a 7B's 28 heads ran past one wave of the GPU (benchmarks/attention_sweep.py,
 # a 2048-slot cache, H100: 1, 512 and 2048 live keys 11.7 / 15.4 / 21.5 us in 32 splits,
-# 14.8 / 16.9 / 23.0 in 64; docs/journal.md, session 39)
-MAX_SPLITS = 32
+# 14.8 / 16.9 / 23.0 in 64; docs/journal.md, session 39). SmolLM2's 9 heads and Gemma 3's 4
+# keep 64 splits.
+SPLIT_WORKGROUPS = 1024
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
 
@@ -236,7 +238,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         # workgroups, split_tpk invocations per key, and merge the splits
         tpk = split_tpk
         kpp = wg // tpk
-        splits = min(MAX_SPLITS, _ceil_div(c, kpp))
+        splits = max(1, min(MAX_SPLITS, SPLIT_WORKGROUPS // rows, _ceil_div(c, kpp)))
         split_keys = _ceil_div(_ceil_div(c, splits), kpp) * kpp     # whole chunks per split
         splits = _ceil_div(c, split_keys)
     parts, dpt = wg // dvlp, _ceil_div(dv // vw, dvlp)
