@@ -384,7 +384,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
         first = _decode_first(ctx, m, n, k, row0, out_rows, defines["VARIANT"])
-        if (loader is not None or norm is not None) and not _packs_lazy(first):
+        if (loader is not None or norm is not None) and not _packs_prologue(first):
             raise LoweringError("a prompt's elementwise or normalised x is computed by the "
                                 "tensor-core kernels' 16-bit copy of it only")
         if first:
@@ -438,10 +438,10 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     return m >= DECODE_FIRST_M and 4 * n * k <= limit
 
 
-def _packs_lazy(first) -> bool:
+def _packs_prologue(first) -> bool:
     """Whether a prompt's product, by _decode_first's answer, runs on the scaled fp16
-    tensor-core kernel, whose 16-bit copy of x can compute an elementwise x as it loads it
-    (coopmat_pack.comp X_LAZY)."""
+    tensor-core kernel, whose 16-bit copy of x can compute an elementwise x or x's rms_norm
+    as it loads x (coopmat_pack.comp X_LAZY, NORM)."""
     return first is not False and first is not True and first.scaled
 
 
@@ -740,7 +740,7 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
             norm, x = (nw, x.eps), x.x
         elif m > MATVEC_M and out.numel and len(w) == 1 and nw.strides == (1,) and \
                 x.x.strides[-1] == 1 and x.x.kind == "f32" and \
-                _packs_lazy(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
+                _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
             # a prompt on the scaled tensor cores: their 16-bit copy of x normalises it
             norm, x = (nw, x.eps), x.x
     residual = None
@@ -755,7 +755,7 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
             return Lowered(_linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
                                    residual=residual, loader=loader), added)
     if isinstance(x, Lazy) and m > MATVEC_M and out.numel and len(w) == 1 and \
-            _packs_lazy(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
+            _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
         # a prompt on the scaled tensor cores: x computed in their 16-bit copy of it, whose
         # bindings are dst, then the loader's
         loader = row_loader(ctx, x, m, cols, 1)
