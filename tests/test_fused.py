@@ -253,6 +253,20 @@ def test_split_attention_called_again(as_gpu, plans):
     assert _names(plans)[-1:] == ["attention"] and "merged by the last" in plans[-1].dispatches[-1].note
 
 
+@pytest.mark.parametrize("hq,hkv,d,splits", [(28, 4, 128, 32), (9, 3, 64, 64), (4, 1, 256, 64)], ids=str)
+def test_decode_splits_follow_the_heads(as_gpu, plans, hq, hkv, d, splits):
+    """A decode step over a 2048-slot cache keeps within SPLIT_WORKGROUPS workgroups: a
+    7B's 28 heads take 32 key splits, SmolLM2's 9 and Gemma 3's 4 take 64 (MAX_SPLITS);
+    the output is eager's either way."""
+    c = 2048
+    q, k, v = torch.randn(hq, 1, d), torch.randn(hkv, c, d), torch.randn(hkv, c, d)
+    mask = _causal(1, c, 700)
+    check(lambda q, k, v, m: attention(q, k, v, m, 0.1), q, k, v, mask, rtol=1e-5, atol=1e-5)
+    note = plans[-1].dispatches[0].note
+    assert f", {splits} splits merged by the last" in note, note
+    assert hq * splits <= att_lowering.SPLIT_WORKGROUPS or splits == 1
+
+
 def test_attention_strided_inputs_and_sliding_window():
     q = torch.randn(3, 6, 32).transpose(0, 1)           # [6 heads, 3 rows, 32], strided
     k, v = noncontig(torch.randn(2, 300, 32)), torch.randn(300, 2, 16).transpose(0, 1)
