@@ -16,6 +16,12 @@ LAZY_KEPT_OCTETS = 12
 SCALED_ROWS = {True: 32, False: 1}
 
 
+def _scaled_copy(ctx, rows_p: int, kp: int):
+    """The buffer of one batch's scaled fp16 copy: rows_p rows of kp fp16 values, then each
+    row's exponent."""
+    return ctx.empty((rows_p * kp // 2 + rows_p,), "f32")
+
+
 def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: int, sr: int, sk: int,
                  nb: int, loader=None, norm=None):
     """The 16-bit copy of one operand (rows x k per batch, strides sb, sr, sk) that
@@ -28,7 +34,7 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
         if not plan.scaled or (nb != 1 and sb) or loader.base != 1:
             raise core.LoweringError("an elementwise operand is packed by the scaled fp16 "
                                      "kernels only, one batch, its loader bound from 1")
-        dst = ctx.empty((rows_p * kp // 2 + rows_p,), "f32")
+        dst = _scaled_copy(ctx, rows_p, kp)
         defines = {"VARIANT": "f16 lazy", "CM_F16": 1, "SCALED": 1, "X_LAZY": loader.decls}
         octets = -(-kp // (8 * WG))       # an invocation's octets, kept in registers where few
         if octets <= LAZY_KEPT_OCTETS:
@@ -105,7 +111,7 @@ def pack_gguf(ctx, plan, w, qdefines: dict, n: int, k: int, row_bytes: int, rows
     x @ W^T: rows_p rows of kp elements, then each row's exponent."""
     if not plan.scaled:
         raise ValueError("GGUF weights are packed for the scaled fp16 kernels only")
-    dst = ctx.empty((rows_p * kp // 2 + rows_p,), "f32")
+    dst = _scaled_copy(ctx, rows_p, kp)
     defines = {**qdefines, "CM_F16": 1, "SCALED": 1, "GGUF": 1}
     ctx.dispatch("coopmat_pack", defines, [dst, w], [0],
                  [WG, n, k, 0, 0, 0, 1, 1, rows_p, kp, row_bytes],

@@ -445,6 +445,14 @@ def _packs_prologue(first) -> bool:
     return first is not False and first is not True and first.scaled
 
 
+def _prompt_packs_prologue(ctx: Context, out: TRef, w: list, m: int, qtype: int, rows: int,
+                           cols: int) -> bool:
+    """Whether gguf_linear's product is a prompt's, W in one buffer, on the scaled tensor
+    cores: x's prologue (an elementwise x, its rms_norm) then goes into their 16-bit copy."""
+    return m > MATVEC_M and out.numel > 0 and len(w) == 1 and \
+        _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype]))
+
+
 def _scaled_plan(ctx: Context, m: int, n: int, k: int):
     """The scaled fp16 tensor-core plan of x @ W^T, where the matmul would take one."""
     from . import coopmat
@@ -738,9 +746,8 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
         nw = x.weight
         if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
             norm, x = (nw, x.eps), x.x
-        elif m > MATVEC_M and out.numel and len(w) == 1 and nw.strides == (1,) and \
-                x.x.strides[-1] == 1 and x.x.kind == "f32" and \
-                _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
+        elif nw.strides == (1,) and x.x.strides[-1] == 1 and x.x.kind == "f32" and \
+                _prompt_packs_prologue(ctx, out, w, m, qtype, rows, cols):
             # a prompt on the scaled tensor cores: their 16-bit copy of x normalises it
             norm, x = (nw, x.eps), x.x
     residual = None
@@ -754,8 +761,7 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
             shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")
             return Lowered(_linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
                                    residual=residual, loader=loader), added)
-    if isinstance(x, Lazy) and m > MATVEC_M and out.numel and len(w) == 1 and \
-            _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])):
+    if isinstance(x, Lazy) and _prompt_packs_prologue(ctx, out, w, m, qtype, rows, cols):
         # a prompt on the scaled tensor cores: x computed in their 16-bit copy of it, whose
         # bindings are dst, then the loader's
         loader = row_loader(ctx, x, m, cols, 1)

@@ -53,6 +53,16 @@ X_LAZY
 #else
 IN_BUFFER(1, src)
 #endif
+// x0, x1 = the 8 elements of octet o, element k given by LOADK (an expression of k),
+// zeros beyond K
+#define GATHER8(o, LOADK, x0, x1) { \
+    vec4 g8_[2] = vec4[2](vec4(0.0), vec4(0.0)); \
+    [[unroll]] for (uint i8_ = 0u; i8_ < 8u; ++i8_) { \
+        uint k = (o) * 8u + i8_; \
+        if (k < K) g8_[i8_ / 4u][i8_ % 4u] = LOADK; \
+    } \
+    x0 = g8_[0]; \
+    x1 = g8_[1]; }
 #ifdef NORM
 // the operand is rms_norm(x) of its rows (x * rsqrt(mean(x^2) + eps) * w, as rowwise.comp's
 // RMS_NORM): a prompt's normalised x, computed here for every product that packs it, so
@@ -65,13 +75,10 @@ layout(constant_id = 11) const uint W_OFF = 0;
 IN_BUFFER(2, nw)
 // octet o of a row times r (its rsqrt(mean(x^2) + eps)) times the norm's weight
 void normed8(uint o, float r, inout vec4 x0, inout vec4 x1) {
-    vec4 w[2] = vec4[2](vec4(0.0), vec4(0.0));
-    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-        uint k = o * 8u + i;
-        if (k < K) w[i / 4u][i % 4u] = ld_f32(nw[W_OFF + k]);
-    }
-    x0 = x0 * r * w[0];
-    x1 = x1 * r * w[1];
+    vec4 w0, w1;
+    GATHER8(o, ld_f32(nw[W_OFF + k]), w0, w1)
+    x0 = x0 * r * w0;
+    x1 = x1 * r * w1;
 }
 #endif
 
@@ -83,25 +90,20 @@ void load8(uint base, uint o, out vec4 x0, out vec4 x1) {
     x1 = vec4(0.0);
     if (o * 8u < K) deq8r(base, o, x0, x1);      // GGUF rows are whole chunks of 8
 #elif defined(X_LAZY)
-    vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
-    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-        uint k = o * 8u + i;
-        if (k < K) x[i / 4u][i % 4u] = xlazy(base, k);
-    }
-    x0 = x[0];
-    x1 = x[1];
+    GATHER8(o, xlazy(base, k), x0, x1)
 #else
-    vec4 x[2] = vec4[2](vec4(0.0), vec4(0.0));
-    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-        uint k = o * 8u + i;
-        if (k < K) x[i / 4u][i % 4u] = ld_f32(src[base + k * SK]);
-    }
-    x0 = x[0];
-    x1 = x[1];
+    GATHER8(o, ld_f32(src[base + k * SK]), x0, x1)
 #endif
 }
 
 #ifdef SCALED
+// the largest finite magnitude of 8 elements: infinities stay infinite when scaled, NaN NaN
+float finite_max8(vec4 x0, vec4 x1) {
+    const vec4 inf = vec4(uintBitsToFloat(0x7f800000u));
+    vec4 a0 = abs(x0), a1 = abs(x1);
+    vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
+    return max(max(a.x, a.y), max(a.z, a.w));
+}
 #ifdef ALONG_ROWS
 #define SROWS 32u       // neighbouring invocations on neighbouring rows (their reads coalesce)
 #define SLANES 8u
@@ -157,10 +159,7 @@ void main() {
         kept[2u * i] = vec4(0.0);
         kept[2u * i + 1u] = vec4(0.0);
         if (r < ROWS && o < ko) load8(base, o, kept[2u * i], kept[2u * i + 1u]);
-        const vec4 inf = vec4(uintBitsToFloat(0x7f800000u));
-        vec4 a0 = abs(kept[2u * i]), a1 = abs(kept[2u * i + 1u]);
-        vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
-        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+        m = max(m, finite_max8(kept[2u * i], kept[2u * i + 1u]));
     }
 #else
     if (r < ROWS)
@@ -170,11 +169,7 @@ void main() {
 #ifdef NORM
             normed8(o, rn, x0, x1);
 #endif
-            // the largest finite magnitude: infinities stay infinite when scaled, NaN NaN
-            const vec4 inf = vec4(uintBitsToFloat(0x7f800000u));
-            vec4 a0 = abs(x0), a1 = abs(x1);
-            vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
-            m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+            m = max(m, finite_max8(x0, x1));
         }
 #endif
 #ifdef ALONG_ROWS
