@@ -47,10 +47,9 @@ TILED_SCORES = 32
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64  # ... in at most this many splits,
 # and at most SPLIT_WORKGROUPS workgroups in all: the kernel waits for its last split, and
-# 64 splits of a 7B's 28 heads ran past one wave of the GPU (benchmarks/attention_sweep.py,
-# a 2048-slot cache, H100: 1, 512 and 2048 live keys 11.7 / 15.4 / 21.5 us in 32 splits,
-# 14.8 / 16.9 / 23.0 in 64; docs/journal.md, session 39). SmolLM2's 9 heads and Gemma 3's 4
-# keep 64 splits.
+# 64 splits of a 7B's 28 heads run past one wave of the GPU, slower than 32 at every cache
+# fill the sweep measured (benchmarks/attention_sweep.py; docs/journal.md, session 39).
+# SmolLM2's 9 heads and Gemma 3's 4 keep 64 splits.
 SPLIT_WORKGROUPS = 1024
 VPRE_MAX = 8          # V registers per invocation for loading a chunk's V rows early
 
