@@ -44,16 +44,6 @@ TILED_MIN_BLOCKS = 64
 TILED_CONFIGS = ((32, 32, 2, 16), (16, 32, 1, 16), (8, 32, 1, 32), (16, 16, 1, 16), (8, 16, 2, 16))
 TILED_ACC = 64
 TILED_SCORES = 32
-# Under torch's "high" and "medium" matmul precision a prompt's attention takes the
-# tensor cores instead (attention_coopmat.comp: q k^T and p v as scaled fp16, fp32 sums),
-# where the device has fp16 cooperative matrices with fp32 sums: the first of
-# COOPMAT_CONFIGS (subgroups a workgroup NSG, each of 16 query rows; keys a chunk BKC) that
-# fits the device and makes COOPMAT_MIN_BLOCKS workgroups, else the one of most workgroups
-# that fits. COOPMAT_ON_CPU: tests run it on lavapipe's cooperative matrices.
-COOPMAT_CONFIGS = ((4, 32), (2, 32), (1, 32), (4, 16), (2, 16), (1, 16))
-COOPMAT_MIN_BLOCKS = 128
-COOPMAT_ROWS = 16
-COOPMAT_ON_CPU = False
 SPLIT_TPK = 8    # ... with this many invocations per key's dot product
 MAX_SPLITS = 64  # ... in at most this many splits,
 # and at most SPLIT_WORKGROUPS workgroups in all: the kernel waits for its last split, and
@@ -118,65 +108,6 @@ def tiled_config(caps: dict, heads: int, rows: int, d: int, dv: int) -> TiledCon
             if _tiled_shared(bq, bk, tprg, d, dv, apart) <= smem:
                 return TiledConfig(bq, bk, rpt, tprg, apart)
     return None
-
-
-@dataclass(frozen=True)
-class CoopmatConfig:
-    """attention_coopmat.comp's shape: nsg subgroups a workgroup (COOPMAT_ROWS query rows
-    each), bkc keys a chunk, the device's fp16 matrix shape cm and subgroup size."""
-    nsg: int
-    bkc: int
-    cm: tuple
-    subgroup: int
-
-    @property
-    def bq(self) -> int:
-        return self.nsg * COOPMAT_ROWS
-
-    def defines(self) -> dict:
-        return {"NSG": self.nsg, "BKC": self.bkc, "CM_M": self.cm[0], "CM_N": self.cm[1],
-                "CM_K": self.cm[2], "SUBGROUP": self.subgroup}
-
-
-def _coopmat_shared(nsg: int, bkc: int, d: int, dv: int, cm: tuple) -> int:
-    """attention_coopmat.comp's shared bytes: fp16 q, K and V rows padded by 8, each
-    subgroup's fp32 scores and fp16 weights, the row-index table, the per-row words."""
-    rows = nsg * COOPMAT_ROWS
-    halfs = rows * (d + 8) + bkc * (d + 8) + bkc * (dv + 8) + nsg * COOPMAT_ROWS * (bkc + 8)
-    floats = nsg * COOPMAT_ROWS * (bkc + 4) + cm[0] * cm[1]
-    return 2 * halfs + 4 * floats + 4 * (3 * rows + 4 * bkc + 1)
-
-
-def coopmat_config(ctx, heads: int, rows: int, d: int, dv: int) -> CoopmatConfig | None:
-    """The tensor-core kernel's shape for a prompt's fp32 attention, or None where it does
-    not run: precision "highest" or tensor cores off (the config), no fp16 x fp16 + fp32
-    cooperative matrices or no glslc for them, fewer than TILED_MIN_ROWS query rows, head
-    dims that are not multiples of 8 and of the matrix shape, a CPU device (but for
-    COOPMAT_ON_CPU), or no COOPMAT_CONFIGS shape that fits the device."""
-    from dynamo_vulkan import shaders
-    from . import coopmat
-    caps = ctx.caps
-    if coopmat.precision(ctx) not in ("high", "medium") or coopmat.tensor_cores(ctx) == "off" or \
-            not caps.get("cooperative_matrix") or rows < TILED_MIN_ROWS or \
-            (device.is_cpu(caps) and not COOPMAT_ON_CPU):
-        return None
-    cm = coopmat._shape(caps, "f16")
-    if cm is None or d % 8 or dv % 8 or d % cm[2] or dv % cm[1] or COOPMAT_ROWS % cm[0] or \
-            shaders.coopmat_glslc() is None:
-        return None
-    subgroup = int(caps.get("subgroup_size", 32))
-    smem = caps.get("max_compute_shared_memory_size", 16384)
-    fits = [CoopmatConfig(nsg, bkc, cm, subgroup) for nsg, bkc in COOPMAT_CONFIGS
-            if bkc % cm[1] == 0 and bkc % cm[2] == 0 and
-            nsg * subgroup <= caps.get("max_compute_work_group_invocations", 128) and
-            _coopmat_shared(nsg, bkc, d, dv, cm) <= smem]
-    if not fits:
-        return None
-    blocks = [heads * _ceil_div(rows, f.bq) for f in fits]
-    for f, b in zip(fits, blocks):
-        if b >= COOPMAT_MIN_BLOCKS:
-            return f
-    return fits[blocks.index(max(blocks))]
 
 
 def _vec4_rows(t: TRef, dims: int) -> bool:
@@ -286,12 +217,6 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
             mask.offset, *mask.strides, c, f32_bits(softcap)]
     note = f"q[{hq}x{t}x{d}] over kv[{hkv}x{c}x{dv}]" + (" vec4" if vw == 4 else "") + \
         (f", softcap {softcap:g}" if softcap else "")
-    cmc = coopmat_config(ctx, hq, t, d, dv) if q_lazy is None else None
-    if cmc is not None:
-        _emit_prompt(ctx, "attention_coopmat", cmc.defines(), cmc.bq, out, q, k, v, mask, spec,
-                     note + f", tensor cores fp16 scaled {'x'.join(map(str, cmc.cm))}, "
-                            f"{cmc.bq} rows x {cmc.bkc} keys")
-        return out
     if cpu_lanes(ctx.caps, t) and aligned and q_lazy is None:
         blocks = hkv * _ceil_div(hq // hkv * t, CPU_ROWS)
         ctx.dispatch("attention", {"CPU_LANES": 1, "VARIANT": "lanes", "WG": 8, "AR": CPU_ROWS,
@@ -361,27 +286,19 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
 def _emit_tiled(ctx, tile: TiledConfig, out: TRef, q: TRef, k: TRef, v: TRef, mask: TRef,
                 spec: list, note: str) -> None:
     """attention_tiled.comp for a prompt: a workgroup per (query head, tile.bq rows)."""
-    defines = {"BQ": tile.bq, "BK": tile.bk, "RPT": tile.rpt, "TPRG": tile.tprg}
-    if tile.kv_apart:
-        defines["KV_APART"] = 1
-    _emit_prompt(ctx, "attention_tiled", defines, tile.bq, out, q, k, v, mask, spec,
-                 note + f", tiled {tile.bq} rows x {tile.bk} keys, {tile.rpt}x{tile.tprg}")
-
-
-def _emit_prompt(ctx, family: str, defines: dict, bq: int, out: TRef, q: TRef, k: TRef, v: TRef,
-                 mask: TRef, spec: list, note: str) -> None:
-    """A prompt's attention kernel (attention_tiled.comp or attention_coopmat.comp): a
-    workgroup per (query head, bq rows), each row's live keys from mask_ranges.comp."""
     hq, t, d = q.shape
-    dv = v.shape[2]
-    defines = defines | {"D": d, "DV": dv}
+    c, dv = v.shape[1], v.shape[2]
+    defines = {"BQ": tile.bq, "BK": tile.bk, "RPT": tile.rpt, "TPRG": tile.tprg, "D": d, "DV": dv}
     for name, operand, dims in (("Q_VEC4", q, d), ("K_VEC4", k, d), ("V_VEC4", v, dv)):
         if _vec4_rows(operand, dims):
             defines[name] = 1
+    if tile.kv_apart:
+        defines["KV_APART"] = 1
     ranges = ctx.derived(("mask_ranges", mask.buf, mask.offset, mask.strides, mask.shape), {mask.buf},
                          lambda: _mask_ranges(ctx, mask))
-    ctx.dispatch(family, defines, [out, q, k, v, mask, ranges], [0], spec,
-                 groups_for(hq * _ceil_div(t, bq)), note=note)
+    ctx.dispatch("attention_tiled", defines, [out, q, k, v, mask, ranges], [0], spec,
+                 groups_for(hq * _ceil_div(t, tile.bq)),
+                 note=note + f", tiled {tile.bq} rows x {tile.bk} keys, {tile.rpt}x{tile.tprg}")
 
 
 def _mask_ranges(ctx, mask: TRef) -> TRef:

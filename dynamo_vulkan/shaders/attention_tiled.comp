@@ -79,6 +79,7 @@ shared vec4 qs[BQ * QLD];
 shared vec4 kvs[KV_ELEMS];
 shared float ps[BK * BQ];              // the chunk's weights, key-major: ps[key * BQ + row]
 shared float red[BQ * TPRG];           // per-invocation row maxima, then row sums
+shared uint blk_lo, blk_hi;            // the block's live keys
 
 // vec4 i (elements 4i .. 4i + 3, zeros past n) of the row at word o of a unit-or-strided
 // operand; which: 0 q, 1 k, 2 v
@@ -152,12 +153,18 @@ void main() {
     uint h = wid / blocks, t0 = (wid % blocks) * BQ, kvh = h / GROUP;
     uint lid = gl_LocalInvocationID.x, g = lid / TPRG, kg = lid % TPRG;
     // the block's live keys: from the first unmasked key of any of its rows to the last
-    uint rows = min(BQ, T - t0), k0 = C, k1 = 0u;
-    for (uint r = 0u; r < rows; ++r) {
-        k0 = min(k0, ranges[3u * (t0 + r)]);
-        k1 = max(k1, ranges[3u * (t0 + r) + 1u]);
+    // (an invocation a row: their loads in flight together)
+    if (lid == 0u) {
+        blk_lo = C;
+        blk_hi = 0u;
     }
-    k1 = max(k0, k1);
+    barrier();
+    for (uint r = lid; r < min(BQ, T - t0); r += WG) {
+        atomicMin(blk_lo, ranges[3u * (t0 + r)]);
+        atomicMax(blk_hi, ranges[3u * (t0 + r) + 1u]);
+    }
+    barrier();
+    uint k0 = blk_lo, k1 = max(blk_lo, blk_hi);
     // this invocation's rows: their live interval where it is one (else lo > hi: the mask)
     uint lo[RPT], hi[RPT];
     [[unroll]] for (uint r = 0u; r < RPT; ++r) {

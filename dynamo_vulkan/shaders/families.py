@@ -51,7 +51,6 @@ FAMILIES: dict[str, Family] = {
     "accumulate": _f(),
     "argreduce": _f("INNER_INDEX LOAD OUTER_INDEX SPEC_DECLS STORE VAL_T",
                     "CHUNK SPLITS IS_FLOAT LARGEST PAIRS WANT_VALUES", "SMALLEST"),
-    "attention_coopmat": _f("BKC CM_K CM_M CM_N D DV NSG SUBGROUP", "K_VEC4 Q_VEC4 RQ V_VEC4"),
     "attention_tiled": _f("BK BQ D DV RPT TPRG", "KV_APART K_VEC4 Q_VEC4 V_VEC4"),
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
                         "K_NEW K_RPH K_W PARTS PENDING Q_LAZY Q_RPH Q_W "
