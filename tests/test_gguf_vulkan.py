@@ -539,11 +539,12 @@ class LinearPostNorm(torch.nn.Module):
     silu(gate) * up (a row loader on the same mat-vec)."""
 
     def __init__(self, name: str, rows: int, k: int, residual: bool, also_raw: bool = False,
-                 x_norm: bool = False, gated: bool = False):
+                 x_norm: bool = False, gated: bool = False, heads: int = 0):
         super().__init__()
         qt = quant_info(name).ggml_type
         self.lin = GGUFLinear(blocks_of(name, rows, k, 13), qt, rows, k)
-        self.register_buffer("pw", torch.randn(rows))
+        self.register_buffer("pw", torch.randn(rows // heads if heads else rows))
+        self.heads = heads
         self.register_buffer("xw", torch.randn(k))
         self.residual, self.also_raw, self.x_norm, self.gated = residual, also_raw, x_norm, gated
 
@@ -555,7 +556,7 @@ class LinearPostNorm(torch.nn.Module):
         if self.x_norm:
             x = rms_norm(x, self.xw, 1e-5)
         o = self.lin(x)
-        h = rms_norm(o, self.pw, 1e-6)
+        h = rms_norm(o.reshape(o.shape[0], self.heads, -1) if self.heads else o, self.pw, 1e-6)
         out = [res + h if self.residual else h]
         if self.also_raw:
             out.append(o * 2)
@@ -599,6 +600,20 @@ def test_post_norm_folds_into_the_matvec(as_gpu, plans, name, rows, m, residual)
     notes = _post_norm_notes(plans)
     tail = ("+ rms_norm + residual" if residual else "+ rms_norm") + " (post-norm by the last workgroup)"
     assert len(notes) == 1 and notes[0].endswith(tail), notes
+
+
+@pytest.mark.parametrize("name,rows,heads", [("Q5_0", 1024, 4), ("Q8_0", 256, 1), ("Q4_K", 640, 5)])
+@pytest.mark.parametrize("m", [1, 3])
+def test_post_norm_of_each_head_folds_into_the_matvec(as_gpu, plans, name, rows, heads, m):
+    """rms_norm over each head of a reshaped x W^T (Gemma 3's and Qwen3's q and k norms)
+    is the mat-vec's grouped post-norm: one kernel, no norm of its own; a residual added
+    after it keeps its own kernel."""
+    model = LinearPostNorm(name, rows, cols_of(name), residual=False, heads=heads)
+    _check_calls(model, m)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names == [f"gguf_matvec:{name}"], names
+    notes = _post_norm_notes(plans)
+    assert len(notes) == 1 and (f"rms_norm of each {rows // heads} " in notes[0]) == (heads > 1), notes
 
 
 @pytest.mark.parametrize("nr,wg", [(3, 64), (2, 32)])

@@ -241,8 +241,11 @@ def test_default_steps_per_call(monkeypatch):
 def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
     """Planned as for a GPU, decode gets the fusions lavapipe does not (q's RoPE and the
     step's K/V cache rows computed in the attention, beside the scatters; Gemma's post
-    norms in the mat-vecs): k steps per call still give eager's tokens."""
-    path = write_tiny_model(tmp_path / f"tiny-{arch}.gguf", arch)
+    norms, and its q and k norms over each head, in the mat-vecs): k steps per call still
+    give eager's tokens."""
+    # Gemma's k of another type than q and v: three mat-vecs, not one of q|k|v
+    types = {f"blk.{i}.attn_k.weight": "Q4_0" for i in (0, 1)} if arch == "gemma3" else None
+    path = write_tiny_model(tmp_path / f"tiny-{arch}.gguf", arch, types=types)
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
     want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
     got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
@@ -252,6 +255,14 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
     assert any("the step's k/v rows computed here" in n for n in notes)
     if arch == "gemma3":
         assert any("post-norm by the last workgroup" in n for n in notes)
+        # the decode steps' q and k norms (head dim 64, two layers): the mat-vecs' grouped
+        # post-norms, no rowwise kernel of their own
+        steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
+        for p in steps:
+            grouped = sum("rms_norm of each 64 " in d.note for d in p.dispatches)
+            assert grouped == 2 * sum(d.name == "attention" for d in p.dispatches) > 0   # q's, k's
+            assert not any(d.name == "rowwise:rms_norm" for d in p.dispatches)
+        assert steps
 
 
 def test_a_second_generate_reuses_the_compiled_graphs(plans, tmp_path):

@@ -46,6 +46,11 @@ class Deferred:
         cannot (the norm then materializes it and runs as its own kernel)."""
         return None
 
+    def reshape(self, shape: tuple):
+        """This result reshaped, still deferred (a consumer of the reshape may fold it), or
+        None: the reshape then materializes it."""
+        return None
+
 
 class LazyView(Deferred):
     """A reshape of a Lazy, not computed: a consumer that computes it as it loads reads

@@ -37,6 +37,7 @@ from .checks import index_check
 from .elementwise import add_slices, contiguous, ew
 from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader, writes_in_place
 from .rowwise import RMS_NORM, NormedRows
+from .views import RESHAPES
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
 GGUF_EMBEDDING = torch.ops.dynamo_vulkan.gguf_embedding.default
@@ -308,8 +309,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     can emit it directly. Mat-vec only: norm (weight TRef, eps) RMS-normalises the
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
     added to the output; loader (fusion.row_loader, its bindings after the residual's)
-    computes x as it is loaded (x2 is then only its shape); post_norm (weight TRef, eps)
-    RMS-normalises the output rows into `out` (the raw product goes to a scratch buffer),
+    computes x as it is loaded (x2 is then only its shape); post_norm (weight TRef, eps[,
+    group]) RMS-normalises the output rows (or each run of `group` outputs: a head's)
+    into `out` (the raw product goes to a scratch buffer),
     then adds post_res, an [m, rows] view with unit column stride (POST_NORM: W in one
     buffer, no residual of the product's own)."""
     defines = _type_defines(qtype)
@@ -376,8 +378,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
                 raise LoweringError("the mat-vec's post-norm needs W in one buffer and no "
                                     "residual added to the product")
             writes += _bind_post_norm(ctx, defines, bindings, spec, m, n, post_norm, post_res)
-            note += " + rms_norm" + (" + residual" if post_res is not None else "") + \
-                " (post-norm by the last workgroup)"
+            note += " + rms_norm" + (f" of each {post_norm[2]}" if len(post_norm) > 2 and post_norm[2] != n else "") + \
+                (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
                      groups_for(n, nr * (wg // tpr)), note=note)
     else:
@@ -573,12 +575,18 @@ def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: 
                     post_norm, post_res: TRef | None) -> list[int]:
     """Declare and bind the POST_NORM epilogue's buffers after the mat-vec's own: the raw
     product [m, n] (scratch), the count of finished workgroups, the norm's weight and the
-    residual; their constants go on `spec`. Returns the binding positions it writes."""
-    weight, eps = post_norm
-    if weight.kind != "f32" or weight.offset != 0 or weight.strides != (1,) or weight.shape != (n,):
-        raise LoweringError(f"the mat-vec's post-norm needs a contiguous float32 weight of {n} "
+    residual; their constants go on `spec`. Returns the binding positions it writes.
+    post_norm: (weight, eps) over each output row, or (weight, eps, group) over each run
+    of `group` outputs (PN_GROUP)."""
+    weight, eps, group = (*post_norm, n)[:3]
+    if group <= 0 or n % group:
+        raise LoweringError(f"the mat-vec's post-norm groups of {group} do not divide its {n} outputs")
+    if weight.kind != "f32" or weight.offset != 0 or weight.strides != (1,) or weight.shape != (group,):
+        raise LoweringError(f"the mat-vec's post-norm needs a contiguous float32 weight of {group} "
                             f"values at offset 0, got {weight.kind} {weight.shape} "
                             f"strides {weight.strides} at {weight.offset}")
+    if group != n:
+        defines["PN_GROUP"] = group
     if post_res is not None and (post_res.shape != (m, n) or post_res.strides[1] != 1):
         raise LoweringError(f"the mat-vec's post-norm residual must be an [{m}, {n}] view with "
                             f"unit column stride, got {post_res.shape} strides {post_res.strides}")
@@ -643,7 +651,9 @@ def _lazy_feeds_matvec(user, node) -> bool:
 
 def _matvec_feeds_norm(node, ctx: Context) -> bool:
     """A mat-vec gguf_linear read only by an rms_norm of its output rows with a graph
-    input as weight (Gemma-3's norms after the attention output and FFN down projections):
+    input as weight (Gemma-3's norms after the attention output and FFN down projections),
+    or only by a reshape of it read only by an rms_norm over runs of the outputs that
+    divide a row (the norms of Gemma 3's and Qwen3's q and k over each head's dims):
     the mat-vec's last workgroup to finish normalises the output (POST_NORM), and the norm
     costs no kernel and no barrier level. Only on GPUs, where that barrier is what decode
     time is made of: a CPU device (lavapipe) keeps its kernels apart, as for the
@@ -660,11 +670,16 @@ def _matvec_feeds_norm(node, ctx: Context) -> bool:
     if blocks is not None and blocks.numel() > _limit():
         return False
     norm = next(iter(node.users))
+    src = node
+    if norm.target in RESHAPES and len(norm.users) == 1:
+        src, norm = norm, next(iter(norm.users))
     w = norm.args[1] if norm.target is RMS_NORM else None
     wv = w.meta.get("val") if isinstance(w, torch.fx.Node) else None
-    return wv is not None and norm.args[0] is node and w.op == "placeholder" and \
-        tuple(wv.shape) == (rows,) and wv.dtype == torch.float32 and \
-        not norm_feeds_matvecs(norm, ctx) and _nothing_written_between(node, norm)
+    group = wv.shape[0] if wv is not None and wv.dim() == 1 else 0
+    return wv is not None and norm.args[0] is src and w.op == "placeholder" and \
+        (group == rows or src is not node and 0 < group and rows % group == 0) and \
+        wv.dtype == torch.float32 and not norm_feeds_matvecs(norm, ctx) and \
+        _nothing_written_between(node, norm)
 
 
 def _nothing_written_between(a, b) -> bool:
@@ -709,24 +724,47 @@ class PendingLinear(Deferred):
         self._emit(ctx)
         return self.out
 
-    def fold_rms_norm(self, ctx, weight, eps: float, residual):
+    def fold_rms_norm(self, ctx, weight, eps: float, residual, group: int | None = None):
         """The mat-vec with rms_norm(product, weight, eps) (+ residual) as its epilogue,
-        writing the norm into the product's buffer; None for a weight that is not one
-        contiguous float32 row of `rows` values or a residual not viewable as [m, rows]."""
+        over each row or each run of `group` outputs, writing the norm into the product's
+        buffer; None for a weight that is not one contiguous float32 row of `rows` (or
+        `group`) values or a residual not viewable as [m, rows]."""
+        group = self.rows if group is None else group
         if "_done" in self.__dict__ or weight.kind != "f32" or weight.offset != 0 or \
-                weight.strides != (1,) or weight.shape != (self.rows,):
+                weight.strides != (1,) or weight.shape != (group,) or self.rows % group:
             return None
         m = self.x2.shape[0]
         res = None if residual is None else _residual_rows(residual, m, self.rows)
         if residual is not None and res is None:
             return None
-        self._emit(ctx, post_norm=(weight, eps), post_res=res)
+        self._emit(ctx, post_norm=(weight, eps, group), post_res=res)
         self.__dict__["_folded"] = True
         return self.out
+
+    def reshape(self, shape: tuple) -> "PendingReshape":
+        return PendingReshape(self, tuple(shape))
 
     def _emit(self, ctx, **post):
         emit_linear(ctx, self.out, self.x2, self.w, self.qtype, self.rows, self.cols,
                     norm=self.norm, loader=self.loader, **post)
+
+
+class PendingReshape(Deferred):
+    """A reshape of a PendingLinear read only by an rms_norm over its last dim (runs of the
+    product's outputs within a row: a head's q or k), which folds into the mat-vec as its
+    grouped post-norm; any other consumer gets the product computed and viewed."""
+
+    def __init__(self, linear: PendingLinear, shape: tuple):
+        self.linear, self.shape = linear, shape
+
+    def compute(self, ctx):
+        return meta_view(ctx.ref(materialize(ctx, self.linear)), lambda t: t.reshape(self.shape))
+
+    def fold_rms_norm(self, ctx, weight, eps: float, residual):
+        if residual is not None or not self.shape or self.linear.rows % self.shape[-1]:
+            return None
+        out = self.linear.fold_rms_norm(ctx, weight, eps, None, group=self.shape[-1])
+        return None if out is None else meta_view(out, lambda t: t.reshape(self.shape))
 
 
 # prologue (_matvec_feeds_norm): its rms_norm may fold into the kernel, which is then

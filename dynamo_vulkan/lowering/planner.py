@@ -225,6 +225,10 @@ def deferrable(gm: fx.GraphModule, ctx) -> set:
 
     found = {n for n in gm.graph.nodes
              if n.op == "call_function" and (folds_into_user(n) or prologue(n))}
+    # a reshape between a node left to its consumer and that consumer (a mat-vec whose
+    # grouped post-norm follows a reshape) passes it on deferred
+    found |= {u for n in found if prologue(n) and len(n.users) == 1
+              for u in n.users if spec(u) is not None and spec(u).lazy_view and len(u.users) == 1}
     found |= {v for n in found if fusible(n) and len(n.users) == 1
               for v in [through_view(n)] if v is not None}
     return found | _copied_into_inputs(gm, fusible, found)

@@ -7,7 +7,7 @@ import torch
 
 from .core import NO_REQUEST, TRef, lowering, meta_view
 from .elementwise import contiguous
-from .fusion import Lazy, LazyView, materialize
+from .fusion import Deferred, Lazy, LazyView, materialize
 
 aten = torch.ops.aten
 VIEW_OPS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default,
@@ -24,9 +24,14 @@ RESHAPES = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 @lowering(*RESHAPES, lazy_view=True, takes_deferred=True)
 def reshape(ctx, x, *args, request=NO_REQUEST, **kwargs):
     """A reshape; of a Lazy deferred for a consumer that computes it as it loads
-    (OpSpec.loads_lazy), a LazyView the consumer indexes."""
+    (OpSpec.loads_lazy), a LazyView the consumer indexes; of a deferred result that can be
+    reshaped unmade (Deferred.reshape: a mat-vec whose consumer folds into it), that."""
     if request.defer and isinstance(x, Lazy):
         return LazyView(x, torch.empty(x.shape, device="meta").reshape(*args).shape)
+    if request.defer and isinstance(x, Deferred):
+        r = x.reshape(tuple(ctx.out_shape()))
+        if r is not None:
+            return r
     return view(ctx, x, *args, **kwargs)
 
 

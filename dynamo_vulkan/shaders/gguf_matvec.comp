@@ -26,6 +26,8 @@
 // out and resets the counter to 0 for the next call (attention.comp's split merge).
 // The norm then costs no kernel and no barrier level of its own. Workgroups that
 // exit at once (past N) never count; W is one buffer (OUT_OFF = 0, OUT_N = N).
+// PN_GROUP: the norm is taken over each run of PN_GROUP outputs (a head's q or k: the
+// norms of Gemma 3 and Qwen3 over head_dim), its weight PN_GROUP floats.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -58,7 +60,7 @@ IN_BUFFER(RES_BINDING, resb)
 layout(set = 0, binding = PN_RAW) coherent buffer RawB { uint rawb[]; };
 layout(set = 0, binding = PN_COUNT) coherent buffer CountB { uint counter[]; };
 #include "last_arrival.glsl"
-IN_BUFFER(PN_W, pwb)   // the norm's weight, N floats from word 0
+IN_BUFFER(PN_W, pwb)   // the norm's weight, PNG floats from word 0
 #ifdef POST_RES
 IN_BUFFER(PN_RES, presb)
 #endif
@@ -138,16 +140,23 @@ void post_norm() {
     uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint per_wg = (wg / TPR) * NR, groups = (N + per_wg - 1u) / per_wg;
     if (!last_to_arrive(0u, groups)) return;     // uniform across the workgroup
-    [[unroll]] for (uint m = 0; m < MROWS; ++m) {
-        float s = 0.0;
-        for (uint j = lid; j < N; j += wg) { float v = ld_f32(rawb[m * N + j]); s += v * v; }
-        float r = inversesqrt(wg_sum(s) / float(N) + uintBitsToFloat(PN_EPS_BITS));
-        for (uint j = lid; j < N; j += wg) {
-            float y = ld_f32(rawb[m * N + j]) * r * ld_f32(pwb[j]);
-#ifdef POST_RES
-            y = ld_f32(presb[PRES_OFF + m * PRES_SM + j]) + y;
+#ifdef PN_GROUP
+    const uint PNG = PN_GROUP;
+#else
+    const uint PNG = N;
 #endif
-            outb[m * N + j] = st_f32(y);
+    [[unroll]] for (uint m = 0; m < MROWS; ++m) {
+        for (uint g0 = 0u; g0 < N; g0 += PNG) {        // uniform: every invocation, each group
+            float s = 0.0;
+            for (uint j = g0 + lid; j < g0 + PNG; j += wg) { float v = ld_f32(rawb[m * N + j]); s += v * v; }
+            float r = inversesqrt(wg_sum(s) / float(PNG) + uintBitsToFloat(PN_EPS_BITS));
+            for (uint j = g0 + lid; j < g0 + PNG; j += wg) {
+                float y = ld_f32(rawb[m * N + j]) * r * ld_f32(pwb[j - g0]);
+#ifdef POST_RES
+                y = ld_f32(presb[PRES_OFF + m * PRES_SM + j]) + y;
+#endif
+                outb[m * N + j] = st_f32(y);
+            }
         }
     }
 }

@@ -190,12 +190,16 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.qk_norm_whole:
             q = self.q_norm(q)
             k = self.k_norm(k)
-        q = q.reshape(T, self.n_heads, self.head_dim).transpose(0, 1)  # [nh, T, hd]
-        k = k.reshape(T, self.n_kv, self.head_dim).transpose(0, 1)  # [nkv, T, hd]
-        v = v.reshape(T, self.n_kv, self.v_head_dim).transpose(0, 1)  # [nkv, T, vd]
+        q = q.reshape(T, self.n_heads, self.head_dim)
+        k = k.reshape(T, self.n_kv, self.head_dim)
         if self.q_norm is not None and not self.qk_norm_whole:
+            # over each head's dims, before the heads come first: a decode step's norm is
+            # then its q or k mat-vec's grouped post-norm (lowering/gguf.py)
             q = self.q_norm(q)
             k = self.k_norm(k)
+        q = q.transpose(0, 1)  # [nh, T, hd]
+        k = k.transpose(0, 1)  # [nkv, T, hd]
+        v = v.reshape(T, self.n_kv, self.v_head_dim).transpose(0, 1)  # [nkv, T, vd]
         q = apply_rope(q, cos, sin, self.rot, self.neox, self.scale)
         if self.q_temp is not None:
             q = q * self.q_temp.index_select(0, pos).unsqueeze(-1)
