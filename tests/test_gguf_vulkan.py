@@ -606,8 +606,8 @@ def test_post_norm_folds_into_the_matvec(as_gpu, plans, name, rows, m, residual)
 @pytest.mark.parametrize("m", [1, 3])
 def test_post_norm_of_each_head_folds_into_the_matvec(as_gpu, plans, name, rows, heads, m):
     """rms_norm over each head of a reshaped x W^T (Gemma 3's and Qwen3's q and k norms)
-    is the mat-vec's grouped post-norm: one kernel, no norm of its own; a residual added
-    after it keeps its own kernel."""
+    is the mat-vec's grouped post-norm: one kernel, no norm of its own (one head: the
+    plain post-norm, through the reshape)."""
     model = LinearPostNorm(name, rows, cols_of(name), residual=False, heads=heads)
     _check_calls(model, m)
     names = [d.name for p in plans for d in p.dispatches]
