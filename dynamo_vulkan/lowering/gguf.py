@@ -378,7 +378,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
                 raise LoweringError("the mat-vec's post-norm needs W in one buffer and no "
                                     "residual added to the product")
             writes += _bind_post_norm(ctx, defines, bindings, spec, m, n, post_norm, post_res)
-            note += " + rms_norm" + (f" of each {post_norm[2]}" if len(post_norm) > 2 and post_norm[2] != n else "") + \
+            group = post_norm[2] if len(post_norm) > 2 else n
+            note += " + rms_norm" + (f" of each {group}" if group != n else "") + \
                 (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
                      groups_for(n, nr * (wg // tpr)), note=note)
