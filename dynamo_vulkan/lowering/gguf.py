@@ -309,9 +309,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     can emit it directly. Mat-vec only: norm (weight TRef, eps) RMS-normalises the
     rows of x2 first; residual, an [m, out_rows] view with unit column stride, is
     added to the output; loader (fusion.row_loader, its bindings after the residual's)
-    computes x as it is loaded (x2 is then only its shape); post_norm (weight TRef, eps[,
-    group]) RMS-normalises the output rows (or each run of `group` outputs: a head's)
-    into `out` (the raw product goes to a scratch buffer),
+    computes x as it is loaded (x2 is then only its shape); post_norm (weight TRef, eps,
+    group) RMS-normalises each run of `group` outputs (a row, or a head's) into `out`
+    (the raw product goes to a scratch buffer),
     then adds post_res, an [m, rows] view with unit column stride (POST_NORM: W in one
     buffer, no residual of the product's own)."""
     defines = _type_defines(qtype)
@@ -378,7 +378,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
                 raise LoweringError("the mat-vec's post-norm needs W in one buffer and no "
                                     "residual added to the product")
             writes += _bind_post_norm(ctx, defines, bindings, spec, m, n, post_norm, post_res)
-            group = post_norm[2] if len(post_norm) > 2 else n
+            group = post_norm[2]
             note += " + rms_norm" + (f" of each {group}" if group != n else "") + \
                 (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
@@ -577,9 +577,9 @@ def _bind_post_norm(ctx: Context, defines: dict, bindings: list, spec: list, m: 
     """Declare and bind the POST_NORM epilogue's buffers after the mat-vec's own: the raw
     product [m, n] (scratch), the count of finished workgroups, the norm's weight and the
     residual; their constants go on `spec`. Returns the binding positions it writes.
-    post_norm: (weight, eps) over each output row, or (weight, eps, group) over each run
-    of `group` outputs (PN_GROUP)."""
-    weight, eps, group = (*post_norm, n)[:3]
+    post_norm: (weight, eps, group), the norm over each run of `group` outputs (PN_GROUP
+    where that is less than a row)."""
+    weight, eps, group = post_norm
     if group <= 0 or n % group:
         raise LoweringError(f"the mat-vec's post-norm groups of {group} do not divide its {n} outputs")
     if weight.kind != "f32" or weight.offset != 0 or weight.strides != (1,) or weight.shape != (group,):
@@ -762,7 +762,7 @@ class PendingReshape(Deferred):
         return meta_view(ctx.ref(materialize(ctx, self.linear)), lambda t: t.reshape(self.shape))
 
     def fold_rms_norm(self, ctx, weight, eps: float, residual):
-        if residual is not None or not self.shape or self.linear.rows % self.shape[-1]:
+        if residual is not None or not self.shape:
             return None
         out = self.linear.fold_rms_norm(ctx, weight, eps, None, group=self.shape[-1])
         return None if out is None else meta_view(out, lambda t: t.reshape(self.shape))
