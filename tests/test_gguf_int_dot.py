@@ -50,8 +50,11 @@ SHAPES = [(name, rows, cols) for name in TYPES for rows, cols in (
     (1, 256), (7, 512), (65, 768)) + (() if name.endswith("_K") else ((9, 96),))]
 
 
+@pytest.mark.parametrize("wg,unroll", [(64, 1), (64, 2), (8, 3)])   # 8 x 3: blocks past the row
 @pytest.mark.parametrize("name,rows,cols", SHAPES)
-def test_matches_cpu(plans, name, rows, cols):
+def test_matches_cpu(plans, monkeypatch, name, rows, cols, wg, unroll):
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_WG", wg)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_UNROLL", unroll)
     torch.manual_seed(0)
     lin = GGUFLinear(blocks_of(name, rows, cols, rows), quant_info(name).ggml_type, rows, cols)
     for x in (torch.randn(1, cols), torch.randn(1, cols + 3)[:, 3:], torch.randn(1, 1, cols)):

@@ -114,7 +114,7 @@ def kernel_config(prog) -> str:
     from dynamo_vulkan.runtime.shaders import head_defines
     defs = head_defines(prog.plan.sources[d.spirv_key])
     if d.name.startswith("gguf_matvec_idot"):
-        return f"idot NR={defs.get('NR')} WG={d.spec[0]}"
+        return f"idot NR={defs.get('NR')} WG={d.spec[0]} U={defs.get('UNROLL')}"
     return f"NR={defs.get('NR')} TPR={defs.get('TPR')} WG={d.spec[0]} U={defs.get('UNROLL')}"
 
 
@@ -163,10 +163,21 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
     saved = lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL
+    saved_idot = (lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL,
+                  lowering.INT_DOT_WG_MANY_ROWS)
     try:
-        for nr, wg, unroll, *cpl in variants:
-            lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll
-            lowering.MV_CPL = cpl[0] if cpl else saved[3]
+        for variant in variants:
+            if variant[0] == "idot":     # the integer-dot kernel's, the fp32 one's as they are
+                nr, wg, unroll = variant[1:]
+                lowering.INT_DOT_NR, lowering.INT_DOT_UNROLL = nr, unroll
+                lowering.INT_DOT_WG = lowering.INT_DOT_WG_MANY_ROWS = wg
+                lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved
+            else:
+                nr, wg, unroll, *cpl = variant
+                lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll
+                lowering.MV_CPL = cpl[0] if cpl else saved[3]
+                (lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL,
+                 lowering.INT_DOT_WG_MANY_ROWS) = saved_idot
             for name in types:
                 for rows, cols in shapes:
                     for chained in modes:
@@ -175,7 +186,7 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                             return rows_out
                         r = measure(name, rows, cols, m=m, chained=chained, calls=calls,
                                     target_bytes=target_bytes, warmup_s=warmup_s)
-                        r["variant"] = r["kernel"] + f" CPL={lowering.MV_CPL}"
+                        r["variant"] = r["kernel"] + ("" if variant[0] == "idot" else f" CPL={lowering.MV_CPL}")
                         rows_out.append(r)
                         log(f"{name:5s} {rows:6d}x{cols:<6d} {r['variant']:16s} {r['mode']:10s} "
                             f"{r['us_per_matvec']:8.2f} us {r['GB_per_s']:8.1f} GB/s"
@@ -184,6 +195,8 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                             + f"  err {r['max_rel_err']:.1e}")
     finally:
         lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved
+        (lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL,
+         lowering.INT_DOT_WG_MANY_ROWS) = saved_idot
     return rows_out
 
 
@@ -193,7 +206,8 @@ def main(argv=None):
     p.add_argument("--shapes", default=",".join(f"{r}x{c}" for r, c in SHAPES))
     p.add_argument("--variants", default="1x128x4",
                    help="NRxWGxU[xCPL]: W rows per workgroup x threads x chunks per thread and "
-                        "step [x neighbouring chunks per thread]")
+                        "step [x neighbouring chunks per thread]; iNRxWGxU: the integer-dot "
+                        "kernel's W rows per workgroup x threads x blocks per thread and step")
     p.add_argument("--modes", default="chained,overlapped")
     p.add_argument("--m", type=int, default=1, help="rows of x (<= 8)")
     p.add_argument("--target-mb", type=float, default=TARGET_BYTES / 2**20,
@@ -208,7 +222,8 @@ def main(argv=None):
     info = device.device_info()
     print(f"device: {info.get('name')} ({info.get('driver_info', '')})")
     shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",") if s]
-    variants = [tuple(int(v) for v in s.split("x")) for s in a.variants.split(",") if s]
+    variants = [("idot", *(int(v) for v in s[1:].split("x"))) if s.startswith("i")
+                else tuple(int(v) for v in s.split("x")) for s in a.variants.split(",") if s]
     modes = tuple(m == "chained" for m in a.modes.split(",") if m)
     rows = run(a.types.split(","), shapes, variants, modes=modes, m=a.m, budget_s=a.budget,
                target_bytes=int(a.target_mb * 2**20), calls=a.calls, warmup_s=a.warmup)

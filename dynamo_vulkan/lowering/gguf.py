@@ -82,8 +82,17 @@ INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
 # every INT_DOT_TYPES weight of this many rows x cols
 INT_DOT_PROLOGUE_WEIGHTS = 16 << 20
 INT_DOT_MIN_COLS = 2048     # rows of W at least this long, for "auto" either way
+# The integer-dot mat-vec's shape: INT_DOT_NR rows of W a workgroup, INT_DOT_UNROLL blocks
+# a thread loads before summing any, INT_DOT_WG threads, or INT_DOT_WG_MANY_ROWS for
+# weights of INT_DOT_MANY_ROWS rows or more (where the grid fills the GPU either way,
+# fewer threads a row keep more of each thread's loads in flight). Swept on the H100 at a
+# 7B's gate|up (37888 x 3584), down (3584 x 18944) and head shapes (docs/journal.md,
+# session 41).
 INT_DOT_WG = 64
+INT_DOT_WG_MANY_ROWS = 32
+INT_DOT_MANY_ROWS = 16384
 INT_DOT_NR = 2
+INT_DOT_UNROLL = 2
 XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
@@ -538,13 +547,14 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
     planes = ctx.derived(key, read, lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader))
     bindings = [out, planes, w]
-    defines = defines | {"NR": INT_DOT_NR}
+    defines = defines | {"NR": INT_DOT_NR, "UNROLL": INT_DOT_UNROLL}
     if residual is not None:
         defines["RESIDUAL"] = 1
         bindings.append(residual)
         note += " + residual"
     ctx.dispatch("gguf_matvec_idot", defines, bindings, [0],
-                 [INT_DOT_WG, n, k, rb, row0, residual.offset if residual is not None else 0],
+                 [INT_DOT_WG_MANY_ROWS if n >= INT_DOT_MANY_ROWS else INT_DOT_WG, n, k, rb, row0,
+                  residual.offset if residual is not None else 0],
                  groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
 
 

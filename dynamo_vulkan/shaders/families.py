@@ -68,7 +68,7 @@ FAMILIES: dict[str, Family] = {
     "gguf_matmul": _f("", "CPU_LANES CL_MR CL_NC CL_WG", extra=GGUF_QTYPES),
     "gguf_matvec": _f("", "CPL FULL_STEPS MAXWG MROWS NR TPR UNROLL X_VEC4 " + _GGUF_MATVEC_PROLOGUE,
                       extra=GGUF_QTYPES),
-    "gguf_matvec_idot": _f("", "MAXSG NR RESIDUAL", extra=GGUF_QTYPES),
+    "gguf_matvec_idot": _f("", "MAXSG NR RESIDUAL UNROLL", extra=GGUF_QTYPES),
     "gguf_xplanes": _f("", "MAXWG NIBBLES NORM X_LAZY"),
     "grid_sample": _f("", "ALIGN BICUBIC BORDER DIM3 NEAREST REFLECTION", "BILINEAR ZEROS"),
     "histogram": _f("SPEC_DECLS X_INDEX", "LOCAL SEARCH WEIGHTED", "LINEAR"),

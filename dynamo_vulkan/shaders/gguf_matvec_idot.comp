@@ -6,7 +6,7 @@
 // every element. Exact integer sums P (gguf_blocks.glsl gb_dot_qx), then
 //   block = d * (s0 P0 + s1 P1) + m * (s0 A0 + s1 A1),
 // so the result is x's planes times W to fp32 rounding. A workgroup's threads share NR
-// rows of W (x's planes loaded once for them), each thread a block at a time, partial
+// rows of W (x's planes loaded once for them), each thread UNROLL blocks at a time, partial
 // sums meeting through subgroupAdd and shared memory. RESIDUAL adds a tensor.
 #extension GL_EXT_spirv_intrinsics : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -30,6 +30,9 @@ IN_BUFFER(3, resb)
 #ifndef NR
 #define NR 2
 #endif
+#ifndef UNROLL
+#define UNROLL 1
+#endif
 #ifndef MAXSG
 #define MAXSG 64
 #endif
@@ -41,16 +44,25 @@ void main() {
     float acc[NR];
     uint ro[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) { acc[r] = 0.0; ro[r] = min(n0 + r, N - 1u) * ROW_BYTES; }
-    for (uint b = lid; b < K / 32u; b += wg) {
-        uvec4 xp[6];
-        [[unroll]] for (uint i = 0; i < 6u; ++i) xp[i] = xp4[7u * b + i];
-        uvec4 meta = xp4[7u * b + 6u];
-        vec2 s = uintBitsToFloat(meta.xy);
-        ivec2 sums = ivec2(meta.zw);
-        float xs = s.x * float(sums.x) + s.y * float(sums.y);   // the block's sum of x
-        [[unroll]] for (uint r = 0; r < NR; ++r) {
-            vec2 p = gb_dot_qx(ro[r], b, xp, sums), dm = gb_dot_dm(ro[r], b);
-            acc[r] += dm.x * (s.x * p.x + s.y * p.y) + dm.y * xs;
+    const uint NBLK = K / 32u;
+    // UNROLL blocks a step, wg apart: their loads at clamped addresses before any of
+    // their sums, so more of W is in flight; a block past the row adds nothing (a select,
+    // so no NaN of a clamped block reaches the sum)
+    for (uint b0 = lid; b0 < NBLK; b0 += wg * UNROLL) {
+        [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
+            uint b = min(b0 + u * wg, NBLK - 1u);
+            bool live = b0 + u * wg < NBLK;
+            uvec4 xp[6];
+            [[unroll]] for (uint i = 0; i < 6u; ++i) xp[i] = xp4[7u * b + i];
+            uvec4 meta = xp4[7u * b + 6u];
+            vec2 s = uintBitsToFloat(meta.xy);
+            ivec2 sums = ivec2(meta.zw);
+            float xs = s.x * float(sums.x) + s.y * float(sums.y);   // the block's sum of x
+            [[unroll]] for (uint r = 0; r < NR; ++r) {
+                vec2 p = gb_dot_qx(ro[r], b, xp, sums), dm = gb_dot_dm(ro[r], b);
+                float t = dm.x * (s.x * p.x + s.y * p.y) + dm.y * xs;
+                acc[r] += live ? t : 0.0;
+            }
         }
     }
     [[unroll]] for (uint r = 0; r < NR; ++r) {
