@@ -226,69 +226,6 @@ def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name, cols):
     assert notes[0].startswith("rms_norm + ") and notes[0].endswith("as int8 planes"), notes
 
 
-class OutThenFFN(torch.nn.Module):
-    """A decoder's o projection (the fp32 kernel: Q5_0 has no integer-dot path) + the
-    residual, then the FFN's gate and up mat-vecs of it, RMS-normalised or not; the
-    residual stream h is an output too, as the next residual add reads it."""
-
-    def __init__(self, name: str, cols: int, norm: bool):
-        super().__init__()
-        qt = quant_info(name).ggml_type
-        self.o = GGUFLinear(blocks_of("Q5_0", cols, cols, 21), quant_info("Q5_0").ggml_type, cols, cols)
-        self.nw = torch.nn.Parameter(torch.rand(cols) + 0.5, requires_grad=False) if norm else None
-        self.gate = GGUFLinear(blocks_of(name, 16, cols, 22), qt, 16, cols)
-        self.up = GGUFLinear(blocks_of(name, 24, cols, 23), qt, 24, cols)
-
-    def forward(self, a, r):
-        from dynamo_vulkan.fused import rms_norm
-        h = self.o(a) + r
-        x = h if self.nw is None else rms_norm(h, self.nw, 1e-6)
-        return self.gate(x), self.up(x), h
-
-
-@pytest.mark.parametrize("norm", [True, False])
-@pytest.mark.parametrize("name,cols", [("Q4_K", 512), ("Q6_K", 256), ("Q8_0", 800), ("Q4_0", 800)])
-def test_planes_made_by_the_producing_matvec(as_gpu, plans, name, cols, norm):
-    """Planned as for a GPU: the gate and up mat-vecs' planes of h (RMS-normalised or
-    not) are made by the last workgroup of the o mat-vec that writes h (POST_PLANES), no
-    planes kernel; 800 columns: 25 blocks, more than one pass of the last workgroup."""
-    torch.manual_seed(7)
-    model = OutThenFFN(name, cols, norm)
-    a, r = torch.randn(1, cols), torch.randn(1, cols) * 2
-    with torch.no_grad():
-        expected = model(a, r)
-        check(model, a, r, **_tol(torch.cat(expected, 1)))
-    names = _kernels(plans[-1:])
-    assert sorted(names) == ["gguf_matvec"] + ["gguf_matvec_idot"] * 2, names
-    notes = [d.note for d in plans[-1].dispatches]
-    assert notes[0].endswith("+ residual" + (" + rms_norm" if norm else "") +
-                             " + int8 planes (by the last workgroup)"), notes
-
-
-def test_an_epilogue_is_taken_only_while_its_row_is_unwritten():
-    """Context.take_epilogue: the producer is emitted again in its own place with the
-    epilogue; refused for another row length, or once a dispatch since wrote the row (the
-    planes would read a stale h)."""
-    from dynamo_vulkan.lowering.core import Context
-    ctx = Context(device.device_info())
-    out, other = ctx.empty((1, 64), "f32"), ctx.empty((1, 64), "f32")
-
-    def produce(epilogue=None):
-        ctx.dispatch("gather", {}, [out], [0], [0 if epilogue is None else epilogue], (1, 1, 1), note="p")
-    produce()
-    ctx.offer_epilogue(out.buf, 64, produce)
-    ctx.dispatch("gather", {}, [other, out], [0], [], (1, 1, 1), note="reads out")
-    assert ctx.take_epilogue(out.buf, 32, lambda: 7) is None
-    assert ctx.take_epilogue(out.buf, 64, lambda: 7) == 7
-    assert [d.spec for d in ctx.plan.dispatches] == [[7], []]
-    assert ctx.take_epilogue(out.buf, 64, lambda: 8) is None      # taken once
-    produce()
-    ctx.offer_epilogue(out.buf, 64, produce)
-    ctx.dispatch("gather", {}, [out], [0], [], (1, 1, 1), note="writes out")
-    assert ctx.take_epilogue(out.buf, 64, lambda: 9) is None
-    assert [d.spec for d in ctx.plan.dispatches] == [[7], [], [0], []]
-
-
 class GatedDown(torch.nn.Module):
     """A down projection of silu(gate) * up, with a residual (a decoder's FFN end)."""
 

@@ -124,7 +124,6 @@ class Context:
         self.in_place: set = set()      # nodes that may write their first input's buffer
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
         self._derived: dict = {}        # key -> (a value derived from buffers, dispatch count then)
-        self._epilogue_offers: dict = {}    # buffer id -> (its producer's dispatch index, words, remit)
 
     def derived(self, key, reads: set, make):
         """A value that dispatches derive from buffers `reads` (x's int8 planes, a mask's
@@ -136,32 +135,6 @@ class Context:
             got = make()
             self._derived[key] = (got, len(self.plan.dispatches))
         return got
-
-    def offer_epilogue(self, buf: int, words: int, remit: Callable) -> None:
-        """The dispatch just emitted writes `words` values into buffer `buf` and could take
-        a consumer's kernel as its epilogue: remit(epilogue) emits it again with that."""
-        self._epilogue_offers[buf] = (len(self.plan.dispatches) - 1, words, remit)
-
-    def take_epilogue(self, buf: int, words: int, make: Callable):
-        """Fold an epilogue into the dispatch that offered one for `buf` (offer_epilogue):
-        make() gives the epilogue (and may make its buffers), and that dispatch is emitted
-        again with it, in its own place. Returns the epilogue; None, and nothing changed,
-        where none offered one for `words` values or a dispatch since has written `buf`."""
-        idx, offered, remit = self._epilogue_offers.get(buf, (None, 0, None))
-        ds = self.plan.dispatches
-        if idx is None or offered != words or any(d.bindings[i] == buf for d in ds[idx + 1:]
-                                                  for i in d.writes):
-            return None
-        old, count = ds[idx], len(ds)
-        epilogue = make()
-        remit(epilogue)
-        if len(ds) != count + 1:
-            raise LoweringError("an epilogue's producer must be emitted again as one dispatch")
-        ds[idx] = ds.pop()
-        del self._epilogue_offers[buf]
-        if all(d.spirv_key != old.spirv_key for d in ds):
-            self.plan.sources.pop(old.spirv_key, None)
-        return epilogue
 
     def forget_derived(self) -> None:
         """Make every derived value again at its next use (benchmarks that repeat work)."""

@@ -310,7 +310,7 @@ def mv_unroll(chunks: int, tpr: int) -> int:
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
                 residual: TRef | None = None, loader: RowLoader | None = None,
-                post_norm=None, post_res: TRef | None = None, post_planes=None) -> None:
+                post_norm=None, post_res: TRef | None = None) -> None:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
@@ -322,10 +322,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     group) RMS-normalises each run of `group` outputs (a row, or a head's) into `out`
     (the raw product goes to a scratch buffer),
     then adds post_res, an [m, rows] view with unit column stride (POST_NORM: W in one
-    buffer, no residual of the product's own); post_planes (planes TRef, nibbles, norm or
-    None) makes the output row's int8 planes for the integer-dot mat-vecs that read it
-    (POST_PLANES: one row of x, W in one buffer; given by Context.take_epilogue to the
-    mat-vec that offered it)."""
+    buffer, no residual of the product's own)."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -393,20 +390,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             group = post_norm[2]
             note += " + rms_norm" + (f" of each {group}" if group != n else "") + \
                 (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
-        if post_planes is not None:
-            if m != 1 or row0 != 0 or out_rows != rows or post_norm is not None:
-                raise LoweringError("the mat-vec's planes epilogue needs one row of x and W in "
-                                    "one buffer, and no post-norm")
-            writes += _bind_post_planes(ctx, defines, bindings, spec, n, *post_planes)
-            note += (" + rms_norm" if post_planes[2] is not None else "") + \
-                " + int8 planes (by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
                      groups_for(n, nr * (wg // tpr)), note=note)
-        if post_planes is None and post_norm is None and m == 1 and row0 == 0 and \
-                out_rows == rows and n % 32 == 0 and out.offset == 0 and not _recompute_costs():
-            ctx.offer_epilogue(out.buf, n, lambda planes: emit_linear(
-                ctx, out, x2, w, qtype, rows, cols, norm=norm, residual=residual, loader=loader,
-                post_planes=planes))
     else:
         if residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
@@ -560,7 +545,7 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
         read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
         key = ("xplanes", x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
                None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
-    planes = ctx.derived(key, read, lambda: _planes(ctx, x2, nb, nibbles, k, norm, loader))
+    planes = ctx.derived(key, read, lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader))
     bindings = [out, planes, w]
     defines = defines | {"NR": INT_DOT_NR, "UNROLL": INT_DOT_UNROLL}
     if residual is not None:
@@ -571,44 +556,6 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                  [INT_DOT_WG_MANY_ROWS if n >= INT_DOT_MANY_ROWS else INT_DOT_WG, n, k, rb, row0,
                   residual.offset if residual is not None else 0],
                  groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
-
-
-def _planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,
-            loader: RowLoader | None) -> TRef:
-    """x's int8 planes: made by the last workgroup of the mat-vec that wrote x where it
-    offered that (one row, the whole of its output: Context.take_epilogue), so they cost
-    no dispatch and no barrier level; else by a gguf_xplanes dispatch."""
-    weight = None if norm is None else norm[0]
-    if loader is None and x2.offset == 0 and x2.shape[0] == 1 and x2.strides[1] == 1 and \
-            (weight is None or weight.kind == "f32" and weight.offset == 0 and
-             weight.strides == (1,) and weight.shape == (k,)):
-        taken = ctx.take_epilogue(x2.buf, k, lambda: (ctx.empty((1, nb * 28), "i32"), nibbles, norm))
-        if taken is not None:
-            return taken[0]
-    return _emit_planes(ctx, x2, nb, nibbles, k, norm, loader)
-
-
-def _bind_post_planes(ctx: Context, defines: dict, bindings: list, spec: list, n: int,
-                      planes: TRef, nibbles: int, norm) -> list[int]:
-    """Declare and bind the POST_PLANES epilogue's buffers after the mat-vec's own: the
-    planes, the count of finished workgroups and (with norm: weight TRef, eps) the norm's
-    weight; its eps goes on `spec`. Returns the binding positions it writes."""
-    if n % 32:
-        raise LoweringError(f"int8 planes need whole blocks of 32, got a row of {n}")
-    counter = ctx.buffer(1, "const", "i32", np.zeros(1, np.uint32))
-    base = len(bindings)
-    defines |= {"POST_PLANES": 1, "PL_OUT": base, "PL_COUNT": base + 1, "NIBBLES": nibbles}
-    bindings += [planes, counter]
-    if norm is not None:
-        weight, eps = norm
-        if weight.kind != "f32" or weight.offset != 0 or weight.strides != (1,) or weight.shape != (n,):
-            raise LoweringError(f"the planes' norm needs a contiguous float32 weight of {n} "
-                                f"values at offset 0, got {weight.kind} {weight.shape} "
-                                f"strides {weight.strides} at {weight.offset}")
-        defines |= {"PL_NORM": 1, "PL_W": base + 2}
-        bindings.append(weight)
-        spec += [f32_bits(eps)]
-    return [base, base + 1]
 
 
 def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,

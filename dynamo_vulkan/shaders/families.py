@@ -66,8 +66,7 @@ FAMILIES: dict[str, Family] = {
     "gguf_embed": _f("", "", extra=GGUF_QTYPES),
     "gguf_dequant": _f("", "", extra=GGUF_QTYPES),
     "gguf_matmul": _f("", "CPU_LANES CL_MR CL_NC CL_WG", extra=GGUF_QTYPES),
-    "gguf_matvec": _f("", "CPL FULL_STEPS MAXWG MROWS NIBBLES NR PL_COUNT PL_NORM PL_OUT PL_W "
-                         "POST_PLANES TPR UNROLL X_VEC4 " + _GGUF_MATVEC_PROLOGUE,
+    "gguf_matvec": _f("", "CPL FULL_STEPS MAXWG MROWS NR TPR UNROLL X_VEC4 " + _GGUF_MATVEC_PROLOGUE,
                       extra=GGUF_QTYPES),
     "gguf_matvec_idot": _f("", "MAXSG NR RESIDUAL UNROLL", extra=GGUF_QTYPES),
     "gguf_xplanes": _f("", "MAXWG NIBBLES NORM X_LAZY"),

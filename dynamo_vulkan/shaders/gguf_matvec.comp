@@ -28,12 +28,6 @@
 // exit at once (past N) never count; W is one buffer (OUT_OFF = 0, OUT_N = N).
 // PN_GROUP: the norm is taken over each run of PN_GROUP outputs (a head's q or k: the
 // norms of Gemma 3 and Qwen3 over head_dim), its weight PN_GROUP floats.
-// POST_PLANES (one row of x, W in one buffer): the last workgroup to finish also makes
-// the output row's int8 planes (xplanes.glsl) for the integer-dot mat-vecs that read it
-// next, with PL_NORM of the row RMS-normalised (the 7B's FFN norm after o + residual):
-// the planes kernel then costs no dispatch and no barrier level of its own. The
-// outputs are stored through a coherent view of binding 0, so the last workgroup reads
-// every workgroup's.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -47,7 +41,7 @@ layout(constant_id = 7) const uint OUT_N = 1;     // output row length (N unless
 layout(constant_id = 8) const uint EPS_BITS = 0;  // NORM: eps
 layout(constant_id = 9) const uint RES_OFF = 0;   // RESIDUAL: offset and row stride
 layout(constant_id = 10) const uint RES_SM = 0;
-layout(constant_id = 11) const uint PN_EPS_BITS = 0;  // POST_NORM, PL_NORM: eps
+layout(constant_id = 11) const uint PN_EPS_BITS = 0;  // POST_NORM: eps
 layout(constant_id = 12) const uint PRES_OFF = 0;     // POST_RES: offset and row stride
 layout(constant_id = 13) const uint PRES_SM = 0;
 BUFFER(0, outb)
@@ -69,15 +63,6 @@ layout(set = 0, binding = PN_COUNT) coherent buffer CountB { uint counter[]; };
 IN_BUFFER(PN_W, pwb)   // the norm's weight, PNG floats from word 0
 #ifdef POST_RES
 IN_BUFFER(PN_RES, presb)
-#endif
-#endif
-#ifdef POST_PLANES
-layout(set = 0, binding = 0) coherent buffer OutC { uint outc[]; };   // out, coherent
-layout(set = 0, binding = PL_OUT) buffer PlanesB { uint xpout[]; };
-layout(set = 0, binding = PL_COUNT) coherent buffer CountB { uint counter[]; };
-#include "last_arrival.glsl"
-#ifdef PL_NORM
-IN_BUFFER(PL_W, plwb)   // the norm's weight, N floats from word 0
 #endif
 #endif
 #ifdef X_VEC4
@@ -122,12 +107,8 @@ X_LAZY
 #define RES_OF(i) 0.0
 #endif
 shared float red[MAXWG][NSUM];       // partial sums, when not one subgroup per row
-#if defined(POST_NORM) || defined(PL_NORM)
+#ifdef POST_NORM
 #include "wg_reduce.glsl"
-#endif
-#ifdef POST_PLANES
-#define XP_OUT xpout
-#include "xplanes.glsl"
 #endif
 
 // an output from its reduced dot product (and sum of x^2, and residual)
@@ -144,10 +125,8 @@ float finish(float s, float ss, float res) {
 void store(uint n0, uint i, float s) {
     uint r = i / MROWS, m = i % MROWS;
     if (n0 + r >= N) return;
-#if defined(POST_NORM)
+#ifdef POST_NORM
     rawb[m * N + n0 + r] = st_f32(s);
-#elif defined(POST_PLANES)
-    outc[n0 + r] = st_f32(s);
 #else
     outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
 #endif
@@ -179,36 +158,6 @@ void post_norm() {
                 outb[m * N + j] = st_f32(y);
             }
         }
-    }
-}
-#endif
-
-#ifdef POST_PLANES
-// After this workgroup's outputs are stored: count it in, and if it is the last to
-// finish, make the row's planes (of the row RMS-normalised, with PL_NORM). Every
-// invocation of the workgroup must call it (it holds barriers).
-void post_planes() {
-    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
-    uint per_wg = (wg / TPR) * NR, groups = (N + per_wg - 1u) / per_wg;
-    if (!last_to_arrive(0u, groups)) return;     // uniform across the workgroup
-    float rn = 1.0;
-#ifdef PL_NORM
-    float ss = 0.0;
-    for (uint j = lid; j < N; j += wg) { float v = ld_f32(outc[j]); ss += v * v; }
-    rn = inversesqrt(wg_sum(ss) / float(N) + uintBitsToFloat(PN_EPS_BITS));
-#endif
-    const uint NBK = N / 32u;
-    for (uint g0 = 0u; g0 < 8u * NBK; g0 += wg) {     // uniform: every invocation, each pass
-        uint g = g0 + lid, l = g & 7u, blk = min(g >> 3, NBK - 1u);
-        uint k0 = 32u * blk + xp_first(l);
-        vec4 v;
-        [[unroll]] for (uint e = 0; e < 4u; ++e) {
-            v[e] = ld_f32(outc[k0 + e * XP_DE]);
-#ifdef PL_NORM
-            v[e] *= ld_f32(plwb[k0 + e * XP_DE]);
-#endif
-        }
-        xp_block(lid, l, blk, (g >> 3) < NBK, v, rn);
     }
 }
 #endif
@@ -320,8 +269,5 @@ void main() {
     }
 #ifdef POST_NORM
     post_norm();
-#endif
-#ifdef POST_PLANES
-    post_planes();
 #endif
 }

@@ -1,6 +1,13 @@
 // x as three int8 planes per block of 32, for the integer-dot GGUF mat-vec
-// (gguf_matvec_idot.comp; the format and its accuracy: xplanes.glsl), eight invocations
-// per block of one row of x.
+// (gguf_matvec_idot.comp): with s = max|x| / 127 over the block, x = s * (a0 + a1 / 254 +
+// a2 / 254^2) to within s / 254^2 / 2, about 2^-24 of the block's largest value, so the
+// mat-vec keeps fp32 accuracy (no activation quantization error of the 8-bit kind).
+// Eight invocations per block of one row of x, invocation l making word l of each plane
+// (4 elements); the block's max and plane sums meet in shared memory. Out, per block: 7
+// uvec4 = planes 0..2 (8 words each, the bytes in the order the weight's quants sit:
+// NIBBLES, the even elements of each 8 in one word and the odd in the next, else element
+// order), then s0 = s, s1 = s / 254^2 (as float bits) and the plane sums A0 = sum a0,
+// A1 = sum(254 a1 + a2).
 // NORM: the planes are of x RMS-normalised (x * nw * rsqrt(mean(x^2) + eps), the rowwise
 // kernel's RMS_NORM HAS_WEIGHT formula): each workgroup sums x^2 over the whole row
 // (one row of x), the planes hold x * nw and the scales carry the rsqrt, so the mat-vecs
@@ -26,17 +33,26 @@ X_LAZY
 #else
 #define XLOAD(m, k) ld_f32(xb[X_OFF + (m) * X_SM + (k)])
 #endif
+#ifndef NIBBLES
+#define NIBBLES 0
+#endif
 #ifndef MAXWG
 #define MAXWG 256
 #endif
-#define XP_OUT outb
-#include "xplanes.glsl"
+shared float smax[MAXWG];
+shared int sa0[MAXWG], sa1[MAXWG];
+
+uint packed_bytes(ivec4 a) {
+    uvec4 u = uvec4(a) & 0xFFu;
+    return u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
+}
 
 void main() {
     uint lid = gl_LocalInvocationID.x, g = flat_invocation(), l = g & 7u, blk = g >> 3;
     bool live = blk < NB * M;          // no early return: the barriers need every invocation
     uint m = min(blk, NB * M - 1u) / NB, b = min(blk, NB * M - 1u) % NB;
-    uint e0 = xp_first(l), de = XP_DE;
+    // word l's 4 elements: NIBBLES, elements 8 (l / 2) + 2 e + l % 2; else 4 l + e
+    uint e0 = NIBBLES != 0 ? 8u * (l >> 1) + (l & 1u) : 4u * l, de = NIBBLES != 0 ? 2u : 1u;
     uint k0 = 32u * b + e0;
     vec4 v = vec4(XLOAD(m, k0), XLOAD(m, k0 + de), XLOAD(m, k0 + 2u * de), XLOAD(m, k0 + 3u * de));
     float rn = 1.0;      // NORM: rsqrt(mean(x^2) + eps)
@@ -49,5 +65,42 @@ void main() {
     rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
     v *= vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
 #endif
-    xp_block(lid, l, blk, live, v, rn);
+    vec4 av = abs(v);
+    // a NaN (which max() may drop) is marked -1 and makes the block's scales NaN, so the
+    // mat-vec's sums come out NaN as the fp32 kernel's do (an infinity gives an infinite
+    // scale, and the sums infinities or NaN)
+    smax[lid] = any(isnan(v)) ? -1.0 : max(max(av.x, av.y), max(av.z, av.w));
+    barrier();
+    uint first = lid & ~7u;
+    float amax = 0.0;
+    bool nan_in = false;
+    [[unroll]] for (uint i = 0; i < 8u; ++i) {
+        amax = max(amax, smax[first + i]);
+        nan_in = nan_in || smax[first + i] < 0.0;
+    }
+    float s = nan_in ? uintBitsToFloat(0x7fc00000u) : amax / 127.0;
+    float inv = amax > 0.0 && !nan_in ? 127.0 / amax : 0.0;
+    vec4 t = v * inv;
+    vec4 a0 = clamp(roundEven(t), -127.0, 127.0);
+    vec4 r = (t - a0) * 254.0;
+    vec4 a1 = clamp(roundEven(r), -127.0, 127.0);
+    vec4 a2 = clamp(roundEven((r - a1) * 254.0), -127.0, 127.0);
+    ivec4 i0 = ivec4(a0), i1 = ivec4(a1), i2 = ivec4(a2);
+    uint o = 28u * blk;
+    if (live) {
+        outb[o + l] = packed_bytes(i0);
+        outb[o + 8u + l] = packed_bytes(i1);
+        outb[o + 16u + l] = packed_bytes(i2);
+    }
+    sa0[lid] = i0.x + i0.y + i0.z + i0.w;
+    sa1[lid] = 254 * (i1.x + i1.y + i1.z + i1.w) + (i2.x + i2.y + i2.z + i2.w);
+    barrier();
+    if (live && l == 0u) {
+        int s0 = 0, s1 = 0;
+        [[unroll]] for (uint i = 0; i < 8u; ++i) { s0 += sa0[first + i]; s1 += sa1[first + i]; }
+        outb[o + 24u] = floatBitsToUint(s * rn);
+        outb[o + 25u] = floatBitsToUint(s / 64516.0 * rn);
+        outb[o + 26u] = uint(s0);
+        outb[o + 27u] = uint(s1);
+    }
 }
