@@ -162,22 +162,21 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
     """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
-    saved = lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL
-    saved_idot = (lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL,
-                  lowering.INT_DOT_WG_MANY_ROWS)
+    names = ("MV_NR", "MV_WG", "MV_UNROLL", "MV_CPL",
+             "INT_DOT_NR", "INT_DOT_WG", "INT_DOT_WG_MANY_ROWS", "INT_DOT_UNROLL")
+    saved = {k: getattr(lowering, k) for k in names}
     try:
         for variant in variants:
-            if variant[0] == "idot":     # the integer-dot kernel's, the fp32 one's as they are
-                nr, wg, unroll = variant[1:]
-                lowering.INT_DOT_NR, lowering.INT_DOT_UNROLL = nr, unroll
-                lowering.INT_DOT_WG = lowering.INT_DOT_WG_MANY_ROWS = wg
-                lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved
+            for k, v in saved.items():         # what the variant leaves alone stays default
+                setattr(lowering, k, v)
+            if variant[0] == "idot":           # the integer-dot kernel's
+                lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL = variant[1:]
+                lowering.INT_DOT_WG_MANY_ROWS = lowering.INT_DOT_WG
             else:
                 nr, wg, unroll, *cpl = variant
                 lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll
-                lowering.MV_CPL = cpl[0] if cpl else saved[3]
-                (lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL,
-                 lowering.INT_DOT_WG_MANY_ROWS) = saved_idot
+                if cpl:
+                    lowering.MV_CPL = cpl[0]
             for name in types:
                 for rows, cols in shapes:
                     for chained in modes:
@@ -194,9 +193,8 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                                if r["read_floor_GB_per_s"] else "")
                             + f"  err {r['max_rel_err']:.1e}")
     finally:
-        lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL, lowering.MV_CPL = saved
-        (lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL,
-         lowering.INT_DOT_WG_MANY_ROWS) = saved_idot
+        for k, v in saved.items():
+            setattr(lowering, k, v)
     return rows_out
 
 
