@@ -63,6 +63,25 @@ def test_matches_cpu(plans, monkeypatch, name, rows, cols, wg, unroll):
     assert _kernels(plans[-1:]) == ["gguf_xplanes", "gguf_matvec_idot"]
 
 
+@pytest.mark.parametrize("precision,count", [("highest", 3), ("high", 2), ("medium", 2)])
+@pytest.mark.parametrize("name", TYPES)
+def test_planes_follow_the_matmul_precision(plans, monkeypatch, name, precision, count):
+    """Three planes (fp32 accuracy) under "highest"; two under "high" and "medium", which
+    allow TF32-class error: x to ~2^-16 of each block's largest value, so the products
+    stay within 1e-4 of the largest (TF32's 2^-11 is ~5e-4 of each element)."""
+    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
+    torch.manual_seed(5)
+    rows, cols = 65, 768
+    lin = GGUFLinear(blocks_of(name, rows, cols, 11), quant_info(name).ggml_type, rows, cols)
+    for x in (torch.randn(1, cols), torch.randn(1, cols + 1)[:, 1:]):
+        with torch.no_grad():
+            want = lin(x)
+            tol = _tol(want) if count == 3 else {"rtol": 1e-4, "atol": 1e-4 * float(want.abs().max())}
+            check(lin, x, **tol)
+    notes = [d.note for d in plans[-1].dispatches if d.name.startswith("gguf_xplanes")]
+    assert notes == [f"[1x{cols}] as {count} int8 planes"], notes
+
+
 @pytest.mark.parametrize("name", TYPES)
 def test_residual_is_added_by_the_kernel(plans, name):
     torch.manual_seed(1)
@@ -223,7 +242,7 @@ def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name, cols):
     names = _kernels(plans[-1:])
     assert sorted(names) == ["gguf_matvec_idot"] * 3 + ["gguf_xplanes"], names
     notes = [d.note for d in plans[-1].dispatches]
-    assert notes[0].startswith("rms_norm + ") and notes[0].endswith("as int8 planes"), notes
+    assert notes[0].startswith("rms_norm + ") and notes[0].endswith("as 3 int8 planes"), notes
 
 
 class GatedDown(torch.nn.Module):

@@ -290,13 +290,17 @@ INT_DOT_TYPES = [_layer_types("Q4_0", "Q4_0", "Q8_0", "Q4_1", "Q4_1", "Q4_1", "Q
                  _layer_types("Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q4_K", "Q6_K", "Q6_K")]
 
 
+@pytest.mark.parametrize("precision", ["highest", "high"])
 @pytest.mark.parametrize("types", INT_DOT_TYPES, ids=["legacy", "k_quants"])
-def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypatch, types):
+def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypatch, types,
+                                               precision):
     """DYNAMO_VULKAN_INT_DOT=on, planned as for a GPU: every decode mat-vec of the types it
-    decodes reads x's int8 planes, made once per x with the RMSNorm or silu(gate) * up
-    folded in, across k steps per call and their in-place cache writes; eager's tokens."""
+    decodes reads x's int8 planes (three, or two under matmul precision "high"), made once
+    per x with the RMSNorm or silu(gate) * up folded in, across k steps per call and their
+    in-place cache writes; eager's tokens."""
     require_int_dot()
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
+    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
     path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
     want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
@@ -306,6 +310,7 @@ def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypa
     notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("gguf_xplanes")]
     assert any(n.startswith("rms_norm + ") for n in notes), notes
     assert any(n.startswith("elementwise + ") for n in notes), notes
+    assert all(n.endswith(f"as {3 if precision == 'highest' else 2} int8 planes") for n in notes), notes
     idot = [d for p in plans for d in p.dispatches if d.name.startswith("gguf_matvec_idot")]
     assert len(idot) >= 7 * 2 * 4, len(idot)     # 7 weights a layer, 2 layers, 4 steps
 

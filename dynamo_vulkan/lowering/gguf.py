@@ -34,6 +34,7 @@ from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, cpu_lanes,
                    cpu_lanes_groups, f32_bits, groups_for, host_matmul, k_splits, lowering,
                    meta_view, spec_of)
 from .checks import index_check
+from .coopmat import precision
 from .elementwise import add_slices, contiguous, ew
 from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader, writes_in_place
 from .rowwise import RMS_NORM, NormedRows
@@ -67,7 +68,11 @@ MV_CPU_SUBGROUPS = 4
 # The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
 # shaderIntegerDotProduct, kp patch 7; the config's int_dot): x quantized into three int8
 # planes per block of 32 (gguf_xplanes.comp, fp32-accurate), then 8 packed dot products
-# per plane and block instead of decoding and multiplying every element. "auto" takes it
+# per plane and block instead of decoding and multiplying every element. Under matmul
+# precision "high" or "medium" two planes (x to 2^-16 of its block's largest value, well
+# inside TF32's 2^-11 of each element; one plane's 2^-8 of the block's largest would pass
+# bf16's error wherever activations have outliers): a third less of the dot products and
+# of x's loads. "auto" takes it
 # where it measured faster (docs/journal.md, session 29): the INT_DOT_AUTO types from
 # INT_DOT_AUTO_WEIGHTS (not Q8_0, whose fp32 kernel streams its bytes well), and every
 # type from INT_DOT_PROLOGUE_WEIGHTS where a prologue (an RMSNorm, or silu(gate) * up) is
@@ -545,9 +550,11 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
         read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
         key = ("xplanes", x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
                None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
-    planes = ctx.derived(key, read, lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader))
+    count = x_planes(ctx)
+    planes = ctx.derived(key + (count,), read,
+                         lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader, count))
     bindings = [out, planes, w]
-    defines = defines | {"NR": INT_DOT_NR, "UNROLL": INT_DOT_UNROLL}
+    defines = defines | {"NR": INT_DOT_NR, "UNROLL": INT_DOT_UNROLL, "PLANES": count}
     if residual is not None:
         defines["RESIDUAL"] = 1
         bindings.append(residual)
@@ -558,14 +565,20 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                  groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
 
 
+def x_planes(ctx: Context) -> int:
+    """How many int8 planes hold x for the integer-dot mat-vec: three under matmul
+    precision "highest" (fp32 accuracy), else two."""
+    return 3 if precision(ctx) == "highest" else 2
+
+
 def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,
-                 loader: RowLoader | None) -> TRef:
-    """gguf_xplanes: x's one row as int8 planes, 28 words per block of 32; with norm
-    (weight TRef, eps), of x RMS-normalised; with loader, of its expression (x2 is then
-    only the shape; the loader's bindings from loader.base, the places before them
-    filled with its first buffer, unread)."""
-    planes = ctx.empty((1, nb * 28), "i32")
-    defines = {"NIBBLES": nibbles, "MAXWG": XPLANES_WG}
+                 loader: RowLoader | None, count: int) -> TRef:
+    """gguf_xplanes: x's one row as `count` int8 planes, 8 * count + 4 words per block of
+    32; with norm (weight TRef, eps), of x RMS-normalised; with loader, of its expression
+    (x2 is then only the shape; the loader's bindings from loader.base, the places before
+    them filled with its first buffer, unread)."""
+    planes = ctx.empty((1, nb * (8 * count + 4)), "i32")
+    defines = {"NIBBLES": nibbles, "MAXWG": XPLANES_WG, "PLANES": count}
     bindings = [planes, loader.buffers[0] if loader is not None else x2]
     prefix = ""
     if norm is not None:
@@ -578,7 +591,7 @@ def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,
         prefix = "elementwise + "
     ctx.dispatch("gguf_xplanes", defines, bindings, [0],
                  [XPLANES_WG, nb, 1, x2.offset, x2.strides[0], f32_bits(norm[1]) if norm else 0],
-                 groups_for(8 * nb, XPLANES_WG), note=f"{prefix}[1x{k}] as int8 planes")
+                 groups_for(8 * nb, XPLANES_WG), note=f"{prefix}[1x{k}] as {count} int8 planes")
     return planes
 
 

@@ -298,8 +298,8 @@ float gb_bound(uint ro, uint blk) {
 #endif
 #ifdef GB_INT_DOT
 // Integer dot products of one block of 32 elements (block b of its row; for the K-quants,
-// sub-block b % 8 of block b / 8) with x held as three int8 planes (gguf_xplanes.comp,
-// int_dot.glsl). gb_dot_qx gives P with sum_i q_i x_i = s0 P.x + s1 P.y over the block's
+// sub-block b % 8 of block b / 8) with x held as PLANES (2 or 3) int8 planes
+// (gguf_xplanes.comp, int_dot.glsl). gb_dot_qx gives P with sum_i q_i x_i = s0 P.x + s1 P.y over the block's
 // integer quants q (the K-quants' sub-block scales applied), from x's plane words xp (their
 // bytes in the order the quants sit: GB_DOT_NIBBLES, the even elements of each 8 in one
 // word and the odd in the next, for the 4-bit types; else element order) and the planes'
@@ -315,14 +315,22 @@ uvec4 gb_w16(uint o) {
 // xp[2p + 1]) against the block's quants as 8 words
 #define GB_DOT4W(DOT4, a, q) (DOT4(a.x, q.x) + DOT4(a.y, q.y) + DOT4(a.z, q.z) + DOT4(a.w, q.w))
 #define GB_DOT8(DOT4, a, c, q0, q1) (GB_DOT4W(DOT4, a, q0) + GB_DOT4W(DOT4, c, q1))
-// the integer sums (I0, 254 I1 + I2) of planes against quants q0, q1 read with offset off
-// (element = q - off): exact in int32 for 8-bit quants and below
-vec2 gb_dot_planes(uvec4 q0, uvec4 q1, bool q_signed, int off, uvec4 xp[6], ivec2 sums) {
-    ivec3 r;
-    [[unroll]] for (uint p = 0; p < 3; ++p)
+#ifndef PLANES
+#define PLANES 3
+#endif
+#define GB_XP uvec4 xp[2 * PLANES]
+// the integer sums (I0, 254 I1 + I2; two planes: I0, I1) of planes against quants q0, q1
+// read with offset off (element = q - off): exact in int32 for 8-bit quants and below
+vec2 gb_dot_planes(uvec4 q0, uvec4 q1, bool q_signed, int off, GB_XP, ivec2 sums) {
+    ivec3 r = ivec3(0);
+    [[unroll]] for (uint p = 0; p < PLANES; ++p)
         r[p] = q_signed ? GB_DOT8(SDOT4, xp[2 * p], xp[2 * p + 1], q0, q1)
                         : GB_DOT8(SUDOT4, xp[2 * p], xp[2 * p + 1], q0, q1);
+#if PLANES == 3
     return vec2(r.x - off * sums.x, 254 * r.y + r.z - off * sums.y);
+#else
+    return vec2(r.x - off * sums.x, r.y - off * sums.y);
+#endif
 }
 #if defined(QTYPE_Q4_0) || defined(QTYPE_Q4_1) || defined(QTYPE_Q4_K)
 #define GB_DOT_NIBBLES 1
@@ -336,7 +344,7 @@ vec2 gb_dot_dm(uint ro, uint b) { return unpackHalf2x16(gb_w(ro + 16u * NB + 4u 
 const int GB_DOT_OFF = 0;
 vec2 gb_dot_dm(uint ro, uint b) { return gb_q4k_ab(ro, b >> 3, b & 7u); }
 #endif
-vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
+vec2 gb_dot_qx(uint ro, uint b, GB_XP, ivec2 sums) {
     uvec4 q = gb_w16(ro + 16u * b);
     uvec4 lo = q & 0x0F0F0F0Fu, hi = (q >> 4) & 0x0F0F0F0Fu;
     return gb_dot_planes(uvec4(lo.x, hi.x, lo.y, hi.y), uvec4(lo.z, hi.z, lo.w, hi.w), false,
@@ -344,7 +352,7 @@ vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
 }
 #elif defined(QTYPE_Q8_0)
 #define GB_DOT_NIBBLES 0
-vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
+vec2 gb_dot_qx(uint ro, uint b, GB_XP, ivec2 sums) {
     return gb_dot_planes(gb_w16(ro + 32u * b), gb_w16(ro + 32u * b + 16u), true, 0, xp, sums);
 }
 vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 32u * NB + 2u * b), 0.0); }
@@ -357,7 +365,7 @@ uvec2 gb_q6k_bytes(uint w, uint h) {
                      ((w >> 4) & 0x0F0F0F0Fu) | ((h >> 2) & 0xF0F0F0F0u)) & 0x3F3F3F3Fu) ^ 0x20202020u;
     return t | ((t & 0x20202020u) * 6u);     // 6-bit two's complement, sign-extended per byte
 }
-vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
+vec2 gb_dot_qx(uint ro, uint b, GB_XP, ivec2 sums) {
     uvec4 w = gb_w16(ro + 16u * b);
     uint hb = ro + 128u * NB + 8u * b, h0 = gb_w(hb), h1 = gb_w(hb + 4u);
     uvec2 c0 = gb_q6k_bytes(w.x, h0), c1 = gb_q6k_bytes(w.y, h0 << 4);
@@ -367,10 +375,14 @@ vec2 gb_dot_qx(uint ro, uint b, uvec4 xp[6], ivec2 sums) {
     uint so = ro + 192u * NB + 16u * (b >> 3) + 2u * (b & 7u);
     uint sw = wq[so >> 2] >> ((so & 2u) << 3);
     int sc0 = int(sw << 24) >> 24, sc1 = int(sw << 16) >> 24;
-    ivec3 j;
-    [[unroll]] for (uint p = 0; p < 3; ++p)
+    ivec3 j = ivec3(0);
+    [[unroll]] for (uint p = 0; p < PLANES; ++p)
         j[p] = sc0 * GB_DOT4W(SDOT4, xp[2 * p], q0) + sc1 * GB_DOT4W(SDOT4, xp[2 * p + 1], q1);
+#if PLANES == 3
     return vec2(float(j.x), 254.0 * float(j.y) + float(j.z));   // 254 j1 may pass 2^31
+#else
+    return vec2(float(j.x), float(j.y));
+#endif
 }
 vec2 gb_dot_dm(uint ro, uint b) { return vec2(gb_half(ro + 208u * NB + 2u * (b >> 3)), 0.0); }
 #else

@@ -1,6 +1,6 @@
 // The GGUF mat-vec for one row of x with integer dot products (Q4_0, Q4_1, Q8_0, Q4_K,
 // Q6_K):
-// out[n] = sum_k x[k] * W[n, k], x given as three int8 planes per block of 32
+// out[n] = sum_k x[k] * W[n, k], x given as PLANES (2 or 3) int8 planes per block of 32
 // (gguf_xplanes.comp), so a block's 32 products are 8 packed dot products per plane
 // and a few scalar ops, where the fp32 kernel (gguf_matvec.comp) decodes and multiplies
 // every element. Exact integer sums P (gguf_blocks.glsl gb_dot_qx), then
@@ -52,9 +52,9 @@ void main() {
         [[unroll]] for (uint u = 0; u < UNROLL; ++u) {
             uint b = min(b0 + u * wg, NBLK - 1u);
             bool live = b0 + u * wg < NBLK;
-            uvec4 xp[6];
-            [[unroll]] for (uint i = 0; i < 6u; ++i) xp[i] = xp4[7u * b + i];
-            uvec4 meta = xp4[7u * b + 6u];
+            uvec4 xp[2 * PLANES];
+            [[unroll]] for (uint i = 0; i < 2u * PLANES; ++i) xp[i] = xp4[(2u * PLANES + 1u) * b + i];
+            uvec4 meta = xp4[(2u * PLANES + 1u) * b + 2u * PLANES];
             vec2 s = uintBitsToFloat(meta.xy);
             ivec2 sums = ivec2(meta.zw);
             float xs = s.x * float(sums.x) + s.y * float(sums.y);   // the block's sum of x

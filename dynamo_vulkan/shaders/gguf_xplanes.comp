@@ -1,13 +1,15 @@
-// x as three int8 planes per block of 32, for the integer-dot GGUF mat-vec
+// x as PLANES (2 or 3) int8 planes per block of 32, for the integer-dot GGUF mat-vec
 // (gguf_matvec_idot.comp): with s = max|x| / 127 over the block, x = s * (a0 + a1 / 254 +
 // a2 / 254^2) to within s / 254^2 / 2, about 2^-24 of the block's largest value, so the
-// mat-vec keeps fp32 accuracy (no activation quantization error of the 8-bit kind).
+// mat-vec keeps fp32 accuracy (no activation quantization error of the 8-bit kind); two
+// planes, x = s * (a0 + a1 / 254), hold it to s / 254 / 2, about 2^-16 of the block's
+// largest value (the matmul precisions that allow TF32-class error).
 // Eight invocations per block of one row of x, invocation l making word l of each plane
-// (4 elements); the block's max and plane sums meet in shared memory. Out, per block: 7
-// uvec4 = planes 0..2 (8 words each, the bytes in the order the weight's quants sit:
-// NIBBLES, the even elements of each 8 in one word and the odd in the next, else element
-// order), then s0 = s, s1 = s / 254^2 (as float bits) and the plane sums A0 = sum a0,
-// A1 = sum(254 a1 + a2).
+// (4 elements); the block's max and plane sums meet in shared memory. Out, per block:
+// PLANES + 1/2 uvec4 = the planes (8 words each, the bytes in the order the weight's quants
+// sit: NIBBLES, the even elements of each 8 in one word and the odd in the next, else
+// element order), then s0 = s, s1 (as float bits) and the plane sums A0 = sum a0, A1:
+// three planes s1 = s / 254^2, A1 = sum(254 a1 + a2); two, s1 = s / 254, A1 = sum a1.
 // NORM: the planes are of x RMS-normalised (x * nw * rsqrt(mean(x^2) + eps), the rowwise
 // kernel's RMS_NORM HAS_WEIGHT formula): each workgroup sums x^2 over the whole row
 // (one row of x), the planes hold x * nw and the scales carry the rsqrt, so the mat-vecs
@@ -36,6 +38,13 @@ X_LAZY
 #ifndef NIBBLES
 #define NIBBLES 0
 #endif
+#ifndef PLANES
+#define PLANES 3
+#endif
+#if PLANES != 2 && PLANES != 3
+#error "gguf_xplanes.comp: PLANES is 2 or 3"
+#endif
+#define WPB (8u * PLANES + 4u)     // words a block
 #ifndef MAXWG
 #define MAXWG 256
 #endif
@@ -86,21 +95,29 @@ void main() {
     vec4 a1 = clamp(roundEven(r), -127.0, 127.0);
     vec4 a2 = clamp(roundEven((r - a1) * 254.0), -127.0, 127.0);
     ivec4 i0 = ivec4(a0), i1 = ivec4(a1), i2 = ivec4(a2);
-    uint o = 28u * blk;
+    uint o = WPB * blk;
     if (live) {
         outb[o + l] = packed_bytes(i0);
         outb[o + 8u + l] = packed_bytes(i1);
+#if PLANES == 3
         outb[o + 16u + l] = packed_bytes(i2);
+#endif
     }
     sa0[lid] = i0.x + i0.y + i0.z + i0.w;
+#if PLANES == 3
     sa1[lid] = 254 * (i1.x + i1.y + i1.z + i1.w) + (i2.x + i2.y + i2.z + i2.w);
+    const float S1_DIV = 64516.0;
+#else
+    sa1[lid] = i1.x + i1.y + i1.z + i1.w;
+    const float S1_DIV = 254.0;
+#endif
     barrier();
     if (live && l == 0u) {
         int s0 = 0, s1 = 0;
         [[unroll]] for (uint i = 0; i < 8u; ++i) { s0 += sa0[first + i]; s1 += sa1[first + i]; }
-        outb[o + 24u] = floatBitsToUint(s * rn);
-        outb[o + 25u] = floatBitsToUint(s / 64516.0 * rn);
-        outb[o + 26u] = uint(s0);
-        outb[o + 27u] = uint(s1);
+        outb[o + 8u * PLANES] = floatBitsToUint(s * rn);
+        outb[o + 8u * PLANES + 1u] = floatBitsToUint(s / S1_DIV * rn);
+        outb[o + 8u * PLANES + 2u] = uint(s0);
+        outb[o + 8u * PLANES + 3u] = uint(s1);
     }
 }
