@@ -163,15 +163,15 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
     names = ("MV_NR", "MV_WG", "MV_UNROLL", "MV_CPL",
-             "INT_DOT_NR", "INT_DOT_WG", "INT_DOT_WG_MANY_ROWS", "INT_DOT_UNROLL")
+             "INT_DOT_SHAPES", "INT_DOT_UNROLL")
     saved = {k: getattr(lowering, k) for k in names}
     try:
         for variant in variants:
             for k, v in saved.items():         # what the variant leaves alone stays default
                 setattr(lowering, k, v)
             if variant[0] == "idot":           # the integer-dot kernel's
-                lowering.INT_DOT_NR, lowering.INT_DOT_WG, lowering.INT_DOT_UNROLL = variant[1:]
-                lowering.INT_DOT_WG_MANY_ROWS = lowering.INT_DOT_WG
+                nr, wg, lowering.INT_DOT_UNROLL = variant[1:]
+                lowering.INT_DOT_SHAPES = {(None, False): (nr, wg), (None, True): (nr, wg)}
             else:
                 nr, wg, unroll, *cpl = variant
                 lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll

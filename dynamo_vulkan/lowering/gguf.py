@@ -87,16 +87,15 @@ INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
 # every INT_DOT_TYPES weight of this many rows x cols
 INT_DOT_PROLOGUE_WEIGHTS = 16 << 20
 INT_DOT_MIN_COLS = 2048     # rows of W at least this long, for "auto" either way
-# The integer-dot mat-vec's shape: INT_DOT_NR rows of W a workgroup, INT_DOT_UNROLL blocks
-# a thread loads before summing any, INT_DOT_WG threads, or INT_DOT_WG_MANY_ROWS for
-# weights of INT_DOT_MANY_ROWS rows or more (where the grid fills the GPU either way,
-# fewer threads a row keep more of each thread's loads in flight). Swept on the H100 at a
+# The integer-dot mat-vec's shape: (rows of W a workgroup, threads) by weight type (None:
+# any other) and whether the weight has INT_DOT_MANY_ROWS rows or more, and INT_DOT_UNROLL
+# blocks a thread loads before summing any. Swept on the H100 with x in two planes at a
 # 7B's gate|up (37888 x 3584), down (3584 x 18944) and head shapes (docs/journal.md,
-# session 41).
-INT_DOT_WG = 64
-INT_DOT_WG_MANY_ROWS = 32
+# sessions 41 and 42): few long rows (down: 3584 rows over 1,792-3,584 workgroups) run
+# best a row to 32 threads, which keeps more of each thread's blocks in flight; many rows
+# two rows to 32 threads, except Q6_K's, whose larger blocks favour 64.
+INT_DOT_SHAPES = {(None, False): (1, 32), (None, True): (2, 32), ("Q6_K", True): (2, 64)}
 INT_DOT_MANY_ROWS = 16384
-INT_DOT_NR = 2
 INT_DOT_UNROLL = 2
 XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
@@ -554,15 +553,17 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     planes = ctx.derived(key + (count,), read,
                          lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader, count))
     bindings = [out, planes, w]
-    defines = defines | {"NR": INT_DOT_NR, "UNROLL": INT_DOT_UNROLL, "PLANES": count}
+    many = n >= INT_DOT_MANY_ROWS
+    nr, wg = INT_DOT_SHAPES.get((defines["VARIANT"], many), INT_DOT_SHAPES[None, many])
+    defines = defines | {"NR": nr, "UNROLL": INT_DOT_UNROLL, "PLANES": count}
     if residual is not None:
         defines["RESIDUAL"] = 1
         bindings.append(residual)
         note += " + residual"
     ctx.dispatch("gguf_matvec_idot", defines, bindings, [0],
-                 [INT_DOT_WG_MANY_ROWS if n >= INT_DOT_MANY_ROWS else INT_DOT_WG, n, k, rb, row0,
+                 [wg, n, k, rb, row0,
                   residual.offset if residual is not None else 0],
-                 groups_for(n, INT_DOT_NR), note=note + " (integer dot products)")
+                 groups_for(n, nr), note=note + " (integer dot products)")
 
 
 def x_planes(ctx: Context) -> int:
