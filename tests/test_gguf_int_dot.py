@@ -53,7 +53,7 @@ SHAPES = [(name, rows, cols) for name in TYPES for rows, cols in (
 @pytest.mark.parametrize("nr,wg,unroll", [(2, 64, 1), (1, 32, 2), (2, 64, 2), (2, 8, 3)])   # 8 x 3: blocks past the row
 @pytest.mark.parametrize("name,rows,cols", SHAPES)
 def test_matches_cpu(plans, monkeypatch, name, rows, cols, nr, wg, unroll):
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_SHAPES", {(None, False): (nr, wg), (None, True): (nr, wg)})
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_SHAPES", {(None, kind): (nr, wg) for kind in ("few", "long", "many")})
     monkeypatch.setattr(gguf_lowering, "INT_DOT_UNROLL", unroll)
     torch.manual_seed(0)
     lin = GGUFLinear(blocks_of(name, rows, cols, rows), quant_info(name).ggml_type, rows, cols)

@@ -171,7 +171,7 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                 setattr(lowering, k, v)
             if variant[0] == "idot":           # the integer-dot kernel's
                 nr, wg, lowering.INT_DOT_UNROLL = variant[1:]
-                lowering.INT_DOT_SHAPES = {(None, False): (nr, wg), (None, True): (nr, wg)}
+                lowering.INT_DOT_SHAPES = {(None, kind): (nr, wg) for kind in ("few", "long", "many")}
             else:
                 nr, wg, unroll, *cpl = variant
                 lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll

@@ -88,14 +88,17 @@ INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
 INT_DOT_PROLOGUE_WEIGHTS = 16 << 20
 INT_DOT_MIN_COLS = 2048     # rows of W at least this long, for "auto" either way
 # The integer-dot mat-vec's shape: (rows of W a workgroup, threads) by weight type (None:
-# any other) and whether the weight has INT_DOT_MANY_ROWS rows or more, and INT_DOT_UNROLL
-# blocks a thread loads before summing any. Swept on the H100 with x in two planes at a
-# 7B's gate|up (37888 x 3584), down (3584 x 18944) and head shapes (docs/journal.md,
-# sessions 41 and 42): few long rows (down: 3584 rows over 1,792-3,584 workgroups) run
-# best a row to 32 threads, which keeps more of each thread's blocks in flight; many rows
-# two rows to 32 threads, except Q6_K's, whose larger blocks favour 64.
-INT_DOT_SHAPES = {(None, False): (1, 32), (None, True): (2, 32), ("Q6_K", True): (2, 64)}
+# any other) and the weight's kind: "many" rows (INT_DOT_MANY_ROWS or more), else "long"
+# rows (INT_DOT_LONG_ROWS columns or more) or "few"; and INT_DOT_UNROLL blocks a thread
+# loads before summing any. Swept on the H100 with x in two planes at 7B and 8B shapes
+# (docs/journal.md, sessions 41 and 42): few long rows (a 7B's down, 3584 x 18944) run best
+# a row to 32 threads, which keeps more of each thread's blocks in flight; few short rows
+# (3584 or 4096 square) two rows to 64; many rows two rows to 32 threads, except Q6_K's,
+# whose larger blocks favour 64.
+INT_DOT_SHAPES = {(None, "few"): (2, 64), (None, "long"): (1, 32), (None, "many"): (2, 32),
+                  ("Q6_K", "many"): (2, 64)}
 INT_DOT_MANY_ROWS = 16384
+INT_DOT_LONG_ROWS = 8192
 INT_DOT_UNROLL = 2
 XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
@@ -553,8 +556,8 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     planes = ctx.derived(key + (count,), read,
                          lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader, count))
     bindings = [out, planes, w]
-    many = n >= INT_DOT_MANY_ROWS
-    nr, wg = INT_DOT_SHAPES.get((defines["VARIANT"], many), INT_DOT_SHAPES[None, many])
+    kind = "many" if n >= INT_DOT_MANY_ROWS else "long" if k >= INT_DOT_LONG_ROWS else "few"
+    nr, wg = INT_DOT_SHAPES.get((defines["VARIANT"], kind), INT_DOT_SHAPES[None, kind])
     defines = defines | {"NR": nr, "UNROLL": INT_DOT_UNROLL, "PLANES": count}
     if residual is not None:
         defines["RESIDUAL"] = 1
