@@ -243,6 +243,9 @@ def test_rms_norm_goes_into_the_shared_planes(as_gpu, plans, name, cols):
     assert sorted(names) == ["gguf_matvec_idot"] * 3 + ["gguf_xplanes"], names
     notes = [d.note for d in plans[-1].dispatches]
     assert notes[0].startswith("rms_norm + ") and notes[0].endswith("as 3 int8 planes"), notes
+    from dynamo_vulkan.runtime.shaders import head_defines
+    planes = plans[-1].dispatches[0]
+    assert "X_VEC4" in head_defines(plans[-1].sources[planes.spirv_key])   # x read 4 at a time
 
 
 class GatedDown(torch.nn.Module):

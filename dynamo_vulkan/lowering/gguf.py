@@ -589,6 +589,8 @@ def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,
         defines["NORM"] = 1
         bindings.append(norm[0])
         prefix = "rms_norm + "
+        if loader is None and x2.offset % 4 == 0 and (x2.shape[0] == 1 or x2.strides[0] % 4 == 0):
+            defines["X_VEC4"] = 1
     if loader is not None:
         bindings += [loader.buffers[0]] * (loader.base - len(bindings)) + loader.buffers
         defines["X_LAZY"] = loader.decls

@@ -69,7 +69,7 @@ FAMILIES: dict[str, Family] = {
     "gguf_matvec": _f("", "CPL FULL_STEPS MAXWG MROWS NR TPR UNROLL X_VEC4 " + _GGUF_MATVEC_PROLOGUE,
                       extra=GGUF_QTYPES),
     "gguf_matvec_idot": _f("", "MAXSG NR PLANES RESIDUAL UNROLL", extra=GGUF_QTYPES),
-    "gguf_xplanes": _f("", "MAXWG NIBBLES NORM PLANES X_LAZY"),
+    "gguf_xplanes": _f("", "MAXWG NIBBLES NORM PLANES X_LAZY X_VEC4"),
     "grid_sample": _f("", "ALIGN BICUBIC BORDER DIM3 NEAREST REFLECTION", "BILINEAR ZEROS"),
     "histogram": _f("SPEC_DECLS X_INDEX", "LOCAL SEARCH WEIGHTED", "LINEAR"),
     "histogramdd": _f("", "SEARCH WEIGHTED", "LOCAL"),

@@ -15,6 +15,7 @@
 // (one row of x), the planes hold x * nw and the scales carry the rsqrt, so the mat-vecs
 // that read them need no norm of their own. X_LAZY: x is an elementwise expression
 // (silu(gate) * up), computed as it is loaded (fusion.row_loader), once for all readers.
+// X_VEC4: x is read by the norm's sum of squares four elements a load.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -28,6 +29,11 @@ IN_BUFFER(1, xb)
 #ifdef NORM
 IN_BUFFER(2, nwb)      // the norm's weight, 32 NB floats from word 0
 #include "wg_reduce.glsl"
+#endif
+#ifdef X_VEC4
+// x's binding seen as vec4s, for the norm's sum of squares: one 16-byte load for four
+// elements (X_OFF and X_SM multiples of 4)
+layout(set = 0, binding = 1) readonly buffer Buf1v { vec4 xv[]; };
 #endif
 #ifdef X_LAZY
 X_LAZY
@@ -67,10 +73,17 @@ void main() {
     float rn = 1.0;      // NORM: rsqrt(mean(x^2) + eps)
 #ifdef NORM
     float ss = 0.0;
-    for (uint k = lid; k < 32u * NB; k += gl_WorkGroupSize.x) {
-        float xv = XLOAD(m, k);
-        ss += xv * xv;
+#ifdef X_VEC4
+    for (uint k = lid; k < 8u * NB; k += gl_WorkGroupSize.x) {
+        vec4 x4 = xv[(X_OFF + m * X_SM) / 4u + k];
+        ss += dot(x4, x4);
     }
+#else
+    for (uint k = lid; k < 32u * NB; k += gl_WorkGroupSize.x) {
+        float xk = XLOAD(m, k);
+        ss += xk * xk;
+    }
+#endif
     rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
     v *= vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
 #endif
