@@ -119,7 +119,7 @@ def test_blocks_of_zeros_tiny_and_huge_values(plans):
 
 def test_split_weight_writes_each_chunks_columns(plans, monkeypatch):
     """A weight over the buffer limit: one mat-vec per chunk, each writing its rows' columns
-    of the output, all reading one planes dispatch."""
+    of the output, all reading one planes dispatch, with no barrier between them."""
     info = device.device_info()
     monkeypatch.setitem(info, "max_storage_buffer_range", 40 * 272)
     monkeypatch.setitem(info, "name", f"{info['name']} (test limit {40 * 272})")
@@ -131,6 +131,10 @@ def test_split_weight_writes_each_chunks_columns(plans, monkeypatch):
         check(lin, x, **_tol(lin(x)))
     names = _kernels(plans[-1:])
     assert names.count("gguf_matvec_idot") == 3 and names.count("gguf_xplanes") == 1, names
+    from dynamo_vulkan.runtime.plan import barriers
+    waits = [w for d, w in zip(plans[-1].dispatches, barriers(plans[-1].dispatches))
+             if d.name.startswith("gguf_matvec_idot")]
+    assert waits == [True, False, False], waits     # the chunks run side by side
 
 
 class SameX(torch.nn.Module):

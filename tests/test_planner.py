@@ -153,3 +153,20 @@ def test_programs_holding_replaced_temporaries_are_dropped(monkeypatch):
     for s in (shapes[0], shapes[-1], shapes[1]):
         x = torch.randn(s)
         torch.testing.assert_close(c(x), _rowwise_a(x), rtol=1e-4, atol=1e-4)
+
+
+def test_barriers_between_writers_of_one_buffer():
+    """A write to a buffer written since the last barrier waits for it, unless the
+    earlier writer is one the dispatch is disjoint from (a split weight's chunks writing
+    their own columns); a reader of the buffer waits for both."""
+    from dynamo_vulkan.runtime.plan import barriers
+
+    def d(bindings, writes, disjoint=()):
+        return Dispatch("k", "s", bindings, writes, [], (1, 1, 1), disjoint=list(disjoint))
+
+    assert barriers([d([0, 1], [0]), d([0, 1], [0], [(0, 0)]), d([0, 2], [0], [(0, 0), (0, 1)]),
+                     d([2, 0], [0])]) == [False, False, False, True]
+    assert barriers([d([0, 1], [0]), d([0, 1], [0])]) == [False, True]
+    assert barriers([d([0, 1], [0]), d([0, 3], [1], [(0, 0)]), d([0, 1], [0], [(0, 0)])]) == \
+        [False, False, True]            # the third writes what the second reads
+    assert barriers([d([0, 1], [0]), d([0, 2], [0], [(0, 0)]), d([4, 0], [0])]) == [False, False, True]

@@ -317,7 +317,7 @@ def mv_unroll(chunks: int, tpr: int) -> int:
 def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: int,
                 cols: int, row0: int = 0, out_rows: int | None = None, norm=None,
                 residual: TRef | None = None, loader: RowLoader | None = None,
-                post_norm=None, post_res: TRef | None = None) -> None:
+                post_norm=None, post_res: TRef | None = None, beside: tuple = ()) -> None:
     """Dispatch out[m, row0 + n] = sum_k x2[m, k] * W[n, k] for the `rows` rows of
     W into a contiguous [m, out_rows] `out` (out_rows: rows by default; more when
     W is one chunk of a split weight): the mat-vec kernel for m <= MATVEC_M (x2's
@@ -329,7 +329,9 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     group) RMS-normalises each run of `group` outputs (a row, or a head's) into `out`
     (the raw product goes to a scratch buffer),
     then adds post_res, an [m, rows] view with unit column stride (POST_NORM: W in one
-    buffer, no residual of the product's own)."""
+    buffer, no residual of the product's own). beside: the dispatches of a split weight's
+    other chunks, which write other columns of `out`: a mat-vec runs beside them, no
+    barrier between (plan.Dispatch.disjoint)."""
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
@@ -339,7 +341,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
     if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, x2, fused=post_norm is not None,
                                       prologue=norm is not None or loader is not None):
-        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note)
+        _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note,
+                      disjoint=[(out.buf, i) for i in beside])
     elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
@@ -398,7 +401,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             note += " + rms_norm" + (f" of each {group}" if group != n else "") + \
                 (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
-                     groups_for(n, nr * (wg // tpr)), note=note)
+                     groups_for(n, nr * (wg // tpr)), note=note,
+                     disjoint=[(out.buf, i) for i in beside])
     else:
         if residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
@@ -536,7 +540,7 @@ def _int_dot_weight(ctx: Context, qtype: int, n: int, k: int, prologue: bool) ->
 
 def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int, k: int,
                   rb: int, row0: int, residual: TRef | None, norm, loader: RowLoader | None,
-                  note: str) -> None:
+                  note: str, disjoint=()) -> None:
     """x's int8 planes (gguf_xplanes; with norm, of x RMS-normalised; with loader, of the
     elementwise expression it computes), then the integer-dot mat-vec into out[0, row0..].
     Mat-vecs of the same x (and norm, or loader) share one planes dispatch (q, k and v;
@@ -566,7 +570,7 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     ctx.dispatch("gguf_matvec_idot", defines, bindings, [0],
                  [wg, n, k, rb, row0,
                   residual.offset if residual is not None else 0],
-                 groups_for(n, nr), note=note + " (integer dot products)")
+                 groups_for(n, nr), note=note + " (integer dot products)", disjoint=disjoint)
 
 
 def x_planes(ctx: Context) -> int:
@@ -851,8 +855,11 @@ def _linear(ctx: Context, defer: bool, out: TRef, x2: TRef, w: list, qtype: int,
     """out = x W^T over every part of w; with defer, a PendingLinear of it (W in one part)."""
     if defer:
         return PendingLinear(out, x2, w[0][0], qtype, rows, cols, norm, loader)
+    chunks: list[int] = []       # the dispatches of the parts so far, for `disjoint`
     for part, r0, r1 in w:
-        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows, norm, residual, loader)
+        emit_linear(ctx, out, x2, part, qtype, r1 - r0, cols, r0, rows, norm, residual, loader,
+                    beside=tuple(chunks))
+        chunks.append(len(ctx.plan.dispatches) - 1)
     return out
 
 

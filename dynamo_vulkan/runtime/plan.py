@@ -74,9 +74,10 @@ class Dispatch:
     spec: list[int]      # uint32 specialisation constants by constant_id
     groups: tuple[int, int, int]
     note: str = ""       # shapes, for the debug dump and profile table
-    # (buffer id, dispatch index): this kernel reads none of what that earlier dispatch
-    # writes in that buffer (attention computing the KV-cache row that a scatter writes
-    # beside it), so it need not wait for it; any other writer still orders it
+    # (buffer id, dispatch index): this kernel reads and writes none of what that earlier
+    # dispatch writes in that buffer (attention computing the KV-cache row that a scatter
+    # writes beside it; a split weight's chunks writing their own columns of one output),
+    # so it need not wait for it; any other writer still orders it
     disjoint: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -146,7 +147,7 @@ def barriers(dispatches: list[Dispatch]) -> list[bool]:
         waived: dict[int, set] = {}
         for b, i in d.disjoint:
             waived.setdefault(b, set()).add(i)
-        hazard = any(b in writes or not dirty[b] <= waived.get(b, set())
+        hazard = any(not dirty[b] <= waived.get(b, set())
                      for b in set(d.bindings) & dirty.keys()) or bool(writes & touched)
         if hazard:
             dirty.clear()
