@@ -106,6 +106,15 @@ def _check_split(name: str, plans, split_at) -> None:
     kernels = gguf_kernels(plans)
     assert kernels.count("gguf_embed") == 3, kernels
     assert kernels.count("gguf_matvec") == 3 and kernels.count("gguf_matmul") == 3, kernels
+    from dynamo_vulkan.runtime.plan import barriers
+    seen = set()
+    for p in plans:          # the embedding's and the mat-vec's chunks run side by side
+        waits = barriers(p.dispatches)
+        for family in ("gguf_embed", "gguf_matvec:"):
+            at = [i for i, d in enumerate(p.dispatches) if d.name.startswith(family)]
+            assert len(at) in (0, 3) and not any(waits[i] for i in at[1:]), (family, waits)
+            seen |= {family} if at else set()
+    assert seen == {"gguf_embed", "gguf_matvec:"}, seen
 
 
 @pytest.mark.parametrize("name", ALL_TYPES)

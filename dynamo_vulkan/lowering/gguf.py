@@ -880,11 +880,14 @@ def gguf_embedding(ctx: Context, ids, blocks, qtype, rows, cols):
         stride = 1
     n = ids.numel
     check, bit = index_check(ctx)    # an id out of range: IndexError after the submit
-    for part, r0, r1 in w:     # each chunk fills the rows whose ids it holds
+    chunks: list[int] = []
+    for part, r0, r1 in w:     # each chunk fills the rows whose ids it holds: side by side
         spec = [EMB_WG, n, cols, r1 - r0, row_nbytes(qtype, cols), ids.offset, stride, r0, rows,
                 1 << bit]
         ctx.dispatch("gguf_embed", defines, [out, part, ids, check], [0], spec,
                      groups_for(n * (cols // 8), EMB_WG),
                      note=f"{n} rows of {defines['VARIANT']}[{rows}x{cols}]"
-                          + (f" (rows {r0}..{r1})" if len(w) > 1 else ""))
+                          + (f" (rows {r0}..{r1})" if len(w) > 1 else ""),
+                     disjoint=[(out.buf, i) for i in chunks])
+        chunks.append(len(ctx.plan.dispatches) - 1)
     return out
