@@ -265,6 +265,27 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
         assert steps
 
 
+def test_qwen2_biases_are_added_by_the_decode_matvecs(as_gpu, plans, tmp_path):
+    """Qwen2's q, k and v biases: each decode mat-vec adds its bias as it writes (a
+    residual of one row), no elementwise kernel of their own; eager's tokens."""
+    from gguf_fixtures import write_arch_model
+    path = write_arch_model(tmp_path / "tiny-qwen2.gguf", "qwen2")
+    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=8, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=8, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=2, warmup=False)
+    assert got.tokens == want.tokens
+    steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
+    for p in steps:
+        attention = sum(d.name == "attention" for d in p.dispatches)
+        biased = [d.note for d in p.dispatches
+                  if d.name.startswith("gguf_matvec") and d.note.endswith("+ residual")]
+        assert len(biased) >= 3 * attention > 0, biased      # q, k and v of each layer
+        assert not any(d.name.startswith("elementwise") and d.note.endswith("<- $0 + $1")
+                       for d in p.dispatches), [d.note for d in p.dispatches]
+    assert steps
+
+
 def test_a_second_generate_reuses_the_compiled_graphs(plans, tmp_path):
     """generate() without `compiled` compiles a decoder once per backend: a second call
     (a chat's next turn) lowers no graph again and gives the same tokens."""

@@ -204,8 +204,9 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
 def residual_adds(gm) -> dict:
     """{producer node: (add node, residual node)} for ``add(a, b)`` where one operand is
     the only use of an epilogue op's result (OpSpec.epilogue) and the other, a graph
-    input or computed before it, has the add's shape: the producer may add the residual
-    itself."""
+    input or computed before it, has the add's shape or is one row of it (a bias: Qwen2's
+    q, k and v): the producer may add the residual itself (its rule takes only what its
+    kernel can add, a bias row where the output is one row)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = {}
     for add in gm.graph.nodes:
@@ -218,10 +219,17 @@ def residual_adds(gm) -> dict:
             spec = spec_of(p.target)
             if spec is not None and spec.epilogue and len(p.users) == 1 and p not in found and \
                     (r.op == "placeholder" or order[r] < order[p]) and out is not None and rv is not None and \
-                    rv.shape == out.shape and rv.dtype == out.dtype == torch.float32:
+                    _fits(rv.shape, out.shape) and rv.dtype == out.dtype == torch.float32:
                 found[p] = (add, r)
                 break
     return found
+
+
+def _fits(residual: torch.Size, out: torch.Size) -> bool:
+    """Whether a residual of this shape may be added by its producer: the output's shape,
+    or one row of it (a bias broadcast over the leading dimensions)."""
+    return residual == out or (len(out) > 0 and len(residual) <= len(out) and
+                               residual[-1:] == out[-1:] and math.prod(residual) == out[-1])
 
 
 def foldable(expr: str, out, scatter, gather, accumulate, preamble) -> bool:
