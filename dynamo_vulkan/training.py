@@ -143,11 +143,15 @@ def _optimizer(w: Workload, model: nn.Module):
                              foreach=True)
 
 
-def train(w: Workload, backend: str = "vulkan", device: str = "cpu") -> Run:
+def train(w: Workload, backend: str = "vulkan", device: str = "cpu",
+          dtype: torch.dtype = torch.float32) -> Run:
     """Train a copy of w.model over w.batches: backend "eager" (on `device`: "cpu" or
-    "cuda") or "vulkan" (the forward-backward and the optimizer step each compiled, the
-    parameters and the optimizer's state kept on the GPU and read back at the end)."""
-    model = copy.deepcopy(w.model).to(device).train()
+    "cuda"; `dtype` float64 gives the reference that fp32 runs are held to) or "vulkan"
+    (the forward-backward and the optimizer step each compiled, the parameters and the
+    optimizer's state kept on the GPU and read back at the end)."""
+    if dtype != torch.float32 and backend != "eager":
+        raise ValueError(f"a {dtype} run is eager's reference; backend {backend!r} trains in float32")
+    model = copy.deepcopy(w.model).to(device=device, dtype=dtype).train()
     opt = _optimizer(w, model)
     run = Run(backend, model=model)
     if backend == "vulkan":
@@ -163,7 +167,8 @@ def train(w: Workload, backend: str = "vulkan", device: str = "cpu") -> Run:
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     traffic = _traffic_counter() if backend == "vulkan" else None
     for batch in w.batches:
-        batch = tuple(t.to(device) for t in batch)
+        batch = tuple(t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
+                      for t in batch)
         sync()
         before = traffic() if traffic else None
         t0 = time.perf_counter()

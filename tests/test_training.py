@@ -283,6 +283,18 @@ def test_training_losses_equal_eager_every_step_with_no_cpu_node(which):
         torch.testing.assert_close(c, b, rtol=RTOL, atol=ATOL, msg=name)
 
 
+def test_a_float64_reference_run():
+    """train(dtype=float64) is eager's reference for where fp32 ends: the same model and
+    batches in float64, whose losses the fp32 runs' sit close to; our backend trains in
+    float32 only, and says so."""
+    w = cnn_workload(channels=(3, 4, 8), size=12, batch=2, classes=5, steps=3)
+    exact, fp32 = train(w, "eager", dtype=torch.float64), train(w, "eager")
+    assert next(exact.model.parameters()).dtype == torch.float64
+    assert max_relative_difference(fp32.losses, exact.losses) < 1e-5
+    with pytest.raises(ValueError, match="trains in float32"):
+        train(w, "vulkan", dtype=torch.float64)
+
+
 def test_saved_activations_and_gradients_are_handed_on_on_the_gpu():
     """The forward's saved activations stay in its output buffers, where the backward's
     program reads them, and the backward's gradients in its, where a keep_on_device
