@@ -305,6 +305,12 @@ def _rows_of(ctx: Context, x: TRef, m: int, k: int, unit_k: bool) -> TRef:
     return v
 
 
+def _vec4_rows(x2: TRef) -> bool:
+    """Whether every row of x2 starts on 16 bytes, so a kernel may read it as vec4s
+    (X_VEC4: its binding seen as vec4s)."""
+    return x2.offset % 4 == 0 and (x2.shape[0] == 1 or x2.strides[0] % 4 == 0)
+
+
 def mv_unroll(chunks: int, tpr: int) -> int:
     """Chunks of 8 per mat-vec thread and loop step: up to MV_UNROLL (a multiple of
     MV_CPL), the one that leaves the fewest slots past the row's end, the largest on a
@@ -335,6 +341,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     defines = _type_defines(qtype)
     m, k, n = x2.shape[0], cols, rows
     out_rows = rows if out_rows is None else out_rows
+    disjoint = [(out.buf, i) for i in beside]
     rb = row_nbytes(qtype, cols)
     note = f"[{m}x{k}] @ {defines['VARIANT']}[{n}x{k}]^T"
     if out_rows != rows:
@@ -342,7 +349,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, x2, fused=post_norm is not None,
                                       prologue=norm is not None or loader is not None):
         _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note,
-                      disjoint=[(out.buf, i) for i in beside])
+                      disjoint)
     elif m <= MATVEC_M:
         if loader is None and x2.strides[1] != 1:
             raise LoweringError("gguf mat-vec needs x with unit stride along k")
@@ -371,7 +378,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         defines |= {"MROWS": m, "NR": nr, "UNROLL": unroll, "TPR": tpr, "CPL": MV_CPL, "MAXWG": wg}
         if chunks % (tpr * unroll) == 0:
             defines["FULL_STEPS"] = 1
-        if loader is None and x2.offset % 4 == 0 and (m == 1 or x2.strides[0] % 4 == 0):
+        if loader is None and _vec4_rows(x2):
             defines["X_VEC4"] = 1
         bindings = [out, loader.buffers[0] if loader else x2, w]
         spec += [f32_bits(norm[1]) if norm else 0, residual.offset if residual else 0,
@@ -401,8 +408,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             note += " + rms_norm" + (f" of each {group}" if group != n else "") + \
                 (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
-                     groups_for(n, nr * (wg // tpr)), note=note,
-                     disjoint=[(out.buf, i) for i in beside])
+                     groups_for(n, nr * (wg // tpr)), note=note, disjoint=disjoint)
     else:
         if residual is not None or post_norm is not None:
             raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
@@ -593,7 +599,7 @@ def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,
         defines["NORM"] = 1
         bindings.append(norm[0])
         prefix = "rms_norm + "
-        if loader is None and x2.offset % 4 == 0 and (x2.shape[0] == 1 or x2.strides[0] % 4 == 0):
+        if loader is None and _vec4_rows(x2):
             defines["X_VEC4"] = 1
     if loader is not None:
         bindings += [loader.buffers[0]] * (loader.base - len(bindings)) + loader.buffers
