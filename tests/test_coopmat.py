@@ -743,3 +743,32 @@ def test_tensor_cores_are_on_by_default(monkeypatch):
         ctx = _ctx(prec=prec, caps=SCALED_CAPS)
         ctx.cfg = config.load({"matmul_precision": prec})
         assert (coopmat.choose(ctx, 1, 256, 256, 256).plan is not None) == taken
+
+
+def test_gguf_copies_beside_the_previous_product(as_gpu, precision, plans, monkeypatch):
+    """A prompt of two rows of tiles, three GGUF linears in a row (gelu between): each W's
+    fp16 copy after the first runs in the barrier level of the product before it
+    (lowering/schedule.py), in a buffer no other dispatch of that level binds; results
+    within the scaled bound of eager's."""
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    from vk import assert_copies_beside_products
+    require_coopmat("scaled", monkeypatch)
+    precision("high")
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    k = 256
+    lins = [GGUFLinear(blocks_of(name, k, k, i), quant_info(name).ggml_type, k, k)
+            for i, name in enumerate(("Q4_K", "Q5_1", "Q6_K"))]
+    x = torch.randn(coopmat.TILE[0] + 3, k)
+    with torch.no_grad():
+        got = compiled(lambda x: lins[2](torch.nn.functional.gelu(lins[1](torch.nn.functional.gelu(lins[0](x))))))(x)
+        h = x
+        for i, lin in enumerate(lins):
+            w = lin.dequantized_weight()
+            if i == 2:
+                assert_scaled_near(got, lambda a, b: a @ b.t(), h, w)
+            h = torch.nn.functional.gelu(h @ w.t())
+    assert assert_copies_beside_products(plans, "coopmat_pack:Q", "matmul_coopmat") == 2

@@ -834,3 +834,33 @@ def test_a_cpu_device_keeps_prologues_as_their_own_kernels(as_cpu, plans):
     assert names.count("rowwise:rms_norm") == 1 and names.count("gguf_matvec:Q8_0") == 3, names
     assert not any(d.note.startswith(("rms_norm + ", "elementwise + "))
                    for p in plans for d in p.dispatches)
+
+
+class _Chain(torch.nn.Module):
+    """Three GGUF linears one after another, an elementwise kernel between each."""
+
+    def __init__(self, lins):
+        super().__init__()
+        self.lins = torch.nn.ModuleList(lins)
+
+    def forward(self, x):
+        for lin in self.lins:
+            x = torch.nn.functional.gelu(lin(x))
+        return x
+
+
+def test_weights_decoded_first_beside_the_previous_product(as_gpu, plans, monkeypatch):
+    """A prompt's W decoded whole (gguf_dequant) runs in the barrier level of the product
+    before it (lowering/schedule.py), in a buffer of its own there; results as eager's."""
+    from vk import assert_copies_beside_products
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    torch.manual_seed(3)
+    lins = [GGUFLinear(blocks_of(name, 256, 256, i), quant_info(name).ggml_type, 256, 256)
+            for i, name in enumerate(("Q4_K", "Q8_0", "Q6_K"))]
+    chain = _Chain(lins)
+    x = torch.randn(70, 256)
+    with torch.no_grad():
+        check(chain, x, **tolerances(256 * 3, chain(x)))
+    assert assert_copies_beside_products(plans, "gguf_dequant", "matmul") == 2

@@ -170,3 +170,71 @@ def test_barriers_between_writers_of_one_buffer():
     assert barriers([d([0, 1], [0]), d([0, 3], [1], [(0, 0)]), d([0, 1], [0], [(0, 0)])]) == \
         [False, False, True]            # the third writes what the second reads
     assert barriers([d([0, 1], [0]), d([0, 2], [0], [(0, 0)]), d([4, 0], [0])]) == [False, False, True]
+
+
+def _layered_plan() -> Plan:
+    """Three products, each reading the copy of its weight (P: param -> temp) and the
+    previous product's output through a kernel of its own (N), as a prompt's GGUF linears
+    on the tensor cores do: P1 M1 N2 P2 M2 N3 P3 M3, copies equal in size."""
+    bufs = [Buffer(8, "param"), Buffer(8, "param"), Buffer(8, "param"), Buffer(4, "input"),
+            Buffer(4, "output")] + [Buffer(8, "temp") for _ in range(3)] + \
+        [Buffer(4, "temp") for _ in range(4)]
+    w, x, out, c, h = (0, 1, 2), 3, 4, (5, 6, 7), (8, 9, 10, 11)   # h: y1 h2 y2 h3
+
+    def d(name, bindings, writes=(0,)):
+        return Dispatch(name, "s", list(bindings), list(writes), [], (1, 1, 1))
+    return Plan(buffers=bufs, dispatches=[
+        d("P1", [c[0], w[0]]), d("M1", [h[0], x, c[0]]), d("N2", [h[1], h[0]]),
+        d("P2", [c[1], w[1]]), d("M2", [h[2], h[1], c[1]]), d("N3", [h[3], h[2]]),
+        d("P3", [c[2], w[2]]), d("M3", [out, h[3], c[2]])])
+
+
+def _levels(plan: Plan) -> list[list[str]]:
+    from dynamo_vulkan.runtime.plan import barriers
+    levels = []
+    for d, wait in zip(plan.dispatches, barriers(plan.dispatches)):
+        if wait or not levels:
+            levels.append([])
+        levels[-1].append(d.name)
+    return levels
+
+
+def test_weight_copies_run_beside_the_previous_product():
+    """schedule.move_copies_ahead: each weight's copy after the first goes into the level
+    of the product that read the copy before it, and keeps a buffer of its own there
+    (without its earlier start the copies, live apart in dispatch order, would share one
+    buffer and the level would split on it)."""
+    from dynamo_vulkan.lowering.schedule import move_copies_ahead
+    plan = _layered_plan()
+    assert _levels(plan) == [["P1"], ["M1"], ["N2", "P2"], ["M2"], ["N3", "P3"], ["M3"]]
+    live_from = move_copies_ahead(plan, {0, 3, 6})
+    assert [d.name for d in plan.dispatches] == ["P1", "M1", "P2", "N2", "M2", "P3", "N3", "M3"]
+    assert live_from == {6: 1, 7: 4}
+    assign_buffers(plan, live_from)
+    assert _levels(plan) == [["P1"], ["M1", "P2"], ["N2"], ["M2", "P3"], ["N3"], ["M3"]]
+    at = {d.name: d for d in plan.dispatches}
+    assert len({at["P1"].bindings[0], at["P2"].bindings[0], at["P3"].bindings[0]}) >= 2
+    assert at["P2"].bindings[0] not in at["M1"].bindings
+    assert at["P3"].bindings[0] not in at["M2"].bindings
+
+    plan = _layered_plan()                 # dispatch order alone: the level splits
+    move_copies_ahead(plan, {0, 3, 6})
+    assign_buffers(plan)
+    assert ["M1", "P2"] not in _levels(plan)
+
+
+def test_only_copies_of_unwritten_weights_move():
+    """A dispatch that reads a buffer some dispatch writes, or orders itself by
+    Dispatch.disjoint, stays where it is; other dispatches' disjoint indices follow the
+    new order."""
+    from dynamo_vulkan.lowering.schedule import move_copies_ahead
+    plan = _layered_plan()
+    plan.dispatches.append(Dispatch("U", "s", [1], [0], [], (1, 1, 1)))    # writes W2
+    assert move_copies_ahead(plan, {0, 3, 6}) == {7: 4}
+    assert [d.name for d in plan.dispatches][:5] == ["P1", "M1", "N2", "P2", "M2"]
+    plan = _layered_plan()
+    plan.dispatches[3].disjoint = [(6, 0)]
+    plan.dispatches[7].disjoint = [(11, 5)]                  # M3 beside N3's writes
+    move_copies_ahead(plan, {0, 3, 6})
+    assert [d.name for d in plan.dispatches] == ["P1", "M1", "N2", "P2", "M2", "P3", "N3", "M3"]
+    assert plan.dispatches[7].disjoint == [(11, 6)]

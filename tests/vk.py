@@ -58,3 +58,34 @@ def require_int_dot() -> None:
     from dynamo_vulkan import device
     if not device.device_info().get("integer_dot_product"):
         pytest.skip("the Vulkan device has no VK_KHR_shader_integer_dot_product")
+
+
+def levels(plan) -> list[list]:
+    """The plan's dispatches grouped by barrier level (the kernels that run concurrently)."""
+    from dynamo_vulkan.runtime.plan import barriers
+    out = []
+    for d, wait in zip(plan.dispatches, barriers(plan.dispatches)):
+        if wait or not out:
+            out.append([])
+        out[-1].append(d)
+    return out
+
+
+def assert_copies_beside_products(plans, copy: str, product: str) -> int:
+    """Every weight copy (dispatch names starting with `copy`) but each plan's first shares
+    its barrier level with a product (`product`), and binds no buffer that another
+    dispatch of that level binds. Returns how many did."""
+    beside = 0
+    for p in plans:
+        seen = 0
+        for level in levels(p):
+            for d in level:
+                if not d.name.startswith(copy):
+                    continue
+                seen += 1
+                others = {b for e in level if e is not d for b in e.bindings}
+                assert not set(d.bindings[w] for w in d.writes) & others, [e.name for e in level]
+                if seen > 1:
+                    assert any(e.name.startswith(product) for e in level), [e.name for e in level]
+                    beside += 1
+    return beside

@@ -116,5 +116,6 @@ def pack_gguf(ctx, plan, w, qdefines: dict, n: int, k: int, row_bytes: int, rows
     ctx.dispatch("coopmat_pack", defines, [dst, w], [0],
                  [WG, n, k, 0, 0, 0, 1, 1, rows_p, kp, row_bytes],
                  core.groups_for(rows_p // SCALED_ROWS[False] * WG, WG),
-                 note=f"{qdefines['VARIANT']}[{n}x{k}] decoded to 16 bits for {plan.label}")
+                 note=f"{qdefines['VARIANT']}[{n}x{k}] decoded to 16 bits for {plan.label}",
+                 weight_copy=True)
     return dst

@@ -124,6 +124,7 @@ class Context:
         self.in_place: set = set()      # nodes that may write their first input's buffer
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
         self._derived: dict = {}        # key -> (a value derived from buffers, dispatch count then)
+        self.weight_copies: set[int] = set()   # dispatches copying weights (schedule.py)
 
     def derived(self, key, reads: set, make):
         """A value that dispatches derive from buffers `reads` (x's int8 planes, a mask's
@@ -197,12 +198,17 @@ class Context:
 
     # --- kernels -----------------------------------------------------------
     def dispatch(self, family: str, defines: dict, bindings: list, writes: list[int],
-                 spec: list[int], groups, note: str = "", disjoint=()) -> None:
+                 spec: list[int], groups, note: str = "", disjoint=(),
+                 weight_copy: bool = False) -> None:
         """Emit one dispatch of shaders/<family>.comp specialised by `defines`.
 
         bindings: TRefs or buffer ids, bound in order; writes: their positions
         that the kernel writes; spec: uint32 values by constant_id; disjoint: (buffer
-        id, dispatch index) pairs it need not wait for (plan.Dispatch.disjoint)."""
+        id, dispatch index) pairs it need not wait for (plan.Dispatch.disjoint);
+        weight_copy: it writes a copy of weights, which may run beside an earlier product
+        (schedule.move_copies_ahead)."""
+        if weight_copy:
+            self.weight_copies.add(len(self.plan.dispatches))
         key, source = shaders.kernel_source(family, defines)
         self.plan.sources[key] = source
         bufs = [b.buf if isinstance(b, TRef) else int(b) for b in bindings]

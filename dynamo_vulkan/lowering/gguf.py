@@ -506,7 +506,8 @@ def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: di
         return
     wf = ctx.empty((n, k), "f32")
     ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],
-                 groups_for(n * (k // 8), DEQUANT_WG), note=f"{defines['VARIANT']}[{n}x{k}] decoded for {note}")
+                 groups_for(n * (k // 8), DEQUANT_WG), note=f"{defines['VARIANT']}[{n}x{k}] decoded for {note}",
+                 weight_copy=True)
     matmul(ctx, x2, wf.with_layout((k, n), (1, k), 0), out=out)
 
 

@@ -29,6 +29,7 @@ from .elementwise import copy_to, ew
 from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
 from .registry import Lowered, OpSpec, Request, spec_of
+from .schedule import move_copies_ahead
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 plan.outputs.append(_output(ctx, o, values, index_of))
         else:
             raise LoweringError(f"unsupported node kind {node.op}")
-    assign_buffers(plan)
+    assign_buffers(plan, move_copies_ahead(plan, ctx.weight_copies))
     return plan
 
 
@@ -418,8 +419,9 @@ def _output(ctx: Context, o, values, index_of) -> OutputSpec:
     return OutputSpec(v.buf, str(meta.dtype), tuple(v.shape))
 
 
-def assign_buffers(plan: Plan) -> None:
-    """Give temporaries physical buffers by liveness (first .. last dispatch binding them).
+def assign_buffers(plan: Plan, live_from: dict[int, int] | None = None) -> None:
+    """Give temporaries physical buffers by liveness (first .. last dispatch binding them;
+    live_from: an earlier start for some, schedule.move_copies_ahead's).
 
     Largest first: each temporary goes into the first physical buffer whose temporaries
     all live apart from it, else into a new buffer of its size (greedy by size, as
@@ -432,6 +434,8 @@ def assign_buffers(plan: Plan) -> None:
         for b in d.bindings:
             first.setdefault(b, i)
             last[b] = i
+    for b, i in (live_from or {}).items():
+        first[b] = min(first[b], i)
     temps = sorted((b for b, buf in enumerate(plan.buffers) if buf.role == "temp" and b in first),
                    key=lambda b: (-plan.buffers[b].words, first[b]))
     remap: dict[int, int] = {}
