@@ -772,3 +772,45 @@ def test_gguf_copies_beside_the_previous_product(as_gpu, precision, plans, monke
                 assert_scaled_near(got, lambda a, b: a @ b.t(), h, w)
             h = torch.nn.functional.gelu(h @ w.t())
     assert assert_copies_beside_products(plans, "coopmat_pack:Q", "matmul_coopmat") == 2
+
+
+class _DownPlus(torch.nn.Module):
+    """lin(x) + r, x as given or silu(gate) * up of [m, 2k] (swiglu)."""
+
+    def __init__(self, lin, swiglu):
+        super().__init__()
+        self.lin, self.swiglu = lin, swiglu
+
+    def forward(self, x, r):
+        if self.swiglu:
+            k = x.shape[-1] // 2
+            x = torch.nn.functional.silu(x[:, :k]) * x[:, k:]
+        return self.lin(x) + r
+
+
+@pytest.mark.parametrize("swiglu,rows", [(False, 70), (True, 70), (False, 1)], ids=str)
+def test_prompt_residual_in_the_tensor_cores_epilogue(as_gpu, precision, plans, monkeypatch, swiglu, rows):
+    """A prompt's GGUF linear on the scaled tensor cores (x plain, or silu * up computed in
+    its 16-bit copy) adds a residual of its shape, or a bias row, in its epilogue: the
+    residual is read by the matmul alone; the product within the scaled bound of eager's."""
+    from dynamo_vulkan.gguf import GGUFLinear
+    from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from gguf_fixtures import blocks_of
+    require_coopmat("scaled", monkeypatch)
+    precision("high")
+    monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    n, k = 40, 512
+    lin = GGUFLinear(blocks_of("Q4_K", n, k, 8), quant_info("Q4_K").ggml_type, n, k)
+    w = lin.dequantized_weight()
+    xin = torch.randn(70, 2 * k if swiglu else k)
+    r = torch.randn(rows, n) * 10.0
+    with torch.no_grad():
+        got = compiled(_DownPlus(lin, swiglu))(xin, r)
+    x = torch.nn.functional.silu(xin[:, :k]) * xin[:, k:] if swiglu else xin
+    assert_scaled_near(got - r, lambda a, b: a @ b.t(), x, w)
+    (plan,) = plans
+    r_buf = plan.inputs[-1].buffer
+    readers = [d.name for d in plan.dispatches if r_buf in d.bindings]
+    assert readers == ["matmul_coopmat:coopmat"], [(d.name, d.note) for d in plan.dispatches]

@@ -864,3 +864,35 @@ def test_weights_decoded_first_beside_the_previous_product(as_gpu, plans, monkey
     with torch.no_grad():
         check(chain, x, **tolerances(256 * 3, chain(x)))
     assert assert_copies_beside_products(plans, "gguf_dequant", "matmul") == 2
+
+
+class _LinearPlus(torch.nn.Module):
+    """lin(x) + r: a residual of the product's shape, or a bias row (Qwen2's q, k, v)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, x, r):
+        return self.lin(x) + r
+
+
+@pytest.mark.parametrize("rows", [70, 1], ids=["residual", "bias row"])
+def test_prompt_residual_added_by_the_matmul(as_gpu, plans, monkeypatch, rows):
+    """A prompt's W decoded first (gguf_dequant + the plain matmul): a residual added to
+    the product, or a bias row broadcast over its rows, goes into the matmul's epilogue
+    (no add kernel); results as eager's."""
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_M", 64)
+    monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
+    monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
+    torch.manual_seed(4)
+    lin = GGUFLinear(blocks_of("Q4_K", 96, 256, 5), quant_info("Q4_K").ggml_type, 96, 256)
+    x, r = torch.randn(70, 256), torch.randn(rows, 96)
+    model = _LinearPlus(lin)
+    with torch.no_grad():
+        check(model, x, r, **tolerances(256, model(x, r)))
+    (plan,) = plans
+    r_buf = plan.inputs[-1].buffer                     # inputs: x, W's blocks, r
+    readers = [d.name for d in plan.dispatches if r_buf in d.bindings]
+    assert plan.dispatches[0].name == "gguf_dequant:Q4_K" and readers == [plan.dispatches[1].name] \
+        and readers[0].startswith("matmul"), [(d.name, d.bindings) for d in plan.dispatches]

@@ -410,14 +410,15 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
                      groups_for(n, nr * (wg // tpr)), note=note, disjoint=disjoint)
     else:
-        if residual is not None or post_norm is not None:
-            raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
         first = _decode_first(ctx, m, n, k, row0, out_rows, defines["VARIANT"])
+        if post_norm is not None or residual is not None and not first:
+            raise LoweringError("the tiled GGUF matmul has no residual or post-norm fusion")
         if (loader is not None or norm is not None) and not _packs_prologue(first):
             raise LoweringError("a prompt's elementwise or normalised x is computed by the "
                                 "tensor-core kernels' 16-bit copy of it only")
         if first:
-            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first, loader, norm)
+            _emit_decoded_matmul(ctx, out, x2, w, defines, n, k, rb, note, first, loader, norm,
+                                 residual)
             return
         groups = (-(-n // TILE), -(-m // TILE), 1)
         lanes = cpu_lanes(ctx.caps, n)
@@ -482,6 +483,14 @@ def _prompt_packs_prologue(ctx: Context, out: TRef, w: list, m: int, qtype: int,
         _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype]))
 
 
+def _prompt_adds_residual(ctx: Context, w: list, m: int, qtype: int, rows: int, cols: int) -> bool:
+    """Whether a prompt's product (m > MATVEC_M) adds a residual in its matmul's epilogue:
+    W in one buffer, decoded for the matmul kernels (_decode_first), whose epilogue adds a
+    bias of any strides; the tiled GGUF kernel has none."""
+    return m > MATVEC_M and len(w) == 1 and \
+        _decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype]) is not False
+
+
 def _scaled_plan(ctx: Context, m: int, n: int, k: int):
     """The scaled fp16 tensor-core plan of x @ W^T, where the matmul would take one."""
     from . import coopmat
@@ -491,9 +500,10 @@ def _scaled_plan(ctx: Context, m: int, n: int, k: int):
 
 def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: int,
                          k: int, rb: int, note: str, how, loader: RowLoader | None = None,
-                         norm=None) -> None:
-    """out = x2 @ W^T by the matmul lowering (lowering/matmul.py), written into out (how:
-    _decode_first's answer): by the scaled fp16 tensor-core kernel, which decodes W
+                         norm=None, residual: TRef | None = None) -> None:
+    """out = x2 @ W^T (+ residual, [m, n], added by the matmul's epilogue as its bias) by
+    the matmul lowering (lowering/matmul.py), written into out (how: _decode_first's
+    answer): by the scaled fp16 tensor-core kernel, which decodes W
     (coopmat_pack.GGUFWeight), where it takes the product (loader: x is an elementwise
     expression its 16-bit copy of x computes; norm (weight TRef, eps): that copy holds
     rms_norm(x2)), else after gguf_dequant decodes W into a temporary fp32 [n, k]."""
@@ -501,14 +511,14 @@ def _emit_decoded_matmul(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: di
     from .matmul import matmul
 
     if how is not True:
-        matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), out=out,     # W's layout only
+        matmul(ctx, x2, w.with_layout((k, n), (1, k), 0), bias=residual, out=out,  # W's layout only
                weight=GGUFWeight(w, defines, n, k, rb), a_loader=loader, a_norm=norm)
         return
     wf = ctx.empty((n, k), "f32")
     ctx.dispatch("gguf_dequant", defines, [wf, w], [0], [DEQUANT_WG, n, k, rb],
                  groups_for(n * (k // 8), DEQUANT_WG), note=f"{defines['VARIANT']}[{n}x{k}] decoded for {note}",
                  weight_copy=True)
-    matmul(ctx, x2, wf.with_layout((k, n), (1, k), 0), out=out)
+    matmul(ctx, x2, wf.with_layout((k, n), (1, k), 0), bias=residual, out=out)
 
 
 def _use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
@@ -734,10 +744,12 @@ def _nothing_written_between(a, b) -> bool:
     return n is b
 
 
-def _residual_rows(res, m: int, n: int) -> TRef | None:
-    """The residual as an [m, n] view with unit column stride, or None."""
+def _residual_rows(res, m: int, n: int, rows: bool = False) -> TRef | None:
+    """The residual as an [m, n] view with unit column stride (rows: or one row of n
+    values broadcast over m, a bias), or None."""
     try:
-        v = meta_view(res, lambda t: t.view(m, n))
+        v = meta_view(res, lambda t: t.view(m, n) if not rows or t.numel() != n else
+                      t.view(n).expand(m, n))
     except RuntimeError:
         return None
     return v if v.strides[1] == 1 and v.kind == "f32" else None
@@ -830,8 +842,9 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
             # a prompt on the scaled tensor cores: their 16-bit copy of x normalises it
             norm, x = (nw, x.eps), x.x
     residual = None
-    if request.residual is not None and m <= MATVEC_M and out.numel and not defer:
-        residual = _residual_rows(request.residual, m, rows)
+    if request.residual is not None and out.numel and not defer and \
+            (m <= MATVEC_M or _prompt_adds_residual(ctx, w, m, qtype, rows, cols)):
+        residual = _residual_rows(request.residual, m, rows, rows=m > MATVEC_M)
     added = residual is not None
     if isinstance(x, Lazy) and m <= MATVEC_M and out.numel and norm is None:
         # the mat-vec's bindings: out, x (unread), W, the residual, then the loader's
@@ -846,7 +859,8 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
         loader = row_loader(ctx, x, m, cols, 1)
         if loader is not None:
             shape_only = TRef(-1, (m, cols), (cols, 1), 0, "f32")
-            emit_linear(ctx, out, shape_only, w[0][0], qtype, rows, cols, loader=loader)
+            emit_linear(ctx, out, shape_only, w[0][0], qtype, rows, cols, residual=residual,
+                        loader=loader)
             return Lowered(out, added)
     x = ctx.ref(materialize(ctx, x))
     if x.kind != "f32":
