@@ -328,3 +328,42 @@ def test_norm_before_a_weight_of_many_rows_goes_into_the_planes(as_gpu, plans, m
     with torch.no_grad():
         check(model, x, **_tol(model(x)))
     assert _kernels(plans[-1:]) == want
+
+
+class OThenUp(torch.nn.Module):
+    """A decoder's attention output and FFN entry: h = o(a) + r on the fp32 mat-vec, then
+    up(rms_norm(h)) on integer dots; h is returned too (the residual stream)."""
+
+    def __init__(self, name: str, cols: int):
+        super().__init__()
+        self.o = GGUFLinear(blocks_of("Q4_K", cols, 256, 3), quant_info("Q4_K").ggml_type, cols, 256)
+        self.up = GGUFLinear(blocks_of(name, 40, cols, 4), quant_info(name).ggml_type, 40, cols)
+        self.nw = torch.nn.Parameter(torch.rand(cols) * 4 + 0.25, requires_grad=False)
+
+    def forward(self, a, r):
+        from dynamo_vulkan.fused import rms_norm
+        h = self.o(a) + r
+        return h, self.up(rms_norm(h, self.nw, 1e-6))
+
+
+@pytest.mark.parametrize("name,cols", [(t, 512) for t in TYPES] + [("Q8_0", 800)])
+def test_planes_written_by_the_producing_matvec(as_gpu, plans, monkeypatch, name, cols):
+    """Planned as for a GPU, the int8 planes of rms_norm(h) that the next integer-dot
+    mat-vec reads are written by the last workgroup of the fp32 mat-vec computing h
+    (POST_PLANES: no planes kernel, no level of its own), in each weight type's element
+    order; h and the product as eager's."""
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 1)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 1 << 40)
+    torch.manual_seed(8)
+    model = OThenUp(name, cols)
+    a, r = torch.randn(1, 256), torch.randn(1, cols) * 3
+    with torch.no_grad():
+        expected = model(a, r)
+        check(model, a, r, **_tol(torch.cat(expected, 1)))
+        small = model(a * 1e-3, r * 1e-3)      # the same program: tiny values
+        torch.testing.assert_close(compiled(model)(a * 1e-3, r * 1e-3), small, **_tol(torch.cat(small, 1)))
+    assert _kernels(plans[-1:]) == ["gguf_matvec", "gguf_matvec_idot"]
+    note = plans[-1].dispatches[0].note
+    assert note.endswith("+ rms_norm as 3 int8 planes (by the last workgroup)"), note
