@@ -439,33 +439,3 @@ def test_warm_up_records_the_sequences_the_calls_take(tiny):
     assert got.tokens == want.tokens[:12]
     assert (4, 3) in step_replay(model, "vulkan").replayer.prefixes      # 11 steps: 4 + 4 + 3
     assert recorded == [], f"timed calls recorded {recorded}"
-
-
-def test_same_tokens_with_the_ffn_planes_from_o(as_gpu, plans, monkeypatch, tmp_path):
-    """Planned as for a GPU with the integer-dot mat-vecs taking every prologue: each
-    layer's o mat-vec (fp32, with its residual) writes the FFN norm's int8 planes for
-    gate|up by its last workgroup (POST_PLANES), and k steps per call give eager's tokens."""
-    from dynamo_vulkan.lowering import gguf as gguf_lowering
-    from vk import require_int_dot
-    require_int_dot()
-    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 1)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 32)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 1 << 40)
-    # gate and up of a type the integer dots take (the fixture's zoo gives Q5_0)
-    types = {f"blk.{i}.ffn_{w}.weight": "Q4_0" for i in (0, 1) for w in ("gate", "up")}
-    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
-    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
-    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
-    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
-                   steps_per_call=4, warmup=False)
-    assert got.tokens == want.tokens
-    steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
-    assert steps, [d.name for p in plans for d in p.dispatches]
-    for p in steps:      # each layer's gate|up reads planes its o wrote
-        ds = p.dispatches
-        gate_up = [i for i, d in enumerate(ds) if d.name == "gguf_matvec_idot:Q4_0" and "[1024x256]" in d.note]
-        assert len(gate_up) == sum(d.name == "attention" for d in ds) > 0, [d.note for d in ds]
-        for i in gate_up:
-            assert ds[i - 1].name.startswith("gguf_matvec:") and \
-                ds[i - 1].note.endswith("+ residual + rms_norm as 3 int8 planes (by the last workgroup)"), ds[i - 1].note

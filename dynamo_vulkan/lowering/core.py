@@ -125,9 +125,6 @@ class Context:
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
         self._derived: dict = {}        # key -> (a value derived from buffers, dispatch count then)
         self.weight_copies: set[int] = set()   # dispatches copying weights (schedule.py)
-        # output buffer -> a dispatch that may still take an epilogue writing more outputs
-        # (gguf's planes of a mat-vec's output); redispatch() re-emits it in its place
-        self.late_epilogues: dict = {}
 
     def derived(self, key, reads: set, make):
         """A value that dispatches derive from buffers `reads` (x's int8 planes, a mask's
@@ -212,34 +209,14 @@ class Context:
         (schedule.move_copies_ahead)."""
         if weight_copy:
             self.weight_copies.add(len(self.plan.dispatches))
-        self.plan.dispatches.append(self._make_dispatch(family, defines, bindings, writes, spec,
-                                                        groups, note, disjoint))
-
-    def redispatch(self, index: int, family: str, defines: dict, bindings: list,
-                   writes: list[int], spec: list[int], groups, note: str = "") -> None:
-        """Replace dispatch `index` by another of the same place in the order (the same
-        kernel given an epilogue: more bindings, all it wrote still written). Its old
-        GLSL leaves the plan where no other dispatch uses it."""
-        old = self.plan.dispatches[index]
-        new = self._make_dispatch(family, defines, bindings, writes, spec, groups, note,
-                                  old.disjoint)
-        kept = {old.bindings[w] for w in old.writes}
-        if not kept <= {new.bindings[w] for w in new.writes}:
-            raise RuleBugError(f"redispatch of {old.name} drops writes of buffers {sorted(kept)}")
-        self.plan.dispatches[index] = new
-        if all(d.spirv_key != old.spirv_key for d in self.plan.dispatches):
-            del self.plan.sources[old.spirv_key]
-
-    def _make_dispatch(self, family, defines, bindings, writes, spec, groups, note,
-                       disjoint) -> Dispatch:
         key, source = shaders.kernel_source(family, defines)
         self.plan.sources[key] = source
         bufs = [b.buf if isinstance(b, TRef) else int(b) for b in bindings]
-        return Dispatch(
+        self.plan.dispatches.append(Dispatch(
             name=f"{family}:{defines.get('VARIANT', '')}".rstrip(":"), spirv_key=key,
             bindings=bufs, writes=list(writes), spec=[int(s) & 0xFFFFFFFF for s in spec],
             groups=tuple(int(g) for g in groups), note=note,
-            disjoint=[(int(b), int(i)) for b, i in disjoint])
+            disjoint=[(int(b), int(i)) for b, i in disjoint]))
 
 
 # Split K (the tiled matmul kernels): a grid of fewer tiles than this leaves a GPU idle

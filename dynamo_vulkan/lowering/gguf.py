@@ -407,11 +407,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
             group = post_norm[2]
             note += " + rms_norm" + (f" of each {group}" if group != n else "") + \
                 (" + residual" if post_res is not None else "") + " (post-norm by the last workgroup)"
-        groups = groups_for(n, nr * (wg // tpr))
-        _offer_planes_epilogue(ctx, out, defines, bindings, writes, spec, groups, note, m, n,
-                               whole=row0 == 0 and out_rows == rows and not disjoint)
-        ctx.dispatch("gguf_matvec", defines, bindings, writes, spec, groups, note=note,
-                     disjoint=disjoint)
+        ctx.dispatch("gguf_matvec", defines, bindings, writes, spec,
+                     groups_for(n, nr * (wg // tpr)), note=note, disjoint=disjoint)
     else:
         first = _decode_first(ctx, m, n, k, row0, out_rows, defines["VARIANT"])
         if post_norm is not None or residual is not None and not first:
@@ -578,8 +575,7 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
     count = x_planes(ctx)
     planes = ctx.derived(key + (count,), read,
-                         lambda: (loader is None and _planes_by_producer(ctx, x2, nibbles, k, norm, count))
-                         or _emit_planes(ctx, x2, nb, nibbles, k, norm, loader, count))
+                         lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader, count))
     bindings = [out, planes, w]
     kind = "many" if n >= INT_DOT_MANY_ROWS else "long" if k >= INT_DOT_LONG_ROWS else "few"
     nr, wg = INT_DOT_SHAPES.get((defines["VARIANT"], kind), INT_DOT_SHAPES[None, kind])
@@ -598,60 +594,6 @@ def x_planes(ctx: Context) -> int:
     """How many int8 planes hold x for the integer-dot mat-vec: three under matmul
     precision "highest" (fp32 accuracy), else two."""
     return 3 if precision(ctx) == "highest" else 2
-
-
-@dataclass
-class _PlanesEpilogue:
-    """An fp32 mat-vec of one row, as emitted at dispatch `index`, that may still take the
-    POST_PLANES epilogue (its output's normalised int8 planes, by its last workgroup)."""
-    index: int
-    defines: dict
-    bindings: list
-    writes: list
-    spec: list
-    groups: tuple
-    note: str
-    n: int
-
-
-def _offer_planes_epilogue(ctx: Context, out: TRef, defines: dict, bindings: list, writes: list,
-                           spec: list, groups, note: str, m: int, n: int, whole: bool) -> None:
-    """Remember the fp32 mat-vec about to be dispatched as one that can write its output's
-    int8 planes too (_planes_by_producer): one row of x, W in one buffer writing the whole
-    of out (whole), whole blocks of 32 outputs, on a GPU."""
-    if m == 1 and whole and n % 32 == 0 and out.offset == 0 and "POST_NORM" not in defines \
-            and not device.is_cpu(ctx.caps):
-        ctx.late_epilogues[out.buf] = _PlanesEpilogue(
-            len(ctx.plan.dispatches), dict(defines), list(bindings), list(writes), list(spec),
-            tuple(groups), note, n)
-
-
-def _planes_by_producer(ctx: Context, x2: TRef, nibbles: int, k: int, norm, count: int):
-    """x's planes of rms_norm(x) written by the fp32 mat-vec that computed x (its
-    POST_PLANES epilogue: no planes kernel, no barrier level of its own): where x is that
-    mat-vec's whole output row, nothing has written its buffer since, and the norm's
-    weight is k contiguous floats at offset 0; else None."""
-    late = ctx.late_epilogues.get(x2.buf)
-    if late is None or norm is None or x2.offset != 0 or x2.shape != (1, k) or \
-            x2.strides[1] != 1 or late.n != k:
-        return None
-    weight, eps = norm
-    if weight.kind != "f32" or weight.offset != 0 or weight.strides != (1,) or weight.shape != (k,):
-        return None
-    if any(d.bindings[w] == x2.buf for d in ctx.plan.dispatches[late.index + 1:] for w in d.writes):
-        return None
-    del ctx.late_epilogues[x2.buf]
-    planes = ctx.empty((1, k // 32 * (8 * count + 4)), "i32")
-    # zero at upload; the last workgroup to count itself in resets it for the next call
-    counter = ctx.buffer(1, "const", "i32", np.zeros(1, np.uint32))
-    base = len(late.bindings)
-    defines = late.defines | {"POST_PLANES": 1, "PLANES": count, "PP_NIBBLES": nibbles,
-                              "PP_OUT": base, "PP_COUNT": base + 1, "PP_W": base + 2}
-    spec = late.spec + [0] * (14 - len(late.spec)) + [f32_bits(eps)]
-    ctx.redispatch(late.index, "gguf_matvec", defines, late.bindings + [planes, counter, weight],
-                   late.writes + [base, base + 1], spec, late.groups,
-                   note=f"{late.note} + rms_norm as {count} int8 planes (by the last workgroup)")
-    return planes
 
 
 def _emit_planes(ctx: Context, x2: TRef, nb: int, nibbles: int, k: int, norm,

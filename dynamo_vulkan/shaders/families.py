@@ -45,8 +45,7 @@ def _f(required: str = "", optional: str = "", labels: str = "", extra=frozenset
 # shaders/special.glsl's functions, each compiled in by its NEED_<name>
 SPECIAL = ("NEED_DIGAMMA NEED_ERFINV NEED_I0 NEED_IGAMMA NEED_LGAMMA NEED_LSE NEED_NEXTAFTER "
            "NEED_SIGNBIT NEED_RANDOM_BITS NEED_TRIGAMMA NEED_ZETA")
-_GGUF_MATVEC_PROLOGUE = ("NORM X_LAZY POST_NORM POST_RES PN_COUNT PN_GROUP PN_RAW PN_RES PN_W RESIDUAL "
-                         "RES_BINDING POST_PLANES PLANES PP_COUNT PP_NIBBLES PP_OUT PP_W")
+_GGUF_MATVEC_PROLOGUE = "NORM X_LAZY POST_NORM POST_RES PN_COUNT PN_GROUP PN_RAW PN_RES PN_W RESIDUAL RES_BINDING"
 
 FAMILIES: dict[str, Family] = {
     "accumulate": _f(),

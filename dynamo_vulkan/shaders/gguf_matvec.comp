@@ -28,12 +28,6 @@
 // exit at once (past N) never count; W is one buffer (OUT_OFF = 0, OUT_N = N).
 // PN_GROUP: the norm is taken over each run of PN_GROUP outputs (a head's q or k: the
 // norms of Gemma 3 and Qwen3 over head_dim), its weight PN_GROUP floats.
-// POST_PLANES (one row of x, W in one buffer): the output row as it is stored (with its
-// residual) is also written, RMS-normalised with the weight at PP_W, as the int8 planes of
-// the integer-dot mat-vecs that read it (gguf_xplanes.comp's NORM, PLANES planes, the
-// element order PP_NIBBLES): the last workgroup to arrive reads the row back (every
-// workgroup stores it through a coherent view) and writes the planes to PP_OUT, so the
-// next mat-vecs' planes cost no kernel and no barrier level of their own.
 #extension GL_EXT_control_flow_attributes : enable
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
@@ -50,7 +44,6 @@ layout(constant_id = 10) const uint RES_SM = 0;
 layout(constant_id = 11) const uint PN_EPS_BITS = 0;  // POST_NORM: eps
 layout(constant_id = 12) const uint PRES_OFF = 0;     // POST_RES: offset and row stride
 layout(constant_id = 13) const uint PRES_SM = 0;
-layout(constant_id = 14) const uint PP_EPS_BITS = 0;  // POST_PLANES: the norm's eps
 BUFFER(0, outb)
 IN_BUFFER(1, xb)
 #define WQ_BINDING 2
@@ -71,22 +64,6 @@ IN_BUFFER(PN_W, pwb)   // the norm's weight, PNG floats from word 0
 #ifdef POST_RES
 IN_BUFFER(PN_RES, presb)
 #endif
-#endif
-#ifdef POST_PLANES
-#if defined(POST_NORM) || MROWS != 1
-#error POST_PLANES takes one row of x and no post-norm
-#endif
-// the output seen coherent: the last workgroup reads every workgroup's stores
-layout(set = 0, binding = 0) coherent buffer OutC { uint outc[]; };
-layout(set = 0, binding = PP_OUT) buffer PlanesB { uint planesb[]; };
-layout(set = 0, binding = PP_COUNT) coherent buffer CountB { uint counter[]; };
-#include "last_arrival.glsl"
-IN_BUFFER(PP_W, ppwb)  // the norm's weight, N floats from word 0
-#ifndef PP_NIBBLES
-#define PP_NIBBLES 0
-#endif
-#define XP_OUT planesb
-#include "xplanes_block.glsl"
 #endif
 #ifdef X_VEC4
 // the same binding seen as vec4s: one 16-byte load (X_OFF, X_SM multiples of 4)
@@ -130,7 +107,7 @@ X_LAZY
 #define RES_OF(i) 0.0
 #endif
 shared float red[MAXWG][NSUM];       // partial sums, when not one subgroup per row
-#if defined(POST_NORM) || defined(POST_PLANES)
+#ifdef POST_NORM
 #include "wg_reduce.glsl"
 #endif
 
@@ -148,10 +125,8 @@ float finish(float s, float ss, float res) {
 void store(uint n0, uint i, float s) {
     uint r = i / MROWS, m = i % MROWS;
     if (n0 + r >= N) return;
-#if defined(POST_NORM)
+#ifdef POST_NORM
     rawb[m * N + n0 + r] = st_f32(s);
-#elif defined(POST_PLANES)
-    outc[OUT_OFF + n0 + r] = st_f32(s);
 #else
     outb[m * OUT_N + OUT_OFF + n0 + r] = st_f32(s);
 #endif
@@ -183,30 +158,6 @@ void post_norm() {
                 outb[m * N + j] = st_f32(y);
             }
         }
-    }
-}
-#endif
-
-#ifdef POST_PLANES
-// After this workgroup's outputs are stored: count it in, and if it is the last to
-// finish, write the planes of the RMS-normalised row. Every invocation of the workgroup
-// must call it (it holds barriers).
-void post_planes() {
-    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
-    uint per_wg = (wg / TPR) * NR, groups = (N + per_wg - 1u) / per_wg;
-    if (!last_to_arrive(0u, groups)) return;     // uniform across the workgroup
-    float ss = 0.0;
-    for (uint j = lid; j < N; j += wg) { float v = ld_f32(outc[OUT_OFF + j]); ss += v * v; }
-    float rn = inversesqrt(wg_sum(ss) / float(N) + uintBitsToFloat(PP_EPS_BITS));
-    // eight invocations a block; word l's 4 elements as gguf_xplanes.comp orders them
-    uint l = lid & 7u, nb = N / 32u;
-    uint e0 = PP_NIBBLES != 0 ? 8u * (l >> 1) + (l & 1u) : 4u * l, de = PP_NIBBLES != 0 ? 2u : 1u;
-    for (uint b0 = 0u; b0 < nb; b0 += wg / 8u) {     // uniform: every invocation, each pass
-        uint blk = b0 + lid / 8u, k0 = 32u * min(blk, nb - 1u) + e0;
-        vec4 v = vec4(ld_f32(outc[OUT_OFF + k0]), ld_f32(outc[OUT_OFF + k0 + de]),
-                      ld_f32(outc[OUT_OFF + k0 + 2u * de]), ld_f32(outc[OUT_OFF + k0 + 3u * de]));
-        v *= vec4(ld_f32(ppwb[k0]), ld_f32(ppwb[k0 + de]), ld_f32(ppwb[k0 + 2u * de]), ld_f32(ppwb[k0 + 3u * de]));
-        xp_block(v, lid, l, WPB * blk, blk < nb, rn);
     }
 }
 #endif
@@ -318,8 +269,5 @@ void main() {
     }
 #ifdef POST_NORM
     post_norm();
-#endif
-#ifdef POST_PLANES
-    post_planes();
 #endif
 }
