@@ -43,6 +43,16 @@ def test_intermediate_with_two_users_and_a_constant_fill():
     check(lambda x: torch.where(x > 0, torch.full_like(x, float("-inf")), x), x)
 
 
+def test_a_shape_reader_does_not_keep_a_value_apart(plans):
+    """full_like(d, w) reads d's shape only (torch's lerp decomposes its weight so): d,
+    whose values one consumer reads, folds into it; one kernel for the lerp, of a
+    difference too, as eager's."""
+    a, b = torch.randn(6, 5), torch.randn(6, 5)
+    check(lambda a, b: (lambda d: a + torch.full_like(d, 0.1) * d)(b - a), a, b)
+    check(lambda a, b: torch.lerp(a, b, 0.1), a, b)
+    assert len(_kernels(plans)) == 2, [d.note for d in _kernels(plans)]
+
+
 def _check_mutation(fn, *args):
     """fn mutates its arguments: eager and Vulkan, each on its own copies, end equal."""
     from vk import compiled

@@ -213,9 +213,10 @@ def deferrable(gm: fx.GraphModule, ctx) -> set:
         return s is not None and s.fusible
 
     def folds_into_user(n) -> bool:
-        if not fusible(n) or len(n.users) != 1:
+        readers = [u for u in n.users if not _reads_shape_only(u, n)]
+        if not fusible(n) or len(readers) != 1:
             return False
-        u = next(iter(n.users))
+        u = readers[0]
         s = spec(u)
         return s is not None and (s.fusible or s.folds or loads_lazily(u, n) or
                                   through_view(n) is not None)
@@ -236,6 +237,20 @@ def deferrable(gm: fx.GraphModule, ctx) -> set:
 
 
 COPY_ = torch.ops.aten.copy_.default
+
+
+# factories of a tensor like their first argument: they read its shape, not its values
+SHAPE_READERS = frozenset({torch.ops.aten.full_like.default, torch.ops.aten.zeros_like.default,
+                           torch.ops.aten.ones_like.default, torch.ops.aten.empty_like.default})
+
+
+def _reads_shape_only(user: fx.Node, n: fx.Node) -> bool:
+    """Whether `user` reads only n's shape (full_like(n, v), as torch's lerp decomposes its
+    weight): a node whose values one consumer reads still folds into that consumer (these
+    rules take their argument as it is, Lazy included)."""
+    return user.op == "call_function" and user.target in SHAPE_READERS and \
+        user.args[0] is n and n not in user.args[1:] and n not in user.kwargs.values() and \
+        spec_of(user.target) is not None and spec_of(user.target).takes_lazy
 
 
 def _copied_into_inputs(gm: fx.GraphModule, fusible, deferred: set) -> set:
