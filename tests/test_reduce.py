@@ -59,3 +59,35 @@ def test_few_elements_per_output_take_a_lane_each(plans, make, dims):
     notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
     assert notes and all("an invocation per output" in n for n in notes), notes
     assert math.prod(x.shape[d] for d in dims) <= reduce.PER_LANE_MAX_R
+
+
+LAZY_CASES = [  # (op, shapes of a and b, dims): b broadcast, a strided; odd sizes and size 1
+    ("sum", (5, 7, 9), (9,), [0, 1]), ("sum", (5, 7, 9), (7, 1), [2]), ("mean", (3, 1, 33), (33,), [0]),
+    ("amax", (4, 70), (4, 1), [1]), ("amin", (6, 5), (6, 5), None), ("sum", (1, 1), (1,), [1]),
+    ("sum", (8, 300), (300,), [0]),       # a gradient summed over the batch: a lane per output
+]
+
+
+@pytest.mark.parametrize("op,sa,sb,dims", LAZY_CASES, ids=str)
+def test_elementwise_producer_computed_as_the_reduction_loads(plans, op, sa, sb, dims):
+    """An elementwise result read only by a float sum, mean, amax or amin is computed by
+    the reduction as it loads each element (reduce.comp X_LAZY): no elementwise kernel;
+    strided and broadcast operands, NaN and infinities where eager has them."""
+    a, b = noncontig(torch.randn(sa)), torch.randn(sb)
+    a.view(-1)[0] = float("nan") if op == "sum" else a.view(-1)[0]
+    fn = {"sum": lambda t, d: t.sum(d), "mean": lambda t, d: t.mean(d),
+          "amax": lambda t, d: t.amax(d), "amin": lambda t, d: torch.amin(t) if d is None else t.amin(d)}[op]
+    check(lambda a, b: fn(a * b - torch.exp(b), dims), a, b)
+    names = [d.name for p in plans for d in p.dispatches]
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
+    assert not any(n.startswith("elementwise") for n in names), names
+    assert notes and all(" elementwise " in n for n in notes), notes
+
+
+def test_a_producer_read_twice_or_not_float_is_computed_first(plans):
+    """An elementwise result with another reader, or an integer one, gets its kernel."""
+    x = torch.randn(6, 10)
+    check(lambda x: (lambda y: (y.sum(1), y.amax(0)))(x * 2), x)
+    check(lambda x: (x > 0).sum(1), x)
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
+    assert sum(" elementwise " in n for n in notes) == 0, notes

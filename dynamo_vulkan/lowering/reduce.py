@@ -4,10 +4,13 @@ one workgroup per output element; argmax/argmin and max/min with indices
 (shaders/argreduce.comp) the same way."""
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .core import Context, TRef, f32_bits, lowering, row_wg
+from .core import Context, TRef, contiguous_strides, f32_bits, lowering, row_wg
 from .elementwise import _coalesce
+from .fusion import Lazy, materialize, row_loader
 
 aten = torch.ops.aten
 WG = 128
@@ -46,10 +49,21 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     """Reduce x over dims (all if empty) with op. out_shape/out_kind default to the
     node's. var/std: sum of (x - center)^2 / divisor, center holding one mean per
     output element (contiguous, in the kept dims' order). pre: GLSL applied to
-    each loaded value `v`; post: to the final result `a` (norms)."""
+    each loaded value `v`; post: to the final result `a` (norms). x may be a Lazy (an
+    elementwise expression, _loads_lazy): a float reduction computes it as it loads each
+    element, which it reads once (no kernel, buffer or barrier for it); anything else is
+    computed first."""
+    out_kind = out_kind or ctx.out_kind()
+    loader = None
+    if isinstance(x, Lazy) and x.out_kind == "f32" and out_kind == "f32" and center is None \
+            and op in ("sum", "mean", "amax", "amin") and x.ndim:
+        loader = row_loader(ctx, x, math.prod(x.shape[:-1]), x.shape[-1], 2)
+        if loader is not None:
+            x = TRef(-1, tuple(x.shape), contiguous_strides(tuple(x.shape)), 0, "f32")
+    if loader is None:
+        x = ctx.ref(materialize(ctx, x))
     dims = sorted({d % x.ndim for d in dims} if dims else range(x.ndim)) if x.ndim else []
     kept = [d for d in range(x.ndim) if d not in dims]
-    out_kind = out_kind or ctx.out_kind()
     acc_kind = "f32" if out_kind == "f32" or op in ("var", "std") else "i32"
     init, combine, sub, final = (FLOAT_OPS if acc_kind == "f32" else INT_OPS)[op]
     nout, r = _numel(x, kept), _numel(x, dims)
@@ -61,7 +75,8 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     spec = [row_wg(ctx.caps, WG, r), nout, r, x.offset, f32_bits(divisor)]
     decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if acc_kind == "f32" else "int"
-    load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind]
+    load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind] if loader is None \
+        else "(w)"
     if acc_kind == "f32" and x.kind != "f32":
         load = f"float({load})"
     elif acc_kind == "i32" and x.kind == "f32":        # any/all of floats: nonzero (NaN too)
@@ -87,13 +102,16 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     if r == 0:
         defines["INNER_INDEX"] = ""
     bindings = [out, x]
+    if loader is not None:     # binding 1 unread: the loader's buffers from 2
+        bindings = [out, loader.buffers[0], *loader.buffers]
+        defines |= {"X_LAZY": loader.decls, "XL_K": x.shape[-1]}
     if center is not None:
         defines["HAS_AUX"] = 1
         bindings.append(center)
     if op in ("sum", "prod") and acc_kind == "i32" and out_kind == "i32" and _int64_result(ctx):
         bindings.append(_exact_int64(ctx, op, defines, load))
         defines["CHECK_BINDING"] = len(bindings) - 1
-    note, groups = f"{op} {x.shape} dims={dims}", nout
+    note, groups = f"{op} {'elementwise ' if loader else ''}{x.shape} dims={dims}", nout
     if r <= PER_LANE_MAX_R and nout >= spec[0]:
         defines["PER_LANE"] = 1
         groups, note = -(-nout // spec[0]), note + ", an invocation per output"
@@ -160,9 +178,25 @@ def _dims(x: TRef, dims):
     return [shape], strides
 
 
+def _loads_lazy(user, node) -> bool:
+    """A float32 elementwise result read only by a float32 sum, mean, amax or amin (a
+    gradient's product summed over the batch, a norm's backward sums): the reduction
+    computes it as it loads it; each element is loaded once, so nothing is computed
+    twice, on any device."""
+    val, out = node.meta.get("val"), user.meta.get("val")
+    return user.args[0] is node and node not in user.args[1:] and \
+        user.target in LAZY_REDUCTIONS and isinstance(val, torch.Tensor) and \
+        isinstance(out, torch.Tensor) and val.dtype == out.dtype == torch.float32 and \
+        val.dim() > 0 and val.numel() > 0
+
+
+LAZY_REDUCTIONS = frozenset({aten.sum.dim_IntList, aten.sum.default, aten.mean.dim,
+                             aten.mean.default, aten.amax.default, aten.amin.default})
+
+
 @lowering(aten.sum.dim_IntList, aten.sum.default, aten.mean.dim, aten.mean.default,
           aten.amax.default, aten.amin.default, aten.any.dim, aten.any.dims, aten.any.default,
-          aten.all.dim, aten.all.dims, aten.all.default)
+          aten.all.dim, aten.all.dims, aten.all.default, takes_deferred=True, loads_lazy=_loads_lazy)
 def reduction(ctx, x, dims=None, keepdim=False, *, dtype=None):
     name = ctx.node.target._overloadpacket.__name__
     if isinstance(dims, int):

@@ -5,6 +5,9 @@
 // one invocation per output element walks its R elements in order instead.
 // Kept and reduced dims each carry their own strides (spec constants), so any
 // dims of any view reduce without a copy. lowering/reduce.py declares variants.
+// X_LAZY: the input is an elementwise expression (fusion.row_loader's xlazy(m, k), its
+// buffers bound from 2), computed as each element is loaded: the strides are then those
+// of the expression's contiguous shape, and element i is row i / XL_K, column i % XL_K.
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint NOUT = 1;
@@ -19,6 +22,12 @@ BUFFER(2, auxb)   // var/std: one mean per output element
 #endif
 #ifdef CHECK_BINDING
 BUFFER(CHECK_BINDING, chkb)   // int64 sums: the plan's check word (lowering/checks.py)
+#endif
+#ifdef X_LAZY
+X_LAZY
+#define IN_AT(i) xlazy((i) / uint(XL_K), (i) % uint(XL_K))
+#else
+#define IN_AT(i) inb[i]
 #endif
 float sq_(float v) { return v * v; }
 float div_(float a) {   // a / divisor, IEEE even where the driver divides by reciprocal
@@ -37,7 +46,7 @@ void main() {
     for (uint r = 0u; r < R; ++r) {
         uint off = base;
         INNER_INDEX
-        acc = COMBINE(acc, LOAD(inb[off]));
+        acc = COMBINE(acc, LOAD(IN_AT(off)));
     }
     outb[o] = STORE(FINAL(acc));
 #ifdef CHECK_BINDING
@@ -56,7 +65,7 @@ void main() {
     for (uint r = gl_LocalInvocationID.x; r < R; r += gl_WorkGroupSize.x) {
         uint off = base;
         INNER_INDEX
-        ACC_T v = LOAD(inb[off]);
+        ACC_T v = LOAD(IN_AT(off));
         acc = COMBINE(acc, v);
     }
     acc = SUBGROUP_COMBINE(acc);
