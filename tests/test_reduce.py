@@ -91,3 +91,13 @@ def test_a_producer_read_twice_or_not_float_is_computed_first(plans):
     check(lambda x: (x > 0).sum(1), x)
     notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
     assert sum(" elementwise " in n for n in notes) == 0, notes
+
+
+def test_a_reshaped_or_constant_producer(plans):
+    """A reshape between the elementwise producer and the reduction (read in the
+    producer's own row-major order), and a producer of constants only (computed first)."""
+    a, b = torch.randn(5, 7, 9), torch.randn(9)
+    check(lambda a, b: ((a * b).reshape(-1, 9).sum(0), (a - b).view(5, 63).amax(1)), a, b)
+    check(lambda a: torch.full_like(a, 2.0).sum(), a)
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
+    assert sum(" elementwise " in n for n in notes) == 2, notes

@@ -10,7 +10,7 @@ import torch
 
 from .core import Context, TRef, contiguous_strides, f32_bits, lowering, row_wg
 from .elementwise import _coalesce
-from .fusion import Lazy, materialize, row_loader
+from .fusion import Lazy, LazyView, materialize, row_loader
 
 aten = torch.ops.aten
 WG = 128
@@ -54,12 +54,17 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     element, which it reads once (no kernel, buffer or barrier for it); anything else is
     computed first."""
     out_kind = out_kind or ctx.out_kind()
-    loader = None
-    if isinstance(x, Lazy) and x.out_kind == "f32" and out_kind == "f32" and center is None \
-            and op in ("sum", "mean", "amax", "amin") and x.ndim:
-        loader = row_loader(ctx, x, math.prod(x.shape[:-1]), x.shape[-1], 2)
-        if loader is not None:
-            x = TRef(-1, tuple(x.shape), contiguous_strides(tuple(x.shape)), 0, "f32")
+    loader, k = None, 1
+    # a reshape of a Lazy (LazyView) is read in the Lazy's own shape: both row-major
+    lazy, shape = (x.lazy, x.shape) if isinstance(x, LazyView) else (x, getattr(x, "shape", ()))
+    if isinstance(lazy, Lazy) and lazy.out_kind == "f32" and out_kind == "f32" and center is None \
+            and op in ("sum", "mean", "amax", "amin") and lazy.ndim and shape:
+        k = lazy.shape[-1]
+        loader = row_loader(ctx, lazy, math.prod(lazy.shape) // max(1, k), k, 2)
+        if loader is not None and loader.buffers:
+            x = TRef(-1, tuple(shape), contiguous_strides(tuple(shape)), 0, "f32")
+        else:
+            loader = None
     if loader is None:
         x = ctx.ref(materialize(ctx, x))
     dims = sorted({d % x.ndim for d in dims} if dims else range(x.ndim)) if x.ndim else []
@@ -104,7 +109,7 @@ def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
     bindings = [out, x]
     if loader is not None:     # binding 1 unread: the loader's buffers from 2
         bindings = [out, loader.buffers[0], *loader.buffers]
-        defines |= {"X_LAZY": loader.decls, "XL_K": x.shape[-1]}
+        defines |= {"X_LAZY": loader.decls, "XL_K": k}
     if center is not None:
         defines["HAS_AUX"] = 1
         bindings.append(center)
