@@ -142,3 +142,21 @@ def test_counter_copied_back_before_its_readers():
     backend.compile_graph(gm, [a.clone() for a in args])(list(ours))     # boxed: a list
     for a, b in zip(ours, eager):
         torch.testing.assert_close(a, b)
+
+
+def test_clone_before_a_batched_product_is_a_view(plans):
+    """AOT's matmul of 4-d operands clones an expanded, transposed operand to contiguous
+    and views it 3-d for bmm: where that view exists on the transposed temporary itself
+    the product reads it strided, no copy kernel, as of a graph input that no node writes;
+    a view that needs the copy (the heads permuted out of the batch dims) keeps it.
+    Results as eager's."""
+    def copies():
+        return [d.note for d in _kernels(plans) if d.note.endswith("<- float($0)")]
+    q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8)
+    check(lambda q, k: torch.matmul(q * 2, (k + 1).transpose(-1, -2)), q, k)
+    assert not copies(), [d.note for d in _kernels(plans)]
+    check(lambda q, k: torch.matmul(q * 2, (k + 1).permute(1, 0, 2, 3)), q, torch.randn(3, 2, 8, 6))
+    assert copies()
+    plans.clear()         # inputs no node writes: read in place too
+    check(lambda q, k: torch.matmul(q, k.transpose(-1, -2)), q, k)
+    assert not copies(), [d.note for d in _kernels(plans)]

@@ -24,7 +24,7 @@ from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, words_of
 from dynamo_vulkan.shaders.families import ShaderDefineError
 
 from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
-from .core import Context
+from .core import Context, meta_view
 from .elementwise import copy_to, ew
 from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
@@ -103,6 +103,10 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
         return fx.node.map_arg(x, lambda n: values[n])
 
     ctx.in_place = in_place_updates(gm)
+    # graph inputs no node writes: like temporaries, they hold one value all program long
+    written = {n.args[0] for n in gm.graph.nodes if n.op == "call_function" and writes_in_place(n)}
+    unwritten = {values[p].buf for p in placeholders
+                 if p not in written and isinstance(values.get(p), TRef)}
     deferred = deferrable(gm, ctx)
     epilogue = residual_adds(gm)         # producer -> (add, residual)
     added_by = {}                        # add node -> the producer that added its residual
@@ -120,6 +124,10 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             args_, kwargs = val(node.args), val(node.kwargs)
             if node in added_by:              # its producer's kernel already added it
                 values[node] = values[added_by[node]]
+                continue
+            alias = _clone_viewed_in_place(ctx, node, args_, val, unwritten)
+            if alias is not None:
+                values[node] = alias
                 continue
             spec = spec_of(node.target)
             is_copy = node.target is COPY_ and args_[0] is not None
@@ -164,6 +172,36 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             raise LoweringError(f"unsupported node kind {node.op}")
     assign_buffers(plan, move_copies_ahead(plan, ctx.weight_copies))
     return plan
+
+
+CLONE = torch.ops.aten.clone.default
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
+_STRIDED_READERS = (torch.ops.aten.bmm.default, torch.ops.aten.mm.default)
+
+
+def _clone_viewed_in_place(ctx: Context, node: fx.Node, args, val, unwritten: set):
+    """For clone(x) read only by one view that only matrix products read (AOT's matmul of
+    4-d operands: expand, clone to contiguous, view to 3-d, bmm): x itself, where that
+    view of it exists without a copy, else None (the clone is computed). x must be a
+    temporary, which only its producer writes, or a graph input no node writes
+    (`unwritten`: a backward's saved activations), so the products read what the clone
+    would have held; they read any strides."""
+    if node.target is not CLONE or len(node.users) != 1 or \
+            node.kwargs.get("memory_format", torch.contiguous_format) != torch.contiguous_format:
+        return None
+    x = args[0] if args else None
+    (user,) = node.users
+    if not isinstance(x, TRef) or x.buf < 0 or \
+            (ctx.plan.buffers[x.buf].role != "temp" and x.buf not in unwritten) or \
+            x.kind != ctx.out_kind() or user.target not in _VIEWS or user.args[0] is not node or \
+            not user.users or not all(u.target in _STRIDED_READERS for u in user.users):
+        return None
+    shape = val(user.args[1])
+    try:
+        meta_view(x, lambda t: t.view(*shape) if isinstance(shape, (list, tuple)) else t.view(shape))
+    except RuntimeError:
+        return None
+    return x
 
 
 def call_rule(ctx: Context, spec: OpSpec, node: fx.Node, args, kwargs, request: Request) -> Lowered:
