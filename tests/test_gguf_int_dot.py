@@ -14,7 +14,7 @@ from dynamo_vulkan.gguf.op import gguf_linear
 from dynamo_vulkan.gguf.quants import quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from gguf_fixtures import blocks_of
-from vk import check, compiled, lowered_plan, require_int_dot
+from vk import LinearPlus, check, compiled, lowered_plan, require_int_dot
 
 TYPES = gguf_lowering.INT_DOT_TYPES
 
@@ -33,15 +33,6 @@ def _tol(expected: torch.Tensor) -> dict:
 
 def _kernels(plans) -> list[str]:
     return [d.name.split(":")[0] for p in plans for d in p.dispatches]
-
-
-class Residual(torch.nn.Module):
-    def __init__(self, lin):
-        super().__init__()
-        self.lin = lin
-
-    def forward(self, x, r):
-        return self.lin(x) + r
 
 
 # rows of W on 16 bytes, and not (Q6_K at 256 and 768 columns; the rest at 96: every
@@ -86,7 +77,7 @@ def test_planes_follow_the_matmul_precision(plans, monkeypatch, name, precision,
 def test_residual_is_added_by_the_kernel(plans, name):
     torch.manual_seed(1)
     rows, cols = 33, 256
-    model = Residual(GGUFLinear(blocks_of(name, rows, cols, 5), quant_info(name).ggml_type, rows, cols))
+    model = LinearPlus(GGUFLinear(blocks_of(name, rows, cols, 5), quant_info(name).ggml_type, rows, cols))
     x, r = torch.randn(1, cols), torch.randn(1, rows)
     with torch.no_grad():
         check(model, x, r, **_tol(model(x, r)))

@@ -15,7 +15,7 @@ from dynamo_vulkan.gguf.quants import QUANT_TYPES, quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
 from dynamo_vulkan.runtime.program import Resident
 from gguf_fixtures import blocks_of
-from vk import check, compiled, lowered_plan, noncontig
+from vk import LinearPlus, check, compiled, lowered_plan, noncontig
 
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")
 KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -866,17 +866,6 @@ def test_weights_decoded_first_beside_the_previous_product(as_gpu, plans, monkey
     assert assert_copies_beside_products(plans, "gguf_dequant", "matmul") == 2
 
 
-class _LinearPlus(torch.nn.Module):
-    """lin(x) + r: a residual of the product's shape, or a bias row (Qwen2's q, k, v)."""
-
-    def __init__(self, lin):
-        super().__init__()
-        self.lin = lin
-
-    def forward(self, x, r):
-        return self.lin(x) + r
-
-
 @pytest.mark.parametrize("rows", [70, 1], ids=["residual", "bias row"])
 def test_prompt_residual_added_by_the_matmul(as_gpu, plans, monkeypatch, rows):
     """A prompt's W decoded first (gguf_dequant + the plain matmul): a residual added to
@@ -888,7 +877,7 @@ def test_prompt_residual_added_by_the_matmul(as_gpu, plans, monkeypatch, rows):
     torch.manual_seed(4)
     lin = GGUFLinear(blocks_of("Q4_K", 96, 256, 5), quant_info("Q4_K").ggml_type, 96, 256)
     x, r = torch.randn(70, 256), torch.randn(rows, 96)
-    model = _LinearPlus(lin)
+    model = LinearPlus(lin)
     with torch.no_grad():
         check(model, x, r, **tolerances(256, model(x, r)))
     (plan,) = plans

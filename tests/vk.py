@@ -7,6 +7,17 @@ import torch
 import dynamo_vulkan
 
 
+class LinearPlus(torch.nn.Module):
+    """lin(x) + r: a residual of the product's shape, or a bias row (Qwen2's q, k, v)."""
+
+    def __init__(self, lin):
+        super().__init__()
+        self.lin = lin
+
+    def forward(self, x, r):
+        return self.lin(x) + r
+
+
 def compiled(fn):
     return torch.compile(fn, backend="vulkan", dynamic=False, fullgraph=False)
 

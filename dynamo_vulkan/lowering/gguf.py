@@ -475,20 +475,15 @@ def _packs_prologue(first) -> bool:
     return first is not False and first is not True and first.scaled
 
 
-def _prompt_packs_prologue(ctx: Context, out: TRef, w: list, m: int, qtype: int, rows: int,
-                           cols: int) -> bool:
-    """Whether gguf_linear's product is a prompt's, W in one buffer, on the scaled tensor
-    cores: x's prologue (an elementwise x, its rms_norm) then goes into their 16-bit copy."""
-    return m > MATVEC_M and out.numel > 0 and len(w) == 1 and \
-        _packs_prologue(_decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype]))
-
-
-def _prompt_adds_residual(ctx: Context, w: list, m: int, qtype: int, rows: int, cols: int) -> bool:
-    """Whether a prompt's product (m > MATVEC_M) adds a residual in its matmul's epilogue:
-    W in one buffer, decoded for the matmul kernels (_decode_first), whose epilogue adds a
-    bias of any strides; the tiled GGUF kernel has none."""
-    return m > MATVEC_M and len(w) == 1 and \
-        _decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype]) is not False
+def _prompt_decode_first(ctx: Context, out: TRef, w: list, m: int, qtype: int, rows: int,
+                         cols: int):
+    """_decode_first's answer for gguf_linear's product where it is a prompt's (m >
+    MATVEC_M), W in one buffer, out not empty; else False. Its matmul kernels add a
+    residual as their bias (any strides), and on the scaled tensor cores (_packs_prologue)
+    x's prologue (an elementwise x, its rms_norm) goes into their 16-bit copy of x."""
+    if m <= MATVEC_M or out.numel == 0 or len(w) != 1:
+        return False
+    return _decode_first(ctx, m, rows, cols, 0, rows, SHADER_TYPES[qtype])
 
 
 def _scaled_plan(ctx: Context, m: int, n: int, k: int):
@@ -832,18 +827,19 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
     m = out.numel // rows if rows else 0
     # deferred, it takes no residual of its own
     defer = request.defer and m <= MATVEC_M and len(w) == 1 and out.numel > 0
+    prompt = _prompt_decode_first(ctx, out, w, m, qtype, rows, cols)
     norm = None
     if isinstance(x, NormedRows):
         nw = x.weight
         if m <= MATVEC_M and nw.offset == 0 and nw.strides == (1,) and x.x.strides[-1] == 1:
             norm, x = (nw, x.eps), x.x
         elif nw.strides == (1,) and x.x.strides[-1] == 1 and x.x.kind == "f32" and \
-                _prompt_packs_prologue(ctx, out, w, m, qtype, rows, cols):
+                _packs_prologue(prompt):
             # a prompt on the scaled tensor cores: their 16-bit copy of x normalises it
             norm, x = (nw, x.eps), x.x
     residual = None
     if request.residual is not None and out.numel and not defer and \
-            (m <= MATVEC_M or _prompt_adds_residual(ctx, w, m, qtype, rows, cols)):
+            (m <= MATVEC_M or prompt is not False):
         residual = _residual_rows(request.residual, m, rows, rows=m > MATVEC_M)
     added = residual is not None
     if isinstance(x, Lazy) and m <= MATVEC_M and out.numel and norm is None:
@@ -853,7 +849,7 @@ def gguf_linear(ctx: Context, x, blocks, qtype, rows, cols, request=NO_REQUEST) 
             shape_only = TRef(-1, (m, cols), (0, 1), 0, "f32")
             return Lowered(_linear(ctx, defer, out, shape_only, w, qtype, rows, cols,
                                    residual=residual, loader=loader), added)
-    if isinstance(x, Lazy) and _prompt_packs_prologue(ctx, out, w, m, qtype, rows, cols):
+    if isinstance(x, Lazy) and _packs_prologue(prompt):
         # a prompt on the scaled tensor cores: x computed in their 16-bit copy of it, whose
         # bindings are dst, then the loader's
         loader = row_loader(ctx, x, m, cols, 1)

@@ -30,6 +30,7 @@ from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
 from .registry import Lowered, OpSpec, Request, spec_of
 from .schedule import move_copies_ahead
+from .views import RESHAPES
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,6 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
 
 
 CLONE = torch.ops.aten.clone.default
-_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.reshape.default)
 _STRIDED_READERS = (torch.ops.aten.bmm.default, torch.ops.aten.mm.default)
 
 
@@ -193,7 +193,7 @@ def _clone_viewed_in_place(ctx: Context, node: fx.Node, args, val, unwritten: se
     (user,) = node.users
     if not isinstance(x, TRef) or x.buf < 0 or \
             (ctx.plan.buffers[x.buf].role != "temp" and x.buf not in unwritten) or \
-            x.kind != ctx.out_kind() or user.target not in _VIEWS or user.args[0] is not node or \
+            x.kind != ctx.out_kind() or user.target not in RESHAPES or user.args[0] is not node or \
             not user.users or not all(u.target in _STRIDED_READERS for u in user.users):
         return None
     shape = val(user.args[1])
@@ -277,9 +277,10 @@ def deferrable(gm: fx.GraphModule, ctx) -> set:
 COPY_ = torch.ops.aten.copy_.default
 
 
-# factories of a tensor like their first argument: they read its shape, not its values
+# factories of a tensor like their first argument (with rules): they read its shape, not
+# its values
 SHAPE_READERS = frozenset({torch.ops.aten.full_like.default, torch.ops.aten.zeros_like.default,
-                           torch.ops.aten.ones_like.default, torch.ops.aten.empty_like.default})
+                           torch.ops.aten.ones_like.default})
 
 
 def _reads_shape_only(user: fx.Node, n: fx.Node) -> bool:

@@ -43,7 +43,7 @@ INT_OPS = {
 }
 
 
-def reduce(ctx: Context, x: TRef, dims, op: str, out_shape=None, out_kind=None,
+def reduce(ctx: Context, x, dims, op: str, out_shape=None, out_kind=None,
            center: TRef | None = None, divisor: float = 1.0, pre: str = "",
            post: str = "") -> TRef:
     """Reduce x over dims (all if empty) with op. out_shape/out_kind default to the
