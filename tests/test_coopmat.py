@@ -1,9 +1,9 @@
 """Tensor-core matmuls (lowering/coopmat.py, shaders/matmul_coopmat.comp).
 
 On a device with cooperative matrices: fp32 products under torch's "high" and "medium"
-precision (scaled fp16: within 4x of TF32's error on the same inputs; and bf16x3 / bf16
-where a device lacks fp16 partial sums, within the tolerances torch uses for TF32 and
-bf16) and fp16 tensors' products against eager fp32, on odd shapes, tile edges (M, N past
+precision (scaled fp16: within 1.5x of TF32's error on the same inputs under "high", 4x
+with "medium"'s fp16 partial sums; and bf16x3 / bf16 where a device lacks fp16 matrices,
+within the tolerances torch uses for TF32 and bf16) and fp16 tensors' products against eager fp32, on odd shapes, tile edges (M, N past
 a tile; K not a multiple of the K step), interior tiles stored directly and through the
 scratch, size-1 dimensions, transposed and batched operands, K splits and fused bias and
 alpha; the scaled kernels also on inputs of any range (1e±30, rows far apart, infinities
@@ -95,9 +95,8 @@ def require_coopmat(dtype="bf16", monkeypatch=None, emulate=True):
                     ".venv/opt/glslc-coopmat, or set DYNAMO_VULKAN_GLSLC_COOPMAT")
     if dtype == "f16" and not has_f16:
         pytest.skip("the Vulkan device has no fp16 x fp16 + fp32 cooperative matrices")
-    if dtype == "scaled" and not any(dict(s).get("a") == "f16" and dict(s).get("c") == "f16"
-                                     for s in info.get("cooperative_matrix_shapes", ())):
-        pytest.skip("the Vulkan device has no fp16 x fp16 + fp16 cooperative matrices (scaled fp16)")
+    if dtype == "scaled" and not has_f16:
+        pytest.skip("the Vulkan device has no fp16 x fp16 + fp32 cooperative matrices (scaled fp16)")
     if monkeypatch is not None:
         monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
 
@@ -132,17 +131,19 @@ def tf32(x: torch.Tensor) -> torch.Tensor:
 
 
 def assert_scaled_near(got, fn, a, b):
-    """Scaled fp16: normwise within 4x of TF32's error on the same inputs (against fp64;
-    at least 2^-12, fp16's unit roundoff, where TF32 would round an operand exactly: fp16
-    weights). TF32's error is the operands' rounding, which fp16 shares; the rest is the
-    fp16 partial sums of coopmat.FOLD_PRODUCTS products: 1.8x TF32's in all on an H200,
-    whose multiply-adds round once per instruction, 2.9x on lavapipe, which rounds after
-    every product (docs/journal.md, session 33). Each element within 2^-7 of its products'
-    magnitudes (fn on |a|, |b|)."""
+    """Scaled fp16 under the current precision: normwise within 1.5x of TF32's error on the
+    same inputs under "high" (fp32 sums: the operands' rounding, which fp16 shares with
+    TF32, is the only error), 4x under "medium" (fp16 partial sums of
+    coopmat.FOLD_PRODUCTS products: 1.8x TF32's in all on an H200, whose multiply-adds
+    round once per instruction, 2.9x on lavapipe, which rounds after every product;
+    docs/journal.md, session 33); against fp64, and at least 2^-12, fp16's unit roundoff,
+    where TF32 would round an operand exactly (fp16 weights). Each element within 2^-7 of
+    its products' magnitudes (fn on |a|, |b|)."""
+    factor = 4 if torch.get_float32_matmul_precision() == "medium" else 1.5
     want = fn(a.double(), b.double())
     base = (fn(tf32(a).double(), tf32(b).double()) - want).norm() / max(want.norm(), 1e-300)
     err = (got.double() - want).norm() / max(want.norm(), 1e-300)
-    assert err <= 4 * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
+    assert err <= factor * max(base, 2 ** -12), f"relative error {err:.3g} against TF32's {base:.3g}"
     bound = 2 ** -7 * fn(a.double().abs(), b.double().abs())
     worst = ((got.double() - want).abs() - bound).max().item()
     assert worst <= 0, f"an element off by {worst:.3g} more than 2^-7 of its products' magnitudes"
@@ -166,7 +167,7 @@ def test_mm(precision, plans, monkeypatch, prec, m, k, n):
 @pytest.mark.parametrize("prec", ["high", "medium"])
 @pytest.mark.parametrize("m,k,n", [(33, 7, 9), (129, 130, 131), (300, 101, 384)], ids=str)
 def test_mm_bf16(precision, plans, monkeypatch, prec, m, k, n):
-    """Where a device has no fp16 partial sums (SCALED_FOR emptied here): bf16x3 ("high")
+    """Where a device has no fp16 matrices (SCALED_FOR emptied here): bf16x3 ("high")
     and bf16 ("medium") within torch's TF32 and bf16 tolerances."""
     monkeypatch.setattr(coopmat, "SCALED_FOR", {})
     plan_apart(monkeypatch, "unscaled")
@@ -617,22 +618,29 @@ def _ctx(dtype=torch.float32, prec="highest", caps=BF16_CAPS):
 
 
 def test_choice_follows_precision(monkeypatch):
-    """"highest" never takes tensor cores, even where the device has them; with fp16 partial
-    sums (the H100's and H200's shapes) "high", "medium" and fp16 tensors take scaled fp16;
-    without them "high" takes bf16x3, "medium" bf16, fp16 tensors unscaled fp16; without
-    the device's support, fp32 kernels with the reason in the note."""
+    """"highest" never takes tensor cores, even where the device has them; with fp16 x fp16
+    + fp32 matrices "high", "medium" and fp16 tensors take scaled fp16, summed in fp32
+    except under "medium" where fp16 partial sums of the same shape exist (the H100's and
+    H200's shapes); without fp16 matrices "high" takes bf16x3, "medium" bf16; without the
+    device's support, fp32 kernels with the reason in the note."""
     monkeypatch.setattr(shaders, "coopmat_glslc", lambda: "/nonexistent/glslc-coopmat")
     assert coopmat.choose(_ctx(prec="highest"), 1, 512, 512, 512) == coopmat.Choice(None, "")
     assert coopmat.choose(_ctx(prec="highest", caps=SCALED_CAPS), 1, 512, 512, 512) == coopmat.Choice(None, "")
-    for ctx in (_ctx(prec="high", caps=SCALED_CAPS), _ctx(prec="medium", caps=SCALED_CAPS),
-                _ctx(torch.float16, caps=SCALED_CAPS)):
-        plan = coopmat.choose(ctx, 1, 512, 512, 512).plan
+    for ctx, sums16 in ((_ctx(prec="high", caps=SCALED_CAPS), False),
+                        (_ctx(prec="medium", caps=SCALED_CAPS), True),
+                        (_ctx(torch.float16, caps=SCALED_CAPS), False),
+                        (_ctx(prec="high"), False), (_ctx(prec="medium"), False),
+                        (_ctx(torch.float16), False)):
+        c = coopmat.choose(ctx, 1, 512, 512, 512)
+        plan = c.plan
         assert (plan.dtype, plan.scaled, plan.split3, plan.bk) == ("f16", True, False, 32)
-        assert {"SCALED", "ACC16", "CM_F16"} <= set(plan.defines())
+        assert {"SCALED", "CM_F16"} <= set(plan.defines())
+        assert ("ACC16" in plan.defines()) == sums16 == ("fp16 sums of 128" in c.note), c.note
     plan = coopmat.choose(_ctx(torch.bfloat16, caps=SCALED_CAPS), 1, 512, 512, 512).plan
     assert (plan.dtype, plan.scaled) == ("bf16", False)
-    high = coopmat.choose(_ctx(prec="high"), 1, 512, 512, 512).plan
-    medium = coopmat.choose(_ctx(prec="medium"), 1, 512, 512, 512).plan
+    bf16_only = dict(BF16_CAPS, cooperative_matrix_shapes=BF16_CAPS["cooperative_matrix_shapes"][1:])
+    high = coopmat.choose(_ctx(prec="high", caps=bf16_only), 1, 512, 512, 512).plan
+    medium = coopmat.choose(_ctx(prec="medium", caps=bf16_only), 1, 512, 512, 512).plan
     assert (high.dtype, high.split3, medium.dtype, medium.split3) == ("bf16", True, "bf16", False)
     half = coopmat.choose(_ctx(torch.float16, "highest"), 1, 512, 512, 512).plan
     assert (half.dtype, half.split3, half.cm) == ("f16", False, (16, 16, 16))
@@ -641,7 +649,7 @@ def test_choice_follows_precision(monkeypatch):
         [((16, 16, 16), 128, 128, 16), ((16, 16, 16), 128, 128, 32), ((16, 16, 16), 128, 128, 32)]
     for p in (high, medium, half):
         assert coopmat.shared_bytes(p.bm, p.bn, p.bk, p.cm, p.split3) <= 49152
-    no_bf16 = dict(BF16_CAPS, bfloat16_cooperative_matrix=False)
+    no_bf16 = dict(bf16_only, bfloat16_cooperative_matrix=False)
     c = coopmat.choose(_ctx(prec="high", caps=no_bf16), 1, 512, 512, 512)
     assert c.plan is None and "no bf16 cooperative matrices" in c.note
     c = coopmat.choose(_ctx(prec="medium", caps={"cooperative_matrix": False}), 1, 64, 64, 64)
@@ -681,15 +689,19 @@ COMPILED_PLANS = [("bf16", True, (16, 16, 16), 32, 16), ("bf16", False, (16, 16,
 @pytest.mark.parametrize("cm,subgroup", [((16, 16, 16), 32), ((8, 8, 8), 8)], ids=str)
 def test_scaled_kernels_compile_with_the_second_glslc(cm, subgroup):
     """The scaled fp16 matmul (both operands packed, with and without bias; B decoded from
-    each bounded GGUF type's blocks) and its pack (along k and along rows)."""
+    each bounded GGUF type's blocks; fp32 sums and fp16 partial sums) and its pack (along k
+    and along rows)."""
     from dynamo_vulkan.lowering.coopmat_pack import BOUNDED_TYPES
     if shaders.coopmat_glslc() is None:
         pytest.skip("no glslc for cooperative-matrix kernels here (scripts/glslc_coopmat.sh installs one)")
-    plan = coopmat.Plan("f16", False, cm, *coopmat.TILE, 32, subgroup, True)
+    sums32, sums16 = (coopmat.Plan("f16", False, cm, *coopmat.TILE, 32, subgroup, True, products)
+                      for products in (0, 128))
     packed = {"A_PACKED": 1, "A_ALONG_K": 1, "B_PACKED": 1, "B_ALONG_K": 1}
-    sources = [("matmul_coopmat", packed | extra | plan.defines()) for extra in ({}, {"HAS_BIAS": 1})]
+    sources = [("matmul_coopmat", packed | extra | plan.defines())
+               for extra in ({}, {"HAS_BIAS": 1}) for plan in (sums32, sums16)]
     sources += [("matmul_coopmat", {"A_PACKED": 1, "A_ALONG_K": 1, "B_ALONG_K": 1, "B_GGUF": 1,
-                                    f"QTYPE_{t}": 1} | plan.defines()) for t in sorted(BOUNDED_TYPES)]
+                                    f"QTYPE_{t}": 1} | plan.defines())
+                for t in sorted(BOUNDED_TYPES) for plan in (sums32, sums16)]
     sources += [("coopmat_pack", {"CM_F16": 1, "SCALED": 1} | extra) for extra in ({}, {"ALONG_ROWS": 1})]
     for name, defines in sources:
         _, src = kernel_source(name, defines)

@@ -29,22 +29,24 @@ def _variant(text: str, bk_choices: tuple, pack: str | None
              ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict, str | None]:
     """"128x256/2x4" -> ((128, 256), (2, 4), bk_choices, {}, pack); an optional
     third part names the K step ("128x128/2x4/64"); "+NAME" ("+NAME=VALUE") suffixes add
-    (or override) kernel defines,
+    (or override) kernel defines ("+NAME=none" drops one: "+ACC16=none", fp32 sums),
     "+packAB" ("+packA", "+packB", "+pack") sets which operands are converted first."""
     head, *extra = text.split("+")
     tile, sub, *bk = head.split("/")
     bks = (int(bk[0]),) if bk else bk_choices
     pack = next((e[4:] for e in extra if e.startswith("pack")), pack)
     return (tuple(map(int, tile.split("x"))), tuple(map(int, sub.split("x"))), bks,
-            {n: int(v) if v else 1 for n, _, v in (e.partition("=") for e in extra if not e.startswith("pack"))},
+            {n: None if v == "none" else int(v) if v else 1
+             for n, _, v in (e.partition("=") for e in extra if not e.startswith("pack"))},
             pack)
 
 
 _REFERENCE: dict = {}     # (m, k, n, kind) -> the fp64 product, computed once
 
 
-def _ours(m, k, n, kind, reps) -> tuple[float, float, str]:
-    """(median kernel ms, relative error, notes) of our compiled x @ W."""
+def _ours(m, k, n, kind, reps) -> tuple[float, float, float, str]:
+    """(median kernel ms, median ms of the matmul kernels alone (no 16-bit copies),
+    relative error, notes) of our compiled x @ W."""
     import dynamo_vulkan  # noqa: F401  (the backend)
     from dynamo_vulkan.runtime import program
 
@@ -67,6 +69,7 @@ def _ours(m, k, n, kind, reps) -> tuple[float, float, str]:
             fn = torch.compile(lambda t: t @ w, backend="vulkan", dynamic=False)
             out = fn(x)
             samples, _ = kernel_ms_per_call(cap, lambda: fn(x), reps)
+            alone, _ = kernel_ms_per_call(cap, lambda: fn(x), reps, prefix="matmul")
     finally:
         program.Program.__init__ = init
     want = _REFERENCE.get((m, k, n, kind))
@@ -74,7 +77,7 @@ def _ours(m, k, n, kind, reps) -> tuple[float, float, str]:
         want = _REFERENCE[(m, k, n, kind)] = x.double() @ w.double()
     err = ((out.double() - want).norm() / want.norm()).item()
     notes = "; ".join(d.note for p in seen for d in p.dispatches if d.name.startswith("matmul"))
-    return statistics.median(samples), err, notes
+    return statistics.median(samples), statistics.median(alone), err, notes
 
 
 def _cuda(m, k, n, kind, reps) -> float | None:
@@ -116,8 +119,9 @@ def main(argv=None) -> None:
     name = info["name"]
     print(f"device: {name}; torch CUDA: "
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'absent'}")
-    print("| shape | kind | variant | ours TFLOP/s | torch CUDA TFLOP/s | ratio | rel. error | kernel |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | kind | variant | ours TFLOP/s | matmul alone | torch CUDA TFLOP/s | ratio | "
+          "rel. error | kernel |")
+    print("|---|---|---|---|---|---|---|---|---|")
     saved = (coopmat.TILE, coopmat.SUBGROUPS, torch.get_float32_matmul_precision(),
              coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES, coopmat.FORCE_PACK)
     try:
@@ -132,14 +136,14 @@ def main(argv=None) -> None:
                      coopmat.FORCE_PACK) = _variant(v, saved[3], saved[5])
                     info["name"] = f"{name} [coopmat {v}]"
                     try:
-                        ms, err, notes = _ours(m, k, n, kind, args.reps)
+                        ms, alone, err, notes = _ours(m, k, n, kind, args.reps)
                         tf = flop / ms / 1e9
                         ratio = f"{tf / base_tf:.2f}" if base_tf else "-"
-                        print(f"| {m}x{k}x{n} | {kind} | {v} | {tf:.4g} | "
+                        print(f"| {m}x{k}x{n} | {kind} | {v} | {tf:.4g} | {flop / alone / 1e9:.4g} | "
                               f"{f'{base_tf:.4g} ({CUDA_BASE[kind]})' if base_tf else '-'} | {ratio} | "
                               f"{err:.2e} | {notes} |", flush=True)
                     except Exception as e:     # one variant's failure is a row, the sweep goes on
-                        print(f"| {m}x{k}x{n} | {kind} | {v} | failed | - | - | - | "
+                        print(f"| {m}x{k}x{n} | {kind} | {v} | failed | - | - | - | - | "
                               f"{type(e).__name__}: {str(e)[:200]} |", flush=True)
     finally:
         coopmat.TILE, coopmat.SUBGROUPS = saved[0], saved[1]

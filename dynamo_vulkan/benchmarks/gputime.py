@@ -23,13 +23,14 @@ class _Capture(logging.Handler):
     def __init__(self):
         super().__init__(logging.INFO)
         self.calls: list[tuple[float, float, int]] = []   # (total us, copies us, kernels)
+        self.by_kernel: list[dict[str, float]] = []        # per call: us per kernel name
 
     def emit(self, record):
         args = record.args if isinstance(record.args, tuple) else ()
         if len(args) != 2:
             return
         table, total = args
-        copies, kernels = 0.0, 0
+        copies, kernels, named = 0.0, 0, {}
         for line in str(table).splitlines():
             m = _ROW.match(line)
             if not m:
@@ -38,7 +39,10 @@ class _Capture(logging.Handler):
                 copies += float(m.group(1))
             else:
                 kernels += 1
+                name = m.group(2).split()[0]
+                named[name] = named.get(name, 0.0) + float(m.group(1))
         self.calls.append((float(total), copies, kernels))
+        self.by_kernel.append(named)
 
 
 @contextmanager
@@ -64,16 +68,23 @@ def profiled():
             os.environ["DYNAMO_VULKAN_PROFILE"] = saved[2]
 
 
-def kernel_ms_per_call(cap: _Capture, fn, calls: int) -> tuple[list[float], int]:
+def kernel_ms_per_call(cap: _Capture, fn, calls: int, prefix: str | None = None
+                       ) -> tuple[list[float], int]:
     """Call ``fn`` ``calls`` times; per call, the GPU ms of its kernels (the
-    sum over its programs, copies excluded) and the kernels dispatched."""
+    sum over its programs, copies excluded; with ``prefix``, only the kernels
+    whose name starts with it) and the kernels dispatched."""
     samples, kernels = [], 0
     for _ in range(calls):
         cap.calls.clear()
+        cap.by_kernel.clear()
         fn()
         if not cap.calls:
             raise RuntimeError("no GPU timestamps were logged: did the graph compile for Vulkan "
                                "inside benchmarks.gputime.profiled()?")
-        samples.append(sum(t - c for t, c, _ in cap.calls) / 1e3)
+        if prefix is None:
+            samples.append(sum(t - c for t, c, _ in cap.calls) / 1e3)
+        else:
+            samples.append(sum(us for named in cap.by_kernel for name, us in named.items()
+                               if name.startswith(prefix)) / 1e3)
         kernels = sum(k for _, _, k in cap.calls)
     return samples, kernels

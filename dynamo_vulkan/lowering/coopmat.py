@@ -6,25 +6,24 @@ at compile time (the config's matmul_precision, in the cache key) decides for fp
 - "highest": never; today's exact fp32 kernels;
 - "high" and "medium": scaled fp16 (SCALED): each row of A and each column of B is
   multiplied by a power of two that brings its largest finite magnitude into [8, 16),
-  rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores with
-  fp16 partial sums over FOLD_PRODUCTS[precision] products (each below 256: no overflow
-  for any input) added into fp32 accumulators, and the result multiplied back by the
-  powers of two. fp16 partial sums run at twice the rate of fp32 ones on NVIDIA's driver,
-  and each addition into fp32 costs about as much as the multiplies of one K step, so
-  longer sums are faster (4096^3 on an H200: 63 TFLOP/s with sums of 32, 107 with 128);
-  but a partial sum rounds at the scale of its largest product, so where a row holds an
-  outlier (LLM activations do) the error grows with the sum's length. Sums of 128 keep
-  TF32's class: on random matrices 1.8x TF32's error (1.3x with sums of 32), which is
-  the operands' rounding, the same as fp16's; a random-weight Gemma 3's logits after a
-  512-token prompt moved 0.019 on an H100, where TF32's rounding of the same model's
-  operands moves them 0.039 (docs/journal.md, sessions 32 and 33).
-  Where the device has no fp16-accumulator matrices of the fp32 ones' shape: bf16x3 for
-  "high" (each operand split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about
-  fp32's accuracy) and bf16 for "medium".
-fp16 tensors take scaled fp16 too (their values scale exactly unless tiny beside their
-row's largest); bf16 tensors bf16 with fp32 sums. Where the device lacks a needed shape or
-type, or no glslc compiles the kernel, the fp32 kernels run and the note says why; so they
-do everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's tensor_cores).
+  rounded to fp16 (10 mantissa bits, as TF32 keeps), multiplied on fp16 tensor cores,
+  and the result multiplied back by the powers of two. "high" sums the products in fp32:
+  the operands' rounding is then the only error, TF32's on the same inputs (2.94e-4 on
+  random 4096^3 matrices on an H100 against TF32's 2.94e-4). "medium", which lets torch
+  multiply in bf16, sums FOLD_PRODUCTS["medium"] products at a time in fp16 partial sums
+  (each product below 256: no overflow for any input) before adding them into fp32, where
+  the device has fp16-accumulator matrices of the fp32 ones' shape: the driver may run
+  them faster (on consumer GPUs that halve the fp32-accumulator rate; not on an H100,
+  where fp32 sums ran 3% faster, docs/journal.md, session 44), and a partial sum rounds
+  at the scale of its largest product (5.3e-4 on the same matrices).
+  Where the device has no fp16 x fp16 + fp32 matrices: bf16x3 for "high" (each operand
+  split as bf16 hi + bf16 lo, hi*hi + hi*lo + lo*hi in fp32; about fp32's accuracy) and
+  bf16 for "medium".
+fp16 tensors take scaled fp16 with fp32 sums too (their values scale exactly unless tiny
+beside their row's largest); bf16 tensors bf16 with fp32 sums. Where the device lacks a
+needed shape or type, or no glslc compiles the kernel, the fp32 kernels run and the note
+says why; so they do everywhere with DYNAMO_VULKAN_TENSOR_CORES=off (the config's
+tensor_cores).
 TILE, SUBGROUPS, BK_CHOICES, FORCE_SPLITS, FORCE_PACK, EXTRA_DEFINES, SCALED_FOR and
 BF16_IN_F16 below are read at lowering time (tests and benchmarks/coopmat_sweep.py set
 them); a cached plan keeps the choice it was made with. Operands that many tiles read (and
@@ -49,13 +48,13 @@ TILE = (128, 128)          # rows and columns of C per workgroup
 SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C each
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
-EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (coopmat_sweep)
+EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (None: dropped)
 # fp32 precisions multiplied as scaled fp16 where the device has its matrices (docstring)
 SCALED_FOR = {"high": "f16", "medium": "f16"}
 # products summed in fp16 before each addition into fp32 (a whole number of K steps), per
-# precision ("fp16": fp16 tensors, whose reductions torch lets cuBLAS run in fp16 by
-# default); at most 128, the most whose sum stays finite (below 256 each: below 32,768)
-FOLD_PRODUCTS = {"high": 128, "medium": 128, "fp16": 128}
+# precision ("fp16": fp16 tensors); 0: every product summed in fp32. At most 128, the most
+# whose sum stays finite (below 256 each: below 32,768)
+FOLD_PRODUCTS = {"high": 0, "medium": 128, "fp16": 0}
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
@@ -76,8 +75,8 @@ class Plan:
     bn: int
     bk: int
     subgroup: int
-    scaled: bool = False   # fp16 operands scaled by powers of two, fp16 partial sums (SCALED)
-    products: int = 32     # SCALED: products in each fp16 partial sum (FOLD_PRODUCTS)
+    scaled: bool = False   # fp16 operands scaled by powers of two (SCALED)
+    products: int = 0      # SCALED: products in each fp16 partial sum, 0: fp32 sums (FOLD_PRODUCTS)
 
     def defines(self) -> dict:
         d = {"CM_BF16" if self.dtype == "bf16" else "CM_F16": 1,
@@ -87,10 +86,12 @@ class Plan:
         if self.split3:
             d["SPLIT3"] = 1
         if self.scaled:
+            d["SCALED"] = 1
+        if self.scaled and self.products:
             if self.bk * self.fold > 128:   # an fp16 sum of products below 256 stays finite
                 raise core.LoweringError(f"scaled fp16 partial sums hold at most 128 products, "
                                          f"not {self.bk} x {self.fold}")
-            d |= {"SCALED": 1, "ACC16": 1, "FOLD": self.fold}
+            d |= {"ACC16": 1, "FOLD": self.fold}
         return d
 
     @property
@@ -102,7 +103,8 @@ class Plan:
     def label(self) -> str:
         base = "bf16" if self.dtype == "bf16-in-f16" else self.dtype
         kind = f"{base}x3" if self.split3 else \
-            f"{base} scaled, sums of {self.products}" if self.scaled else base
+            f"{base} scaled, fp16 sums of {self.products}" if self.scaled and self.products else \
+            f"{base} scaled" if self.scaled else base
         held = " held in fp16" if self.dtype == "bf16-in-f16" else ""
         return f"tensor cores {kind}{held} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk}"
 
@@ -180,13 +182,16 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; tensor cores off: DYNAMO_VULKAN_TENSOR_CORES=off)")
     if not caps.get("cooperative_matrix"):
         return Choice(None, f"fp32 ({why}; the device has no cooperative matrices)")
+    products = 0
     if scaled:
         cm = _shape(caps, "f16")
-        if cm is None or _shape(caps, "f16", acc="f16") != cm:
-            # no fp16 partial sums of the fp32 ones' shape: unscaled fp16 tensors, bf16(x3)
+        if cm is None:
+            # no fp16 x fp16 + fp32 matrices: bf16(x3) for fp32 tensors
             scaled = False
             if dtype != torch.float16:
                 want, split3 = "bf16", prec == "high"
+        elif _shape(caps, "f16", acc="f16") == cm:     # fp16 partial sums where asked for
+            products = FOLD_PRODUCTS["fp16" if dtype == torch.float16 else prec]
     if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
         if not BF16_IN_F16:
             return Choice(None, f"fp32 ({why}; the device has no bf16 cooperative matrices)")
@@ -204,7 +209,6 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
     for bk in BK_CHOICES:
         if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3) <= limit:
-            products = FOLD_PRODUCTS["fp16" if dtype == torch.float16 else prec] if scaled else 32
             plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled, products)
             return Choice(plan, f"{plan.label} ({why})")
     return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
@@ -247,7 +251,8 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
     from .coopmat_pack import decodes_inline, pack_operand
     from .matmul import dispatch_tiles, load_groups
     a, b = bindings[1], bindings[2]
-    defines = defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES
+    defines = {n: v for n, v in (defines | {"VARIANT": "coopmat"} | plan.defines() | EXTRA_DEFINES).items()
+               if v is not None}
     tiles = (-(-n // plan.bn), -(-m // plan.bm))
     packed = "AB" if plan.scaled else packed_operands(tiles[1], tiles[0]) if k else ""
     kp = -(-max(k, 1) // plan.bk) * plan.bk

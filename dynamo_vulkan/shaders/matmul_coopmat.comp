@@ -68,10 +68,11 @@
 #define FOLD 1
 #endif
 // SCALED: both operands packed with a power-of-two scale per row of A and per column of B
-// (coopmat_pack.comp), which keeps every fp16 partial sum finite; the epilogue multiplies
-// each result by 2^-(e_m + e_n).
-#if defined(SCALED) && !(defined(ACC16) && defined(A_PACKED) && (defined(B_PACKED) || defined(B_GGUF)))
-#error SCALED takes ACC16, A packed and B packed or decoded from GGUF blocks
+// (coopmat_pack.comp), which keeps every fp16 value, and every fp16 partial sum (ACC16),
+// finite; the epilogue multiplies each result by 2^-(e_m + e_n). Without ACC16 the
+// products accumulate in fp32.
+#if defined(SCALED) && !(defined(CM_F16) && defined(A_PACKED) && (defined(B_PACKED) || defined(B_GGUF)))
+#error SCALED takes fp16 matrices, A packed and B packed or decoded from GGUF blocks
 #endif
 #if defined(B_GGUF) && !(defined(SCALED) && defined(B_ALONG_K))
 #error B_GGUF decodes rows of W along k for the scaled fp16 kernel
