@@ -354,6 +354,23 @@ def test_packed_operands(precision, plans, monkeypatch, kind, pack, splits):
     assert len(notes) >= 3 and all(f", {pack} in 16 bits first" in s for s in notes), notes
 
 
+@pytest.mark.parametrize("m,k,n", [(100, 60, 17), (40, 300, 24), (37, 700, 33), (20, 1500, 9)], ids=str)
+def test_scaled_pack_rows_per_workgroup(precision, plans, monkeypatch, m, k, n):
+    """The scaled pack takes several rows a workgroup where they are short
+    (coopmat_pack.scaled_rows: 8, 4, 2 and 1 rows along k here) and 8 along its rows (A
+    transposed, B of x @ W with W [K, N]), row counts not a multiple of them, each row
+    scaled by its own power of two (rows 1e6 apart)."""
+    from dynamo_vulkan.lowering.coopmat_pack import scaled_rows
+    a = torch.randn(m, k) * torch.logspace(-3, 3, m).unsqueeze(1)
+    b = torch.randn(k, n) * torch.logspace(3, -3, n)
+    check_product(precision, monkeypatch, "high", a, b)
+    check_product(precision, monkeypatch, "high", a.t().contiguous().t(), b)
+    packs = [d for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
+    assert packs, [d.name for p in plans for d in p.dispatches]
+    assert [scaled_rows(False, kp) for kp in (64, 256, 320, 512, 1024, 1536)] == [8, 8, 4, 4, 2, 1]
+    assert scaled_rows(True, 4096) == 8 and scaled_rows(False, 64, plain=False) == 1
+
+
 def test_an_operand_read_by_several_products_is_packed_once(precision, plans, monkeypatch):
     """Three scaled products of one A (a prompt's q, k and v projections of one normalised
     x): A's 16-bit copy is made once and read by all three; an A written in between (the
@@ -702,7 +719,8 @@ def test_scaled_kernels_compile_with_the_second_glslc(cm, subgroup):
     sources += [("matmul_coopmat", {"A_PACKED": 1, "A_ALONG_K": 1, "B_ALONG_K": 1, "B_GGUF": 1,
                                     f"QTYPE_{t}": 1} | plan.defines())
                 for t in sorted(BOUNDED_TYPES) for plan in (sums32, sums16)]
-    sources += [("coopmat_pack", {"CM_F16": 1, "SCALED": 1} | extra) for extra in ({}, {"ALONG_ROWS": 1})]
+    sources += [("coopmat_pack", {"CM_F16": 1, "SCALED": 1} | extra)
+                for extra in ({}, {"SROWS": 4}, {"ALONG_ROWS": 1, "SROWS": 8})]
     for name, defines in sources:
         _, src = kernel_source(name, defines)
         assert compile_source(src, name)[:4] == b"\x03\x02\x23\x07", defines

@@ -11,9 +11,23 @@ WG = 256    # coopmat_pack.comp's workgroup
 # octets of 8 an invocation of an elementwise operand's pack holds in registers at most
 # (LZ_OCT, its expression computed once); past that it computes them again for the stores
 LAZY_KEPT_OCTETS = 12
-# rows a workgroup scales (coopmat_pack.comp's SROWS; rows_p is a multiple of 32): along its
-# rows (ALONG_ROWS) or along k
-SCALED_ROWS = {True: 32, False: 1}
+ALONG_ROWS_SROWS = 8     # rows a workgroup scales along its rows: one 32-byte sector a read
+
+
+def scaled_rows(along_rows: bool, kp: int, plain: bool = True) -> int:
+    """Rows a workgroup of the scaled pack takes (coopmat_pack.comp's SROWS; rows_p is a
+    multiple of 32): along its rows ALONG_ROWS_SROWS; along k one row where a row's octets
+    fill the workgroup, else as many rows as leave at least 32 invocations a row (a plain
+    fp32 operand only: the norm, an elementwise expression and GGUF blocks take a row a
+    workgroup)."""
+    if along_rows:
+        return ALONG_ROWS_SROWS
+    if not plain:
+        return 1
+    lanes = 32
+    while lanes < WG and lanes * 8 < kp:
+        lanes *= 2
+    return WG // lanes
 
 
 def _scaled_copy(ctx, rows_p: int, kp: int):
@@ -56,8 +70,12 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
                                          if n in ("CM_BF16", "CM_F16", "BF16_IN_F16", "SPLIT3", "SCALED")}}
     if sr == 1 and sk != 1:
         defines["ALONG_ROWS"] = 1
-    # SCALED: a workgroup a group of SCALED_ROWS rows; else an invocation an octet
-    count = batches * rows_p // SCALED_ROWS["ALONG_ROWS" in defines] * WG if plan.scaled else octets
+    # SCALED: a workgroup a group of scaled_rows rows; else an invocation an octet
+    count = octets
+    if plan.scaled:
+        srows = scaled_rows("ALONG_ROWS" in defines, kp, norm is None)
+        defines["SROWS"] = srows
+        count = batches * rows_p // srows * WG
     bindings, spec = [dst, ref], [WG, rows, k, ref.offset, sb, sr, sk, batches, rows_p, kp]
     note = f"[{batches}x{rows}x{k}] to 16 bits for {plan.label}"
     if norm is not None:
@@ -115,7 +133,7 @@ def pack_gguf(ctx, plan, w, qdefines: dict, n: int, k: int, row_bytes: int, rows
     defines = {**qdefines, "CM_F16": 1, "SCALED": 1, "GGUF": 1}
     ctx.dispatch("coopmat_pack", defines, [dst, w], [0],
                  [WG, n, k, 0, 0, 0, 1, 1, rows_p, kp, row_bytes],
-                 core.groups_for(rows_p // SCALED_ROWS[False] * WG, WG),
+                 core.groups_for(rows_p * WG, WG),
                  note=f"{qdefines['VARIANT']}[{n}x{k}] decoded to 16 bits for {plan.label}",
                  weight_copy=True)
     return dst

@@ -9,10 +9,13 @@
 // the exponents follow the data, one int a row (per batch, ROWS_P of them), and the matmul
 // multiplies its result by 2^-(e_row + e_col) (exactly, as powers of two). With both
 // operands below 16, a product is below 256 and a K step's fp16 partial sum (ACC16) below
-// 65504: no overflow whatever the inputs' range. A workgroup takes SROWS rows: SLANES
-// invocations a row, each over every SLANES-th octet, for the maximum and then the stores
-// (ROWS_P is a multiple of 32); along k, a workgroup a row, so that a prompt's few rows
-// still fill the GPU.
+// 65504: no overflow whatever the inputs' range. A workgroup takes SROWS rows (the host's
+// choice, a power of two up to 8; ROWS_P is a multiple of 32): SLANES invocations a row,
+// each over every SLANES-th octet, for the maximum and then the stores. Along k a
+// workgroup takes one row where rows are long (a prompt's few rows still fill the GPU),
+// several where they are short (a short row leaves most of one workgroup idle); along its
+// rows, 8 neighbouring rows (a 32-byte sector a read) by 32 lanes along k (many
+// workgroups, and few octets an invocation walks).
 // One invocation an octet (not SCALED). ALONG_ROWS: the source's unit stride runs along the rows (B of
 // x @ W with W [K, N]), so neighbouring invocations take neighbouring rows of one octet
 // column (their reads coalesce); else neighbouring octets of one row.
@@ -104,34 +107,39 @@ float finite_max8(vec4 x0, vec4 x1) {
     vec4 a = max(mix(vec4(0.0), a0, lessThan(a0, inf)), mix(vec4(0.0), a1, lessThan(a1, inf)));
     return max(max(a.x, a.y), max(a.z, a.w));
 }
-#ifdef ALONG_ROWS
-#define SROWS 32u       // neighbouring invocations on neighbouring rows (their reads coalesce)
-#define SLANES 8u
-shared float row_max[SROWS * SLANES];
+#ifndef SROWS
+#define SROWS 1
+#endif
+#if SROWS > 1 && (defined(NORM) || defined(X_LAZY) || defined(GGUF))
+#error NORM, X_LAZY and GGUF pack one row a workgroup
+#endif
+#define SLANES (gl_WorkGroupSize.x / uint(SROWS))
+#if SROWS > 1
+// each invocation's maximum, then each row's over its SLANES invocations
+shared float row_max[gl_WorkGroupSize.x];
 #else
-#define SROWS 1u        // a workgroup a row, its invocations on neighbouring octets
-#define SLANES gl_WorkGroupSize.x
 #include "wg_reduce.glsl"
 #endif
 layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
 
 
 void main() {
-    uint ko = KP / 8u, groups = ROWS_P / SROWS;
+    uint ko = KP / 8u, groups = ROWS_P / uint(SROWS);
     uint wg = flat_workgroup(), lid = gl_LocalInvocationID.x;
     uint b = wg / groups;
     if (b >= BATCHES) return;
 #ifdef ALONG_ROWS
-    uint rl = lid % SROWS, lane = lid / SROWS;
+    // neighbouring invocations on neighbouring rows (their reads coalesce)
+    uint rl = lid % uint(SROWS), lane = lid / uint(SROWS);
 #else
     uint rl = lid / SLANES, lane = lid % SLANES;
 #endif
 #ifdef GGUF
-    uint r = (wg % groups) * SROWS + rl, base = r * ROW_BYTES;
+    uint r = (wg % groups) * uint(SROWS) + rl, base = r * ROW_BYTES;
 #elif defined(X_LAZY)
-    uint r = (wg % groups) * SROWS + rl, base = r;
+    uint r = (wg % groups) * uint(SROWS) + rl, base = r;
 #else
-    uint r = (wg % groups) * SROWS + rl, base = OFF + b * SB + r * SR;
+    uint r = (wg % groups) * uint(SROWS) + rl, base = OFF + b * SB + r * SR;
 #endif
     float m = 0.0;
 #ifdef NORM
@@ -172,11 +180,15 @@ void main() {
             m = max(m, finite_max8(x0, x1));
         }
 #endif
-#ifdef ALONG_ROWS
-    row_max[rl * SLANES + lane] = m;
+#if SROWS > 1
+    row_max[lid] = m;
     barrier();
     m = 0.0;
-    [[unroll]] for (uint i = 0u; i < SLANES; ++i) m = max(m, row_max[rl * SLANES + i]);
+#ifdef ALONG_ROWS
+    for (uint i = 0u; i < SLANES; ++i) m = max(m, row_max[rl + i * uint(SROWS)]);
+#else
+    for (uint i = 0u; i < SLANES; ++i) m = max(m, row_max[rl * SLANES + i]);
+#endif
 #else
     m = wg_max(m);
 #endif

@@ -57,7 +57,7 @@ FAMILIES: dict[str, Family] = {
                         "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
     "cdist": _f("", "PDIST P_INF P_ONE P_TWO P_ZERO", "P_ANY"),
     "conv": _f("", "HAS_BIAS TRANSPOSED"),
-    "coopmat_pack": _f("", "ALONG_ROWS BF16_IN_F16 CM_BF16 GGUF LZ_OCT NORM SCALED SPLIT3 X_LAZY", "CM_F16",
+    "coopmat_pack": _f("", "ALONG_ROWS BF16_IN_F16 CM_BF16 GGUF LZ_OCT NORM SCALED SPLIT3 SROWS X_LAZY", "CM_F16",
                         extra=GGUF_QTYPES),
     "cumext": _f("LOAD ROW_INDEX SPEC_DECLS STORE TAKES VAL_T"),
     "elementwise": _f("BUFFER_DECLS INDEX_CODE OUT_STORE SPEC_DECLS", SPECIAL),
