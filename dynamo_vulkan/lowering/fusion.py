@@ -197,7 +197,8 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
         subst[j] = f"ld_{o.kind}({name}l{b}[{name}r{j}(m) + k * {strides[-1]}u])"
     body = re.sub(r"\$(\d+)", lambda mt: subst[int(mt.group(1))], text)
     value = convert(body, rk, "f32")
-    decls.append(f"float {name}lazy(uint m, uint k) {{ return {value}; }}")
+    # precise, as elementwise.comp's stores: x - x and x * 0 stay NaN for NaN and inf inputs
+    decls.append(f"float {name}lazy(uint m, uint k) {{ precise float v_ = {value}; return v_; }}")
     return RowLoader(" ".join(decls), buffers, base)
 
 
