@@ -106,8 +106,9 @@ def test_a_reshaped_or_constant_producer(plans):
 @pytest.mark.parametrize("dim", [0, -1])
 def test_sum_of_an_elementwise_input_keeps_nan_from_inf(dim):
     """A sum that computes its elementwise input as it loads it (reduce.comp X_LAZY) keeps
-    x - x NaN where x is inf or NaN, as eager does: the driver may not fold it to 0
-    (fuzzing found x - x of a strided input summed to 0)."""
+    x - x, x * 0 and x * 0.0 NaN where x is inf or NaN, as eager does: the driver may not
+    fold them to 0 (fuzzing found x - x of a strided input summed to 0)."""
     x = noncontig(torch.randn(5, 4, 7))
     x[2, 1, 1], x[3, 2, 5] = math.inf, math.nan
-    check(lambda t: ((t - t).sum(dim), ((t - t) * 1.5).mean(dim)), x)
+    check(lambda t: ((t - t).sum(dim), (t * 0).sum(dim), (t * 0.0).amax(dim),
+                     ((t - t) * 1.5).mean(dim)), x)

@@ -180,6 +180,8 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
                 # a zero the compiler cannot see (x * 0.0 must stay NaN for NaN x)
                 subst[j] = (f"uintBitsToFloat({bits}u ^ (gl_NumWorkGroups.z - 1u))"
                             if bits in (0, 0x80000000) else f"uintBitsToFloat({bits}u)")
+            elif int(o) == 0:       # an int 0 too: a folded expression converts it to float
+                subst[j] = f"{GLSL_TYPE[kind]}(gl_NumWorkGroups.z - 1u)"
             else:
                 subst[j] = f"{GLSL_TYPE[kind]}({int(o)})"
             continue
