@@ -314,6 +314,7 @@ def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
     each subgroup then holds as many fragments as the H100's 128x128 tile gives it, and a
     step spans several of the matrices' K."""
     monkeypatch.setattr(coopmat, "TILE", (64, 64))
+    monkeypatch.setattr(coopmat, "SUBGROUPS", ((2, 2),))
     plan_apart(monkeypatch, "tile 64x64")
     check_product(precision, monkeypatch, kind, torch.randn(150, 200), torch.randn(200, 136))
     notes = coopmat_notes(plans)
@@ -665,7 +666,8 @@ def test_choice_follows_precision(monkeypatch):
     assert [(p.cm, p.bm, p.bn, p.bk) for p in (high, medium, half)] == \
         [((16, 16, 16), 128, 128, 16), ((16, 16, 16), 128, 128, 32), ((16, 16, 16), 128, 128, 32)]
     for p in (high, medium, half):
-        assert coopmat.shared_bytes(p.bm, p.bn, p.bk, p.cm, p.split3) <= 49152
+        assert coopmat.shared_bytes(p.bm, p.bn, p.bk, p.cm, p.split3, p.sg) <= 49152
+    assert {p.sg for p in (high, medium, half)} == {(4, 4)}
     no_bf16 = dict(bf16_only, bfloat16_cooperative_matrix=False)
     c = coopmat.choose(_ctx(prec="high", caps=no_bf16), 1, 512, 512, 512)
     assert c.plan is None and "no bf16 cooperative matrices" in c.note
@@ -674,6 +676,23 @@ def test_choice_follows_precision(monkeypatch):
     monkeypatch.setattr(shaders, "coopmat_glslc", lambda: None)
     c = coopmat.choose(_ctx(prec="high"), 1, 512, 512, 512)
     assert c.plan is None and "glslc" in c.note
+
+
+def test_subgroups_within_the_devices_workgroups(monkeypatch):
+    """16 subgroups a workgroup where the device allows 16 x 32 invocations, else 8 (the
+    tile's rows per subgroup double), else no tensor cores, with the reason."""
+    monkeypatch.setattr(shaders, "coopmat_glslc", lambda: "/nonexistent/glslc-coopmat")
+    sgs = []
+    for most in (1024, 512, 256):
+        caps = dict(SCALED_CAPS, max_compute_work_group_invocations=most)
+        plan = coopmat.choose(_ctx(prec="high", caps=caps), 1, 512, 512, 512).plan
+        sgs.append(plan.sg)
+        assert plan.defines()["SG_M"] * plan.defines()["SG_N"] * 32 <= most
+        assert f"in {plan.sg[0]}x{plan.sg[1]} subgroups" in plan.label
+    assert sgs == [(4, 4), (4, 4), (2, 4)]
+    c = coopmat.choose(_ctx(prec="high", caps=dict(SCALED_CAPS, max_compute_work_group_invocations=128)),
+                       1, 512, 512, 512)
+    assert c.plan is None and "exceeds the device's invocations" in c.note
 
 
 def test_highest_program_keeps_fp32_kernels(monkeypatch, precision, plans):

@@ -26,19 +26,21 @@ CUDA_BASE = {"highest": "fp32", "high": "TF32", "medium": "bf16", "fp16": "fp16"
 
 
 def _variant(text: str, bk_choices: tuple, pack: str | None
-             ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict, str | None]:
-    """"128x256/2x4" -> ((128, 256), (2, 4), bk_choices, {}, pack); an optional
+             ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, ...], dict, str | None, int | None]:
+    """"128x256/2x4" -> ((128, 256), ((2, 4),), bk_choices, {}, pack, None); an optional
     third part names the K step ("128x128/2x4/64"); "+NAME" ("+NAME=VALUE") suffixes add
     (or override) kernel defines ("+NAME=none" drops one: "+ACC16=none", fp32 sums),
-    "+packAB" ("+packA", "+packB", "+pack") sets which operands are converted first."""
+    "+packAB" ("+packA", "+packB", "+pack") sets which operands are converted first,
+    "+splits=N" the K split (coopmat.FORCE_SPLITS)."""
     head, *extra = text.split("+")
     tile, sub, *bk = head.split("/")
     bks = (int(bk[0]),) if bk else bk_choices
     pack = next((e[4:] for e in extra if e.startswith("pack")), pack)
-    return (tuple(map(int, tile.split("x"))), tuple(map(int, sub.split("x"))), bks,
+    return (tuple(map(int, tile.split("x"))), (tuple(map(int, sub.split("x"))),), bks,
             {n: None if v == "none" else int(v) if v else 1
-             for n, _, v in (e.partition("=") for e in extra if not e.startswith("pack"))},
-            pack)
+             for n, _, v in (e.partition("=") for e in extra
+                             if not e.startswith(("pack", "splits=")))},
+            pack, next((int(e[7:]) for e in extra if e.startswith("splits=")), None))
 
 
 _REFERENCE: dict = {}     # (m, k, n, kind) -> the fp64 product, computed once
@@ -106,7 +108,7 @@ def main(argv=None) -> None:
     from dynamo_vulkan.lowering import coopmat
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--variants", default="128x128/2x4,128x128/2x2,128x256/2x4,256x128/4x2",
+    p.add_argument("--variants", default="128x128/4x4,128x128/2x4,128x128/2x2/16,256x128/4x2/16",
                    help="tile/subgroups, comma-separated (the first is the default's)")
     p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES))
     p.add_argument("--kinds", default=",".join(KINDS))
@@ -123,7 +125,7 @@ def main(argv=None) -> None:
           "rel. error | kernel |")
     print("|---|---|---|---|---|---|---|---|---|")
     saved = (coopmat.TILE, coopmat.SUBGROUPS, torch.get_float32_matmul_precision(),
-             coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES, coopmat.FORCE_PACK)
+             coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES, coopmat.FORCE_PACK, coopmat.FORCE_SPLITS)
     try:
         for m, k, n in shapes:
             flop = 2 * m * k * n
@@ -133,7 +135,7 @@ def main(argv=None) -> None:
                 variants = args.variants.split(",") if kind != "highest" else args.variants.split(",")[:1]
                 for v in variants:
                     (coopmat.TILE, coopmat.SUBGROUPS, coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES,
-                     coopmat.FORCE_PACK) = _variant(v, saved[3], saved[5])
+                     coopmat.FORCE_PACK, coopmat.FORCE_SPLITS) = _variant(v, saved[3], saved[5])
                     info["name"] = f"{name} [coopmat {v}]"
                     try:
                         ms, alone, err, notes = _ours(m, k, n, kind, args.reps)
@@ -148,6 +150,7 @@ def main(argv=None) -> None:
     finally:
         coopmat.TILE, coopmat.SUBGROUPS = saved[0], saved[1]
         coopmat.BK_CHOICES, coopmat.EXTRA_DEFINES, coopmat.FORCE_PACK = saved[3], saved[4], saved[5]
+        coopmat.FORCE_SPLITS = saved[6]
         torch.set_float32_matmul_precision(saved[2])
         info["name"] = name
 

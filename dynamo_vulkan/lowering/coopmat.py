@@ -45,7 +45,11 @@ log = logging.getLogger(__name__)
 
 PRECISIONS = ("highest", "high", "medium")
 TILE = (128, 128)          # rows and columns of C per workgroup
-SUBGROUPS = (2, 4)         # subgroups per workgroup along m and n: 64 x 32 of C each
+# Subgroups per workgroup along m and n, the first whose invocations the device allows:
+# 16 of 32 x 32 of C each beat 8 of 64 x 32 on every product measured on an H100 (3-8% on
+# the 7B's prompt products, 31% on one of 16 tiles; docs/journal.md, session 45), since
+# twice the subgroups hide more of each K step's load latency
+SUBGROUPS = ((4, 4), (2, 4))
 BK_CHOICES = (32, 16, 8)   # K per shared-memory step: the largest whose stages fit
 FORCE_SPLITS: int | None = None    # a test's override of the K split (core.k_splits)
 EXTRA_DEFINES: dict = {}           # a measurement's extra kernel defines (None: dropped)
@@ -77,11 +81,12 @@ class Plan:
     subgroup: int
     scaled: bool = False   # fp16 operands scaled by powers of two (SCALED)
     products: int = 0      # SCALED: products in each fp16 partial sum, 0: fp32 sums (FOLD_PRODUCTS)
+    sg: tuple = SUBGROUPS[0]    # subgroups along m and n
 
     def defines(self) -> dict:
         d = {"CM_BF16" if self.dtype == "bf16" else "CM_F16": 1,
              **({"BF16_IN_F16": 1} if self.dtype == "bf16-in-f16" else {}),
-             "BM": self.bm, "BN": self.bn, "BK": self.bk, "SG_M": SUBGROUPS[0], "SG_N": SUBGROUPS[1],
+             "BM": self.bm, "BN": self.bn, "BK": self.bk, "SG_M": self.sg[0], "SG_N": self.sg[1],
              "CM_M": self.cm[0], "CM_N": self.cm[1], "CM_K": self.cm[2], "SUBGROUP": self.subgroup}
         if self.split3:
             d["SPLIT3"] = 1
@@ -106,7 +111,8 @@ class Plan:
             f"{base} scaled, fp16 sums of {self.products}" if self.scaled and self.products else \
             f"{base} scaled" if self.scaled else base
         held = " held in fp16" if self.dtype == "bf16-in-f16" else ""
-        return f"tensor cores {kind}{held} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk}"
+        return (f"tensor cores {kind}{held} {'x'.join(map(str, self.cm))}, tile {self.bm}x{self.bn}x{self.bk} "
+                f"in {self.sg[0]}x{self.sg[1]} subgroups")
 
 
 @dataclass(frozen=True)
@@ -115,17 +121,17 @@ class Choice:
     note: str              # what the debug dump says of this matmul's precision
 
 
-def shared_bytes(bm: int, bn: int, bk: int, cm: tuple, split3: bool) -> int:
+def shared_bytes(bm: int, bn: int, bk: int, cm: tuple, split3: bool, sg: tuple) -> int:
     """The kernel's shared memory: two stages of A and B tiles of 16-bit elements in the
     larger of their two layouts (rows padded by 8), hi and lo planes with SPLIT3; at least
     the epilogue's fp32 fragment per subgroup, which reuses the stages."""
     a = max(bm * (bk + 8), bk * (bm + 8))
     b = max(bn * (bk + 8), bk * (bn + 8))
     stages = 2 * 2 * (a + b) * (2 if split3 else 1)
-    return max(stages, 4 * SUBGROUPS[0] * SUBGROUPS[1] * cm[0] * cm[1])
+    return max(stages, 4 * sg[0] * sg[1] * cm[0] * cm[1])
 
 
-def _shape(caps: dict, dtype: str, acc: str = "f32") -> tuple | None:
+def _shape(caps: dict, dtype: str, sg: tuple, acc: str = "f32") -> tuple | None:
     """The device's subgroup-scope matrix shape for dtype x dtype + acc -> acc that a
     subgroup's part of the tile holds whole, K dividing the K step, each side a multiple of
     8 (the shared tiles' 16-byte units): 16x16x16 first, else the largest."""
@@ -136,7 +142,7 @@ def _shape(caps: dict, dtype: str, acc: str = "f32") -> tuple | None:
                 (dtype, dtype, acc, acc, "subgroup"):
             continue
         cm = (int(s["m"]), int(s["n"]), int(s["k"]))
-        if (TILE[0] // SUBGROUPS[0]) % cm[0] == 0 and (TILE[1] // SUBGROUPS[1]) % cm[1] == 0 \
+        if (TILE[0] // sg[0]) % cm[0] == 0 and (TILE[1] // sg[1]) % cm[1] == 0 \
                 and any(bk % cm[2] == 0 for bk in BK_CHOICES) and all(c % 8 == 0 for c in cm):
             found.append(cm)
     if not found:
@@ -182,34 +188,36 @@ def choose(ctx, nb: int, m: int, n: int, k: int) -> Choice:
         return Choice(None, f"fp32 ({why}; tensor cores off: DYNAMO_VULKAN_TENSOR_CORES=off)")
     if not caps.get("cooperative_matrix"):
         return Choice(None, f"fp32 ({why}; the device has no cooperative matrices)")
+    subgroup = int(caps.get("subgroup_size", 32))
+    sg = next((g for g in SUBGROUPS
+               if g[0] * g[1] * subgroup <= caps.get("max_compute_work_group_invocations", 128)), None)
+    if sg is None:
+        return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
     products = 0
     if scaled:
-        cm = _shape(caps, "f16")
+        cm = _shape(caps, "f16", sg)
         if cm is None:
             # no fp16 x fp16 + fp32 matrices: bf16(x3) for fp32 tensors
             scaled = False
             if dtype != torch.float16:
                 want, split3 = "bf16", prec == "high"
-        elif _shape(caps, "f16", acc="f16") == cm:     # fp16 partial sums where asked for
+        elif _shape(caps, "f16", sg, acc="f16") == cm:     # fp16 partial sums where asked for
             products = FOLD_PRODUCTS["fp16" if dtype == torch.float16 else prec]
     if want == "bf16" and not caps.get("bfloat16_cooperative_matrix"):
         if not BF16_IN_F16:
             return Choice(None, f"fp32 ({why}; the device has no bf16 cooperative matrices)")
         want = "bf16-in-f16"
-    cm = _shape(caps, "f16" if want == "bf16-in-f16" else want)
+    cm = _shape(caps, "f16" if want == "bf16-in-f16" else want, sg)
     if cm is None:
         return Choice(None, f"fp32 ({why}; no {want} x {want} + f32 matrix shape the tiles hold)")
     if shaders.coopmat_glslc() is None:
         return Choice(None, f"fp32 ({why}; no glslc for cooperative-matrix kernels: "
                             "scripts/glslc_coopmat.sh)")
-    subgroup = int(caps.get("subgroup_size", 32))
     bm, bn = TILE
     limit = caps.get("max_compute_shared_memory_size", 16384)
-    if SUBGROUPS[0] * SUBGROUPS[1] * subgroup > caps.get("max_compute_work_group_invocations", 128):
-        return Choice(None, f"fp32 ({why}; a tensor-core workgroup exceeds the device's invocations)")
     for bk in BK_CHOICES:
-        if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3) <= limit:
-            plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled, products)
+        if bk % cm[2] == 0 and shared_bytes(bm, bn, bk, cm, split3, sg) <= limit:
+            plan = Plan(want, split3, cm, bm, bn, bk, subgroup, scaled, products, sg)
             return Choice(plan, f"{plan.label} ({why})")
     return Choice(None, f"fp32 ({why}; the tensor-core tiles exceed the device's shared memory)")
 
