@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from dynamo_vulkan import config, device, shaders
-from dynamo_vulkan.lowering import coopmat
+from dynamo_vulkan.lowering import coopmat, schedule
 from dynamo_vulkan.runtime.shaders import compile_source, kernel_source
 from vk import compiled
 
@@ -809,6 +809,7 @@ def test_gguf_copies_beside_the_previous_product(as_gpu, precision, plans, monke
     monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
     monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
     k = 256
+    monkeypatch.setattr(schedule, "AHEAD_MIN_BYTES", 0)       # copies of 128 KiB
     lins = [GGUFLinear(blocks_of(name, k, k, i), quant_info(name).ggml_type, k, k)
             for i, name in enumerate(("Q4_K", "Q5_1", "Q6_K"))]
     x = torch.randn(coopmat.TILE[0] + 3, k)

@@ -13,6 +13,7 @@ from dynamo_vulkan.gguf import GGUFEmbedding, GGUFLinear
 from dynamo_vulkan.gguf.op import gguf_embedding, gguf_linear
 from dynamo_vulkan.gguf.quants import QUANT_TYPES, quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
+from dynamo_vulkan.lowering import schedule
 from dynamo_vulkan.runtime.program import Resident
 from gguf_fixtures import blocks_of
 from vk import LinearPlus, check, compiled, lowered_plan, noncontig
@@ -854,6 +855,7 @@ def test_weights_decoded_first_beside_the_previous_product(as_gpu, plans, monkey
     before it (lowering/schedule.py), in a buffer of its own there; results as eager's."""
     from vk import assert_copies_beside_products
     monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_M", 64)
+    monkeypatch.setattr(schedule, "AHEAD_MIN_BYTES", 0)       # copies of 128 KiB
     monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
     monkeypatch.setenv("DYNAMO_VULKAN_CPU_MATMUL", "vulkan")
     torch.manual_seed(3)

@@ -199,12 +199,18 @@ def _levels(plan: Plan) -> list[list[str]]:
     return levels
 
 
-def test_weight_copies_run_beside_the_previous_product():
+def test_weight_copies_run_beside_the_previous_product(monkeypatch):
     """schedule.move_copies_ahead: each weight's copy after the first goes into the level
     of the product that read the copy before it, and keeps a buffer of its own there
     (without its earlier start the copies, live apart in dispatch order, would share one
-    buffer and the level would split on it)."""
+    buffer and the level would split on it); copies under AHEAD_MIN_BYTES stay put."""
+    from dynamo_vulkan.lowering import schedule
     from dynamo_vulkan.lowering.schedule import move_copies_ahead
+    monkeypatch.setattr(schedule, "AHEAD_MIN_BYTES", 4 * 8 + 1)      # the copies hold 8 words
+    plan = _layered_plan()
+    assert move_copies_ahead(plan, {0, 3, 6}) == {}
+    assert [d.name for d in plan.dispatches] == [d.name for d in _layered_plan().dispatches]
+    monkeypatch.setattr(schedule, "AHEAD_MIN_BYTES", 4 * 8)
     plan = _layered_plan()
     assert _levels(plan) == [["P1"], ["M1"], ["N2", "P2"], ["M2"], ["N3", "P3"], ["M3"]]
     live_from = move_copies_ahead(plan, {0, 3, 6})
@@ -223,11 +229,13 @@ def test_weight_copies_run_beside_the_previous_product():
     assert ["M1", "P2"] not in _levels(plan)
 
 
-def test_only_copies_of_unwritten_weights_move():
+def test_only_copies_of_unwritten_weights_move(monkeypatch):
     """A dispatch that reads a buffer some dispatch writes, or orders itself by
     Dispatch.disjoint, stays where it is; other dispatches' disjoint indices follow the
     new order."""
+    from dynamo_vulkan.lowering import schedule
     from dynamo_vulkan.lowering.schedule import move_copies_ahead
+    monkeypatch.setattr(schedule, "AHEAD_MIN_BYTES", 0)
     plan = _layered_plan()
     plan.dispatches.append(Dispatch("U", "s", [1], [0], [], (1, 1, 1)))    # writes W2
     assert move_copies_ahead(plan, {0, 3, 6}) == {7: 4}

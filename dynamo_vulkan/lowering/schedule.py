@@ -16,15 +16,21 @@ from ..runtime.plan import Plan, barriers
 # copies moved back past this many earlier copies' products at most: one keeps two copies
 # alive at once (the 7B's largest pair, gate|up and down, 406 MB)
 AHEAD_DEPTH = 1
+# copies of fewer bytes stay where they are: one of a few MiB takes microseconds, which
+# beside a product saves less than the memory its earlier start holds is worth to a small
+# model (SmolLM2's prompt: 3.4 MiB more, past its memory goal; docs/journal.md, session 45)
+AHEAD_MIN_BYTES = 16 << 20
 
 
 def _movable(plan: Plan, index: int, first: dict, written: set) -> bool:
     """Whether dispatch `index` reads only buffers no dispatch writes (constants,
-    parameters) and writes only temporaries it binds first, and orders no other way."""
+    parameters) and writes only temporaries it binds first, of AHEAD_MIN_BYTES or more,
+    and orders no other way."""
     d = plan.dispatches[index]
     outs = {d.bindings[w] for w in d.writes}
     ins = set(d.bindings) - outs
     return bool(outs) and not d.disjoint and \
+        sum(4 * plan.buffers[b].words for b in outs) >= AHEAD_MIN_BYTES and \
         all(plan.buffers[b].role in ("const", "param") and b not in written for b in ins) and \
         all(plan.buffers[b].role == "temp" and first[b] == index for b in outs)
 
