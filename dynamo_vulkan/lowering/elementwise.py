@@ -64,6 +64,20 @@ def _folds_badly(bits: int) -> bool:
     return e == 0 or 253 <= e < 255
 
 
+def hides(bits: int, is_float: bool) -> bool:
+    """Whether a constant's 32-bit word must be hidden from the compiler (unseen): a zero,
+    whose folding loses torch's NaN/inf * 0 = NaN (drivers fold x * 0.0 to 0, lavapipe
+    does; an int 0 too, once a folded expression converts it to float), or a float that
+    folds badly."""
+    return bits in (0, 0x80000000) or (is_float and _folds_badly(bits))
+
+
+def unseen(word: str) -> str:
+    """A uint expression equal to `word` that the compiler cannot fold: it is XORed with
+    the z group count less one, which every kernel's dispatch gives as 1."""
+    return f"({word} ^ (gl_NumWorkGroups.z - 1u))"
+
+
 def _scalar_spec(value, kind: str) -> int:
     if kind == "f32":
         return f32_bits(float(value))
@@ -192,14 +206,7 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             spec.append(val)
             cid += 1
             conv = "uintBitsToFloat" if base == "float" else "int"
-            raw = f"C{j}"
-            if val in (0, 0x80000000) or (base == "float" and _folds_badly(val)):
-                # a constant the compiler cannot see: drivers fold x * 0.0 to 0 (lavapipe
-                # does), which loses torch's NaN/inf * 0 = NaN; an int 0 too, as a
-                # folded expression converts it to float; a divisor above 2^126 or a
-                # subnormal is folded into a flushed reciprocal (NVIDIA); the z group
-                # count is 1
-                raw = f"(C{j} ^ (gl_NumWorkGroups.z - 1u))"
+            raw = unseen(f"C{j}") if hides(val, base == "float") else f"C{j}"
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}({raw}));")
         names.append(f"v{j}")
     operand_decl("o", strides[-1], out.offset)

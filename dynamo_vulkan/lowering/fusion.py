@@ -164,7 +164,7 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
     its own strides: row offsets are constants (m is a handful), k moves by the leaf's
     stride along the last dim. `name` prefixes its GLSL names (``{name}lazy``), so one
     kernel can hold several loaders."""
-    from .elementwise import _expand
+    from .elementwise import _expand, hides, unseen
     text, leaves, _, rk, shape = fold(lazy.expr, lazy.operands, lazy.out_kind, lazy.compute,
                                       lazy.result, lazy.shape)
     if not shape or shape[-1] != k or math.prod(shape) != m * k:
@@ -175,13 +175,12 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
             o = o.item()
         if isinstance(o, (bool, int, float)):
             kind = own_kind(o)
+            # constants as elementwise kernels write them (elementwise.hides)
             if kind == "f32":
                 bits = f32_bits(o)
-                # a zero the compiler cannot see (x * 0.0 must stay NaN for NaN x)
-                subst[j] = (f"uintBitsToFloat({bits}u ^ (gl_NumWorkGroups.z - 1u))"
-                            if bits in (0, 0x80000000) else f"uintBitsToFloat({bits}u)")
-            elif int(o) == 0:       # an int 0 too: a folded expression converts it to float
-                subst[j] = f"{GLSL_TYPE[kind]}(gl_NumWorkGroups.z - 1u)"
+                subst[j] = f"uintBitsToFloat({unseen(f'{bits}u') if hides(bits, True) else f'{bits}u'})"
+            elif int(o) == 0:
+                subst[j] = f"{GLSL_TYPE[kind]}({unseen('0u')})"
             else:
                 subst[j] = f"{GLSL_TYPE[kind]}({int(o)})"
             continue
