@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .core import GLSL_TYPE, TRef, broadcast_shapes, f32_bits, kind_of
+from .core import GLSL_TYPE, TRef, broadcast_shapes, f32_bits, i32_bits, kind_of
 from .registry import spec_of
 
 
@@ -175,14 +175,10 @@ def row_loader(ctx, lazy: Lazy, m: int, k: int, base: int, name: str = "x") -> R
             o = o.item()
         if isinstance(o, (bool, int, float)):
             kind = own_kind(o)
-            # constants as elementwise kernels write them (elementwise.hides)
-            if kind == "f32":
-                bits = f32_bits(o)
-                subst[j] = f"uintBitsToFloat({unseen(f'{bits}u') if hides(bits, True) else f'{bits}u'})"
-            elif int(o) == 0:
-                subst[j] = f"{GLSL_TYPE[kind]}({unseen('0u')})"
-            else:
-                subst[j] = f"{GLSL_TYPE[kind]}({int(o)})"
+            # its 32-bit word, hidden from the compiler as elementwise kernels hide it
+            word = f32_bits(o) if kind == "f32" else i32_bits(int(o))
+            raw = unseen(f"{word}u") if hides(word, kind == "f32") else f"{word}u"
+            subst[j] = f"uintBitsToFloat({raw})" if kind == "f32" else f"{GLSL_TYPE[kind]}({raw})"
             continue
         o = ctx.ref(o)
         if not isinstance(o, TRef):
