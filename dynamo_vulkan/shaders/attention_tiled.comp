@@ -1,5 +1,5 @@
 // Attention of a prompt (many query rows) over a key/value cache, register-tiled: one
-// workgroup per (query head, block of BQ query rows). The block's q rows sit in shared
+// workgroup per (query head, block of BQ query rows), the last blocks first. The block's q rows sit in shared
 // memory; keys come in chunks of BK, whose K rows (then V rows) are loaded into shared
 // memory once for all BQ rows. Each invocation owns RPT rows of the block (a row group)
 // and, of the TPRG invocations that share those rows, every TPRG-th key of a chunk for the
@@ -150,7 +150,10 @@ void main() {
     uint blocks = (T + BQ - 1u) / BQ;
     uint wid = flat_workgroup();
     if (wid >= HQ * blocks) return;
-    uint h = wid / blocks, t0 = (wid % blocks) * BQ, kvh = h / GROUP;
+    // heaviest blocks first, every head's at once: a causal prompt's last blocks walk the
+    // most keys, and started first they share the GPU with the light ones that follow
+    // instead of running alone at the end; a block's heads read the same K and V rows
+    uint h = wid % HQ, t0 = (blocks - 1u - wid / HQ) * BQ, kvh = h / GROUP;
     uint lid = gl_LocalInvocationID.x, g = lid / TPRG, kg = lid % TPRG;
     // the block's live keys: from the first unmasked key of any of its rows to the last
     // (an invocation a row: their loads in flight together)
