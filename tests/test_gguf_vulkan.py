@@ -206,14 +206,17 @@ def test_when_w_is_packed_for_tensor_cores(monkeypatch):
     # a type decoded in the tile loads needs no copy where one row of tiles takes the product
     assert m <= plan.bm and gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q4_K") is plan
     assert not gguf_lowering._decode_first(gpu, plan.bm + 1, n, k, 0, n, "Q4_K")
-    # a weight below DECODE_FIRST_WEIGHTS: packed from TC_DECODE_ALL_M rows only, from
-    # TC_DECODE_ALL_WEIGHTS elements, and only for the tensor cores (no fp32 copy)
+    # a weight below DECODE_FIRST_WEIGHTS: packed only for the tensor cores (no fp32 copy),
+    # from TC_DECODE_FIRST_M rows, or from TC_DECODE_ALL_M where its rows pass TC_LONG_K
     gpu.caps["max_storage_buffer_range"] = 1 << 30
-    small = (512, 3584)
-    assert gguf_lowering.TC_DECODE_ALL_WEIGHTS <= small[0] * small[1] < gguf_lowering.DECODE_FIRST_WEIGHTS
-    assert gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0], "Q5_1") is plan
-    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M - 1, *small, 0, small[0], "Q5_1")
-    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, 512, 2048, 0, 512, "Q5_1")
+    g = gguf_lowering
+    short, long_ = (1024, 640), (512, g.TC_LONG_K + 32)
+    assert short[0] * short[1] < long_[0] * long_[1] < g.DECODE_FIRST_WEIGHTS
+    assert g._decode_first(gpu, g.TC_DECODE_FIRST_M, *short, 0, short[0], "Q5_1") is plan
+    assert not g._decode_first(gpu, g.TC_DECODE_FIRST_M - 1, *short, 0, short[0], "Q5_1")
+    assert g._decode_first(gpu, g.TC_DECODE_ALL_M, *long_, 0, long_[0], "Q5_1") is plan
+    assert not g._decode_first(gpu, g.TC_DECODE_ALL_M - 1, *long_, 0, long_[0], "Q5_1")
+    small = short
     monkeypatch.setattr(gguf_lowering, "_scaled_plan", lambda ctx, m, n, k: None)
     assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0], "Q5_1")
 

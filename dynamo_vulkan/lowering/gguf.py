@@ -111,12 +111,13 @@ DEQUANT_WG = 256
 DECODE_FIRST_M = 512
 TC_DECODE_FIRST_M = 128
 DECODE_FIRST_WEIGHTS = 4 << 20
-# ... and on the tensor cores, from TC_DECODE_ALL_M rows, weights of TC_DECODE_ALL_WEIGHTS
-# elements or more: the 7B's k and v (3584 x 512) at 512 rows took 3% off the prompt;
-# Gemma 3's (at most 640 x 2048) ran no faster and its logits moved 0.019 from eager's
-# instead of 1e-5 (docs/journal.md, session 33), so the small models keep exact kernels
+# ... and on the tensor cores every weight from TC_DECODE_FIRST_M rows, except one below
+# DECODE_FIRST_WEIGHTS whose rows are longer than TC_LONG_K, which waits for TC_DECODE_ALL_M
+# rows: SmolLM2's and Gemma 3's prompts ran 22-38% faster with all their products there, the
+# 7B's k and v (512 x 3584) 2.5% slower at 128 rows and 3% faster at 512 (docs/journal.md,
+# sessions 33 and 46)
 TC_DECODE_ALL_M = 512
-TC_DECODE_ALL_WEIGHTS = 3 << 19
+TC_LONG_K = 2048
 TILE = 64
 # Split K for the tiled GGUF kernel (gguf_matmul.comp) on a GPU: each of its workgroups
 # takes a round of load latency per K step of 16, so a small model's 128-row prompt
@@ -448,13 +449,13 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     decoded whole first to a temporary fp32 matrix within one buffer), or of
     TC_DECODE_FIRST_M rows or more where the scaled fp16 tensor cores take the product
     (which decode W in their tile loads where coopmat_pack.decodes_inline says so, else
-    first into their fp16 copy within one buffer); on the tensor cores, weights of
-    TC_DECODE_ALL_WEIGHTS elements or more from TC_DECODE_ALL_M rows.
+    first into their fp16 copy within one buffer); on the tensor cores also smaller
+    weights, those of rows longer than TC_LONG_K from TC_DECODE_ALL_M rows.
     Returns False, True (the fp32 matrix) or the tensor cores' plan."""
     from .coopmat_pack import decodes_inline
     small = n * k < DECODE_FIRST_WEIGHTS
     if device.is_cpu(ctx.caps) or row0 != 0 or out_rows != n or \
-            (small and (m < TC_DECODE_ALL_M or n * k < TC_DECODE_ALL_WEIGHTS)):
+            (small and (m < TC_DECODE_FIRST_M or m < TC_DECODE_ALL_M and k > TC_LONG_K)):
         return False
     limit = int(ctx.caps.get("max_storage_buffer_range", 128 << 20))
     plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
