@@ -395,8 +395,9 @@ def test_an_operand_read_by_several_products_is_packed_once(precision, plans, mo
 
 def assert_gguf_decoded(plans, name: str, rows: int, k: int, tiles_m=(1,)) -> None:
     """W was decoded by the tensor-core path, never through an fp32 copy: in the matmul's
-    tile loads for a type whose blocks bound their magnitudes, in products of one row of
-    tiles (no copy of W at all); else straight into the fp16 copy (coopmat_pack.comp's
+    tile loads for a type whose blocks bound their magnitudes, in products of at most
+    INLINE_MAX_TILES_M rows of tiles (no copy of W at all; the callers make W count as
+    large: INLINE_MANY_MIN_WEIGHTS); else straight into the fp16 copy (coopmat_pack.comp's
     GGUF). tiles_m: the rows of tiles of the products planned."""
     from dynamo_vulkan.lowering.coopmat_pack import BOUNDED_TYPES, INLINE_MAX_TILES_M
     names = [d.name for p in plans for d in p.dispatches]
@@ -410,29 +411,35 @@ def assert_gguf_decoded(plans, name: str, rows: int, k: int, tiles_m=(1,)) -> No
     assert (bool(inline), bool(decoded)) == (want_inline, want_packed), (packs, coopmat_notes(plans))
 
 
-@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q5_1", "F16"])
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16"])
 def test_gguf_weights_decoded_from_their_blocks(as_gpu, precision, plans, monkeypatch, name):
     """A prompt's GGUF linear under "high" (planned as for a GPU): W decoded from its blocks
     by the tensor-core path (assert_gguf_decoded), no fp32 copy; rows past the tile (65 of
-    64), a strided x, x of one and of two rows of tiles, against eager's x @ W^T."""
+    64), a strided x, x of one, two and more than INLINE_MAX_TILES_M rows of tiles (W
+    decoded in the tile loads, then into its fp16 copy), against eager's x @ W^T."""
     from dynamo_vulkan.gguf import GGUFLinear
     from dynamo_vulkan.gguf.quants import quant_info
+    from dynamo_vulkan.lowering import coopmat_pack
     from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from dynamo_vulkan.lowering.coopmat_pack import INLINE_MAX_TILES_M
     from gguf_fixtures import blocks_of
     require_coopmat("scaled", monkeypatch)
     precision("high")
+    monkeypatch.setattr(coopmat_pack, "INLINE_MANY_MIN_WEIGHTS", 1)      # as for a large W
     monkeypatch.setattr(gguf_lowering, "TC_DECODE_FIRST_M", 64)
     monkeypatch.setattr(gguf_lowering, "DECODE_FIRST_WEIGHTS", 1)
     k = {"Q4_K": 512, "Q6_K": 512, "F16": 136}.get(name, 160)     # F16: K past a K step
     lin = GGUFLinear(blocks_of(name, 65, k, 4), quant_info(name).ggml_type, 65, k)
     w = lin.dequantized_weight()
     bm = coopmat.TILE[0]
-    for x in (torch.randn(70, k), torch.randn(66, 2 * k)[:, ::2], torch.randn(bm + 3, k)):
+    many = INLINE_MAX_TILES_M + 1
+    for x in (torch.randn(70, k), torch.randn(66, 2 * k)[:, ::2], torch.randn(bm + 3, k),
+              torch.randn(many * bm - 5, k)):
         torch._dynamo.reset()       # a plan for each shape
         with torch.no_grad():
             got = compiled(lin)(x)
         assert_scaled_near(got, lambda a, b: a @ b.t(), x, w)
-    assert_gguf_decoded(plans, name, 65, k, tiles_m=(1, 2))
+    assert_gguf_decoded(plans, name, 65, k, tiles_m=(1, 2, many))
 
 
 @pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "Q8_0"])
@@ -795,13 +802,15 @@ def test_tensor_cores_are_on_by_default(monkeypatch):
 
 
 def test_gguf_copies_beside_the_previous_product(as_gpu, precision, plans, monkeypatch):
-    """A prompt of two rows of tiles, three GGUF linears in a row (gelu between): each W's
+    """A prompt of more rows of tiles than decode W in their tile loads
+    (coopmat_pack.INLINE_MAX_TILES_M), three GGUF linears in a row (gelu between): each W's
     fp16 copy after the first runs in the barrier level of the product before it
     (lowering/schedule.py), in a buffer no other dispatch of that level binds; results
     within the scaled bound of eager's."""
     from dynamo_vulkan.gguf import GGUFLinear
     from dynamo_vulkan.gguf.quants import quant_info
     from dynamo_vulkan.lowering import gguf as gguf_lowering
+    from dynamo_vulkan.lowering.coopmat_pack import INLINE_MAX_TILES_M
     from gguf_fixtures import blocks_of
     from vk import assert_copies_beside_products
     require_coopmat("scaled", monkeypatch)
@@ -812,7 +821,7 @@ def test_gguf_copies_beside_the_previous_product(as_gpu, precision, plans, monke
     monkeypatch.setattr(schedule, "AHEAD_MIN_BYTES", 0)       # copies of 128 KiB
     lins = [GGUFLinear(blocks_of(name, k, k, i), quant_info(name).ggml_type, k, k)
             for i, name in enumerate(("Q4_K", "Q5_1", "Q6_K"))]
-    x = torch.randn(coopmat.TILE[0] + 3, k)
+    x = torch.randn((INLINE_MAX_TILES_M + 1) * coopmat.TILE[0] - 5, k)
     with torch.no_grad():
         got = compiled(lambda x: lins[2](torch.nn.functional.gelu(lins[1](torch.nn.functional.gelu(lins[0](x))))))(x)
         h = x

@@ -203,9 +203,19 @@ def test_when_w_is_packed_for_tensor_cores(monkeypatch):
     assert not gguf_lowering._decode_first(gpu, m - 1, n, k, 0, n, "Q5_1")
     gpu.caps["max_storage_buffer_range"] = need - 4
     assert not gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q5_1")   # 2 * n * k fits; the copy does not
-    # a type decoded in the tile loads needs no copy where one row of tiles takes the product
+    # a type decoded in the tile loads needs no copy where few rows of tiles take the
+    # product: up to INLINE_MAX_TILES_M for a large W, one for a small one
+    from dynamo_vulkan.lowering import coopmat_pack
+    large = coopmat_pack.INLINE_MANY_MIN_WEIGHTS
+    assert n * k >= large
     assert m <= plan.bm and gguf_lowering._decode_first(gpu, m, n, k, 0, n, "Q4_K") is plan
+    most = coopmat_pack.INLINE_MAX_TILES_M * plan.bm
+    assert gguf_lowering._decode_first(gpu, most, n, k, 0, n, "Q4_K") is plan
+    assert not gguf_lowering._decode_first(gpu, most + 1, n, k, 0, n, "Q4_K")
+    monkeypatch.setattr(coopmat_pack, "INLINE_MANY_MIN_WEIGHTS", n * k + 1)    # W counts as small
+    assert gguf_lowering._decode_first(gpu, plan.bm, n, k, 0, n, "Q4_K") is plan
     assert not gguf_lowering._decode_first(gpu, plan.bm + 1, n, k, 0, n, "Q4_K")
+    monkeypatch.setattr(coopmat_pack, "INLINE_MANY_MIN_WEIGHTS", large)
     # a weight below DECODE_FIRST_WEIGHTS: packed only for the tensor cores (no fp32 copy),
     # from TC_DECODE_FIRST_M rows, or from TC_DECODE_ALL_M where its rows pass TC_LONG_K
     gpu.caps["max_storage_buffer_range"] = 1 << 30

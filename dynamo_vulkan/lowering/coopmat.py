@@ -278,7 +278,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         defines |= {"A_PACKED": 1, "A_ALONG_K": 1}
     else:
         load_groups(defines, "A", a.strides[2], a.strides[1], k, m, a.offset, spec[4])
-    inline = weight is not None and decodes_inline(weight.qtype, plan, m)
+    inline = weight is not None and decodes_inline(weight.qtype, plan, m, weight.n, weight.k)
     if weight is not None:
         if not plan.scaled or nb != 1:
             raise core.LoweringError("a GGUF weight as B needs a scaled, unbatched product")

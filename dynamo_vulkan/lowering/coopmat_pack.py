@@ -90,17 +90,23 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
 # GGUF types whose blocks bound their magnitudes from their scales alone and load apart from
 # their decoding (gguf_blocks.glsl's gb_bound, gb_raw8): the tensor-core kernel can decode
 # them in its tile loads (B_GGUF)
-BOUNDED_TYPES = frozenset({"Q4_0", "Q8_0", "Q4_K", "Q6_K"})
+BOUNDED_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"})
 # ... where the product has at most this many rows of tiles: each row of tiles decodes W
-# again, and the decoding's instructions compete with the multiplies, so one row of tiles
-# (a 128-token prompt) beats copying W first and four do not (docs/journal.md, session 37)
-INLINE_MAX_TILES_M = 1
+# again, and the decoding's instructions compete with the multiplies. With sixteen
+# subgroups a tile, a 256-row 7B prompt ran 10% faster decoding W in its tile loads than
+# copying it first, a 512-row one 1% (and without the copy's buffer, up to 271 MB); a
+# weight of fewer than INLINE_MANY_MIN_WEIGHTS elements, whose copy is small and cheap,
+# is decoded in the tile loads for one row of tiles only (Gemma 3's 256- and 512-row
+# prompts ran 4-18% slower otherwise) (docs/journal.md, sessions 37 and 46)
+INLINE_MAX_TILES_M = 4
+INLINE_MANY_MIN_WEIGHTS = 4 << 20
 
 
-def decodes_inline(qtype: str, plan, m: int) -> bool:
-    """Whether the tensor-core kernel decodes a GGUF weight of qtype in its tile loads for
-    a product of m rows (else W is first decoded into its fp16 copy)."""
-    return qtype in BOUNDED_TYPES and -(-m // plan.bm) <= INLINE_MAX_TILES_M
+def decodes_inline(qtype: str, plan, m: int, n: int, k: int) -> bool:
+    """Whether the tensor-core kernel decodes a GGUF weight W [n, k] of qtype in its tile
+    loads for a product of m rows (else W is first decoded into its fp16 copy)."""
+    most = INLINE_MAX_TILES_M if n * k >= INLINE_MANY_MIN_WEIGHTS else 1
+    return qtype in BOUNDED_TYPES and -(-m // plan.bm) <= most
 
 
 @dataclass(frozen=True)

@@ -461,7 +461,7 @@ def _decode_first(ctx: Context, m: int, n: int, k: int, row0: int, out_rows: int
     plan = _scaled_plan(ctx, m, n, k) if m >= TC_DECODE_FIRST_M else None
     if small and plan is None:
         return False
-    if plan is not None and decodes_inline(qtype, plan, m):
+    if plan is not None and decodes_inline(qtype, plan, m, n, k):
         return plan
     if plan is not None:        # the fp16 copy: whole tiles of rows, whole K steps, exponents
         rows_p, kp = -(-n // plan.bn) * plan.bn, -(-k // plan.bk) * plan.bk

@@ -111,11 +111,17 @@ float gb_bound(uint ro, uint blk) { return 8.0 * gb_fin(gb_half(ro + 16u * NB + 
 const uint QK = 32, QB = 20, NB = K / QK;
 #define GB_REGROUPED 1
 #define GB_AFFINE 1
-vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
-    uint w = gb_w(ro + 4u * ch);
-    lo = gb_nib4(w, 0.0);
-    hi = gb_nib4(w >> 16, 0.0);
-    return unpackHalf2x16(gb_w(ro + 16u * NB + 4u * (ch >> 2)));
+#define GB_RAW 1
+uvec4 gb_raw8(uint ro, uint ch) { return uvec4(gb_w(ro + 4u * ch), gb_w(ro + 16u * NB + 4u * (ch >> 2)), 0u, 0u); }
+vec2 gb_dec8(uvec4 r, uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    lo = gb_nib4(r.x, 0.0);
+    hi = gb_nib4(r.x >> 16, 0.0);
+    return unpackHalf2x16(r.y);
+}
+#define GB_BOUND 1
+float gb_bound(uint ro, uint blk) {
+    vec2 dm = unpackHalf2x16(gb_w(ro + 16u * NB + 4u * blk));
+    return 15.0 * gb_fin(dm.x) + gb_fin(dm.y);
 }
 #elif defined(QTYPE_Q5_0)
 // regrouped: quants (16 bytes a block), qh (bit e: the fifth bit of element e), d. The
@@ -123,12 +129,19 @@ vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
 // in any order.
 const uint QK = 32, QB = 22, NB = K / QK;
 #define GB_REGROUPED 1
-vec2 deq8a(uint ro, uint ch, out vec4 lo, out vec4 hi) {
-    uint w = gb_w(ro + 4u * ch), qh = gb_w(ro + 16u * NB + 4u * (ch >> 2)) >> (8u * (ch & 3u));
-    lo = gb_nib4(w, 16.0) + 16.0 * gb_bits4(qh, 0u);
-    hi = gb_nib4(w >> 16, 16.0) + 16.0 * gb_bits4(qh, 4u);
-    return vec2(gb_half(ro + 20u * NB + 2u * (ch >> 2)), 0.0);
+#define GB_RAW 1
+uint gb_q50_d(uint ro, uint ch) { return ro + 20u * NB + 2u * (ch >> 2); }
+uvec4 gb_raw8(uint ro, uint ch) {
+    return uvec4(gb_w(ro + 4u * ch), gb_w(ro + 16u * NB + 4u * (ch >> 2)), wq[gb_q50_d(ro, ch) >> 2], 0u);
 }
+vec2 gb_dec8(uvec4 r, uint ro, uint ch, out vec4 lo, out vec4 hi) {
+    uint qh = r.y >> (8u * (ch & 3u));
+    lo = gb_nib4(r.x, 16.0) + 16.0 * gb_bits4(qh, 0u);
+    hi = gb_nib4(r.x >> 16, 16.0) + 16.0 * gb_bits4(qh, 4u);
+    return vec2(unpackHalf2x16(r.z >> ((gb_q50_d(ro, ch) & 2u) << 3)).x, 0.0);
+}
+#define GB_BOUND 1
+float gb_bound(uint ro, uint blk) { return 16.0 * gb_fin(gb_half(ro + 20u * NB + 2u * blk)); }
 #elif defined(QTYPE_Q5_1)
 const uint QK = 32, QB = 24;
 void deq8(uint bo, uint c, out vec4 lo, out vec4 hi) {
