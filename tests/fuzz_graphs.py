@@ -219,11 +219,18 @@ def unary(b: Builder):
     b.add(f"{name}({{0}})", fn, (i,), exact=ex)
 
 
+def _copysign(x, y):
+    """copysign with y's NaNs taken as +1: the sign of a NaN that an operation makes
+    (sin(inf), 0 * inf) is unspecified (IEEE 754, 6.3): x86 CPUs make it negative, GPUs
+    and ARM positive, so eager's copysign(1, sin(inf)) is -1 on one and 1 on the other."""
+    return torch.copysign(x, torch.where(torch.isnan(y), 1.0, y))
+
+
 BINARY = {"add": (torch.add, True), "sub": (torch.sub, True), "mul": (torch.mul, True),
           "maximum": (torch.maximum, True), "minimum": (torch.minimum, True),
           "div": (torch.div, False), "atan2": (torch.atan2, False),
           "fmax": (torch.fmax, True), "hypot": (torch.hypot, False),
-          "copysign": (torch.copysign, True)}
+          "copysign": (_copysign, True)}
 
 
 def binary(b: Builder):

@@ -372,11 +372,15 @@ class Decoder(nn.Module):
             self.check_fits(T, int(start_pos))
             start = torch.tensor(int(start_pos), dtype=torch.int64)
         pos = start + torch.arange(T, dtype=torch.int64)  # [T]
-        rel = pos.unsqueeze(1) - self.kv_positions.unsqueeze(0)  # [T, C]: query pos - key pos
-        causal = rel >= 0
+        # [T, C]: key position <= query position, and within a window w: key position >
+        # query position - w. The positions themselves are compared, not their differences:
+        # an int64 [T, C] difference is a kernel of its own (its overflow check keeps it
+        # out of the comparisons' kernel)
+        keys = self.kv_positions.unsqueeze(0)
+        causal = pos.unsqueeze(1) >= keys
         masks = {None: causal}
         for w in self.windows:
-            masks[w] = causal & (rel < w)
+            masks[w] = causal & (keys > (pos - w).unsqueeze(1))
         ropes = {k: (r.cos.index_select(0, pos), r.sin.index_select(0, pos)) for k, r in self.rotary.items()}
 
         x = self.embed(tokens)  # [1, T, H]
