@@ -226,9 +226,8 @@ def test_when_w_is_packed_for_tensor_cores(monkeypatch):
     assert not g._decode_first(gpu, g.TC_DECODE_FIRST_M - 1, *short, 0, short[0], "Q5_1")
     assert g._decode_first(gpu, g.TC_DECODE_ALL_M, *long_, 0, long_[0], "Q5_1") is plan
     assert not g._decode_first(gpu, g.TC_DECODE_ALL_M - 1, *long_, 0, long_[0], "Q5_1")
-    small = short
-    monkeypatch.setattr(gguf_lowering, "_scaled_plan", lambda ctx, m, n, k: None)
-    assert not gguf_lowering._decode_first(gpu, gguf_lowering.TC_DECODE_ALL_M, *small, 0, small[0], "Q5_1")
+    monkeypatch.setattr(g, "_scaled_plan", lambda ctx, m, n, k: None)
+    assert not g._decode_first(gpu, g.TC_DECODE_ALL_M, *short, 0, short[0], "Q5_1")
 
 
 @pytest.mark.parametrize("n,sg,wg", [(576, 8, 48), (192, 8, 16), (3072, 8, 64), (960, 8, 40), (5, 8, 8),

@@ -1,7 +1,7 @@
 // Attention of a prompt (many query rows) over a key/value cache, register-tiled: one
-// workgroup per (query head, block of BQ query rows), the last blocks first. The block's q rows sit in shared
-// memory; keys come in chunks of BK, whose K rows (then V rows) are loaded into shared
-// memory once for all BQ rows. Each invocation owns RPT rows of the block (a row group)
+// workgroup per (query head, block of BQ query rows), the last blocks first. The block's
+// q rows sit in shared memory; keys come in chunks of BK, whose K rows (then V rows) are
+// loaded into shared memory once for all BQ rows. Each invocation owns RPT rows of the block (a row group)
 // and, of the TPRG invocations that share those rows, every TPRG-th key of a chunk for the
 // scores (RPT x KPT of them in registers) and every TPRG-th vec4 of DV for the output
 // (RPT x CV vec4 accumulators): each shared-memory read of q, K, p or V feeds RPT or KPT
