@@ -237,7 +237,7 @@ def test_default_steps_per_call(monkeypatch):
     assert default_steps_per_call("eager", 0.0) == default_steps_per_call(None, 0.0) == 1
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "llama v apart", "gemma3"])
 def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
     """Planned as for a GPU, decode gets the fusions lavapipe does not (q's RoPE and the
     step's K/V cache rows computed in the attention, beside the scatters; Gemma's post
@@ -245,8 +245,12 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
     give eager's tokens."""
     # Gemma's k of another type than q and v: three mat-vecs, not one of q|k|v
     types = {f"blk.{i}.attn_k.weight": "Q4_0" for i in (0, 1)} if arch == "gemma3" else None
-    path = write_tiny_model(tmp_path / f"tiny-{arch}.gguf", arch, types=types)
+    if arch == "llama v apart":     # Q4_K_M's way: one q|k product, v of its own
+        arch, types = "llama", {"blk.0.attn_v.weight": "Q8_0", "blk.1.attn_k.weight": "Q5_1"}
+    path = write_tiny_model(tmp_path / "tiny.gguf", arch, types=types)
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
+    if types and "blk.0.attn_v.weight" in types:
+        assert all(layer.attn.qk is not None and layer.attn.qkv is None for layer in model.layers)
     want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
     got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
                    steps_per_call=4, warmup=False)

@@ -110,8 +110,11 @@ def _print_prompt(bench, res, tables: list[str], dump: bool) -> None:
     summary = summarise(rows, 1)
     busy = sum(us for _n, _c, us in summary)
     print(f"\n{bench.label}: {bench.what}")
+    from dynamo_vulkan import config
     print(f"prefill of {res.prefilled} tokens {res.prefill_s * 1e3:.2f} ms (profiled); GPU busy "
-          f"{busy / 1e3:.2f} ms over {len(rows)} dispatches")
+          f"{busy / 1e3:.2f} ms over {len(rows)} dispatches; matmul precision "
+          f"{config.load().matmul_precision!r} (torch.set_float32_matmul_precision or "
+          "DYNAMO_VULKAN_MATMUL_PRECISION)")
     print(f"{'kernel':40s} {'count':>6s} {'ms':>9s} {'share':>6s}")
     for name, c, us in summary:
         print(f"{name[:40]:40s} {c:6.0f} {us / 1e3:9.3f} {us / busy:6.1%}")

@@ -224,10 +224,11 @@ SPLIT_K_WGS = 256   # tiled workgroups below which K is split across more of the
 SPLIT_K_MIN = 128   # ... keeping at least this much K per split
 MAX_K_SPLITS = 8
 # Bytes of split partial products at most for the tensor-core products (the tiled GGUF
-# kernel keeps half: lowering/gguf.GGUF_SPLIT_K): SmolLM2's 512-row prompt held 18 MiB of
-# them in each, past its memory goal (1.25 x the file + KV cache; docs/journal.md,
-# sessions 35 and 36). Plain fp32 products keep theirs.
-SPLIT_K_MAX_BYTES = 8 << 20
+# kernel keeps as many: lowering/gguf.GGUF_SPLIT_K). SmolLM2's 512-row prompt held 18 MiB
+# of them in each, then 7.9 MiB in the down projection's, past its memory goal (1.25 x
+# the file + KV cache; docs/journal.md, sessions 35, 36 and 47); at 4 MiB its prompts ran
+# as fast. Plain fp32 products keep theirs.
+SPLIT_K_MAX_BYTES = 4 << 20
 
 
 def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1, wgs: int = SPLIT_K_WGS,

@@ -147,7 +147,8 @@ def lazy_zeros(shape: tuple[int, ...]) -> torch.Tensor:
 
 class Attention(nn.Module):
     def __init__(self, cfg: DecoderConfig, layer: int, max_ctx: int, *, qkv: GGUFLinear | None = None,
-                 q: GGUFLinear | None = None, k: GGUFLinear | None = None, v: GGUFLinear | None = None,
+                 qk: GGUFLinear | None = None, q: GGUFLinear | None = None, k: GGUFLinear | None = None,
+                 v: GGUFLinear | None = None,
                  o: GGUFLinear, q_norm: RMSNorm | None = None, k_norm: RMSNorm | None = None):
         super().__init__()
         self.layer = layer
@@ -161,6 +162,7 @@ class Attention(nn.Module):
         self.window = cfg.sliding_window[layer]
         self.softcap = cfg.attn_softcap
         self.qkv = qkv  # fused q|k|v rows when the three share a quant type
+        self.qk = qk    # or fused q|k rows, v apart
         self.q, self.k, self.v = q, k, v
         self.o = o
         self.q_norm = q_norm
@@ -185,6 +187,9 @@ class Attention(nn.Module):
         T = x.shape[1]
         if self.qkv is not None:
             q, k, v = self.qkv(x).split(self.split, dim=-1)
+        elif self.qk is not None:
+            q, k = self.qk(x).split(self.split[:2], dim=-1)
+            v = self.v(x)
         else:
             q, k, v = self.q(x), self.k(x), self.v(x)
         if self.q_norm is not None and self.qk_norm_whole:

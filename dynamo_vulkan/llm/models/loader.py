@@ -168,6 +168,8 @@ def build_decoder(f: GGUFFile, max_ctx: int | None = None, *, fuse: bool = True,
                 proj = dict(qkv=linear([p + "attn_qkv.weight"]))
             elif same_type(qkv_names):
                 proj = dict(qkv=linear(qkv_names))
+            elif same_type(qkv_names[:2]):     # e.g. Q4_K_M's Q4_K q and k beside a Q6_K v
+                proj = dict(qk=linear(qkv_names[:2]), v=linear(qkv_names[2:]))
             else:
                 proj = dict(q=linear(qkv_names[:1]), k=linear(qkv_names[1:2]), v=linear(qkv_names[2:]))
             q_norm = norm(p + "attn_q_norm.weight") if cfg.qk_norm else None
