@@ -308,6 +308,23 @@ def test_k_split_partials_stay_within_their_budget(as_gpu, precision, plans, mon
     assert notes and all("K in 2 splits" in s for s in notes), notes
 
 
+def test_a_large_weights_partials_have_the_larger_budget(as_gpu, precision, plans, monkeypatch):
+    """A weight of core.SPLIT_K_LARGE_WEIGHT elements or more may hold
+    SPLIT_K_LARGE_MAX_BYTES of partials (a 7B's 128-row prompt wants four splits), a
+    smaller one SPLIT_K_MAX_BYTES."""
+    from dynamo_vulkan.lowering import core
+    m, k, n = 130, 640, 96
+    monkeypatch.setattr(core, "SPLIT_K_MAX_BYTES", 2 * m * n * 4)
+    monkeypatch.setattr(core, "SPLIT_K_LARGE_MAX_BYTES", 3 * m * n * 4)
+    monkeypatch.setattr(core, "SPLIT_K_LARGE_WEIGHT", k * n)
+    assert core.split_k_max_bytes(k, n) == 3 * m * n * 4
+    assert core.split_k_max_bytes(k, n - 1) == core.split_k_max_bytes(k - 1, n) == 2 * m * n * 4
+    plan_apart(monkeypatch, "large split budget")
+    check_product(precision, monkeypatch, "high", torch.randn(m, k), torch.randn(k, n))
+    notes = coopmat_notes(plans)
+    assert notes and all("K in 3 splits" in s for s in notes), notes
+
+
 @pytest.mark.parametrize("kind", ["f16", "high", "medium"])
 def test_small_tile_long_k_step(precision, plans, monkeypatch, kind):
     """A 64x64 tile, whose K steps of 32 fit a small shared memory (lavapipe's 32 KiB):

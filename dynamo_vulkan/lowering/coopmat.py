@@ -299,7 +299,7 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         first = packed.replace("B", "") if inline else packed
         note = f"{note}, {first} in 16 bits first"
     count = tiles[0] * tiles[1] * nb
-    splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n, max_bytes=core.SPLIT_K_MAX_BYTES)
+    splits, _ = core.k_splits(ctx.caps, count, k, nb * m * n, max_bytes=core.split_k_max_bytes(k, n))
     if FORCE_SPLITS is not None:
         splits = FORCE_SPLITS
     ks = -(-k // (splits * plan.bk)) * plan.bk if k else plan.bk

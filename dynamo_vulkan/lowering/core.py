@@ -223,12 +223,22 @@ class Context:
 SPLIT_K_WGS = 256   # tiled workgroups below which K is split across more of them
 SPLIT_K_MIN = 128   # ... keeping at least this much K per split
 MAX_K_SPLITS = 8
-# Bytes of split partial products at most for the tensor-core products (the tiled GGUF
-# kernel keeps as many: lowering/gguf.GGUF_SPLIT_K). SmolLM2's 512-row prompt held 18 MiB
-# of them in each, then 7.9 MiB in the down projection's, past its memory goal (1.25 x
-# the file + KV cache; docs/journal.md, sessions 35, 36 and 47); at 4 MiB its prompts ran
-# as fast. Plain fp32 products keep theirs.
+# Bytes of split partial products at most for the tensor-core products, by the size of
+# their weight (B): a product's temporaries grow with what it multiplies. SmolLM2's
+# 512-row prompt held 18 MiB of them in each, then 7.9 MiB in its down projection's, past
+# its memory goal (1.25 x the file + KV cache); its weights (all under 4M elements) keep
+# 4 MiB, as the tiled GGUF kernel does (lowering/gguf.GGUF_SPLIT_K). A 7B's 128-row
+# prompt (28 tiles a product) wants its q, o and down products in four splits: at 4 MiB
+# they took two and the prompt ran 22 -> 27 ms (docs/journal.md, sessions 35, 36 and
+# 47). Plain fp32 products keep theirs.
 SPLIT_K_MAX_BYTES = 4 << 20
+SPLIT_K_LARGE_WEIGHT = 4 << 20          # elements of B from which ...
+SPLIT_K_LARGE_MAX_BYTES = 8 << 20       # ... the partials may take this many bytes
+
+
+def split_k_max_bytes(k: int, n: int) -> int:
+    """The partials' cap (SPLIT_K_MAX_BYTES) of a tensor-core product of a [k, n] B."""
+    return SPLIT_K_LARGE_MAX_BYTES if k * n >= SPLIT_K_LARGE_WEIGHT else SPLIT_K_MAX_BYTES
 
 
 def k_splits(caps: dict, tiles: int, k: int, outputs: int = 1, wgs: int = SPLIT_K_WGS,

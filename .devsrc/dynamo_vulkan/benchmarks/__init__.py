@@ -1,0 +1,1 @@
+"""Benchmarks: vulkan against eager CPU, measured side by side in one run."""

@@ -1,0 +1,71 @@
+// Row family: softmax, log_softmax, layer norm, RMS norm. One workgroup per row; the
+// row is N elements at stride IN_RS (OUT_RS in the output) and rows are
+// addressed through the kept dims' strides (spec constants), so a softmax over
+// any dim of any view needs no copy. lowering/rowwise.py declares variants.
+#include "common.glsl"
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint ROWS = 1;
+layout(constant_id = 2) const uint N = 1;
+layout(constant_id = 3) const uint IN_OFF = 0;
+layout(constant_id = 4) const uint IN_RS = 1;
+layout(constant_id = 5) const uint OUT_RS = 1;
+layout(constant_id = 6) const uint EPS_BITS = 0;
+SPEC_DECLS
+BUFFER_DECLS
+
+#include "wg_reduce.glsl"
+
+void main() {
+    uint row = flat_workgroup();
+    if (row >= ROWS) return;
+    uint ib = IN_OFF, ob = 0u, q = row;
+    ROW_INDEX
+    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+#if defined(SOFTMAX) || defined(LOG_SOFTMAX)
+    float m = uintBitsToFloat(0xff800000u);
+    bool nan_seen = false;
+    for (uint j = lid; j < N; j += wg) { float x = ld_f32(inb[ib + j * IN_RS]); nan_seen = nan_seen || isnan(x); m = max(m, x); }
+    m = wg_max(m);
+    float s = 0.0;
+    for (uint j = lid; j < N; j += wg) s += exp(ld_f32(inb[ib + j * IN_RS]) - m);
+    s = wg_sum(s);
+    for (uint j = lid; j < N; j += wg) {
+        float x = ld_f32(inb[ib + j * IN_RS]);
+#ifdef SOFTMAX
+        outb[ob + j * OUT_RS] = st_f32(exp(x - m) / s);
+#else
+        outb[ob + j * OUT_RS] = st_f32(x - m - log(s));
+#endif
+    }
+#elif defined(RMS_NORM)   // x * rsqrt(mean(x^2) + eps) * w (+ a residual)
+    float s = 0.0;
+    for (uint j = lid; j < N; j += wg) { float x = ld_f32(inb[ib + j * IN_RS]); s += x * x; }
+    float r = inversesqrt(wg_sum(s) / float(N) + uintBitsToFloat(EPS_BITS));
+    for (uint j = lid; j < N; j += wg)
+    {
+        float y = ld_f32(inb[ib + j * IN_RS]) * r * ld_f32(wb[W_OFF + j * W_RS]);
+#ifdef HAS_RESIDUAL
+        y = ld_f32(resb[R_OFF + ob + j * OUT_RS]) + y;     // out and res share one layout
+#endif
+        outb[ob + j * OUT_RS] = st_f32(y);
+    }
+#else  // LAYER_NORM: rows are contiguous in the output; mean/rstd one per row
+    float s = 0.0;
+    for (uint j = lid; j < N; j += wg) s += ld_f32(inb[ib + j * IN_RS]);
+    float mean = wg_sum(s) / float(N);
+    float v = 0.0;
+    for (uint j = lid; j < N; j += wg) { float d = ld_f32(inb[ib + j * IN_RS]) - mean; v += d * d; }
+    float rstd = inversesqrt(wg_sum(v) / float(N) + uintBitsToFloat(EPS_BITS));
+    for (uint j = lid; j < N; j += wg) {
+        float y = (ld_f32(inb[ib + j * IN_RS]) - mean) * rstd;
+#ifdef HAS_WEIGHT
+        y *= ld_f32(wb[W_OFF + j * W_RS]);
+#endif
+#ifdef HAS_BIAS
+        y += ld_f32(bb[B_OFF + j * B_RS]);
+#endif
+        outb[ob + j * OUT_RS] = st_f32(y);
+    }
+    if (lid == 0u) { meanb[row] = st_f32(mean); rstdb[row] = st_f32(rstd); }
+#endif
+}

@@ -1,0 +1,95 @@
+"""Elementwise family (lowering/elementwise.py) against eager CPU."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vk import check, noncontig
+
+torch.manual_seed(0)
+SHAPES = [((), ()), ((1,), (7,)), ((5, 1, 3), (4, 1)), ((3, 7), (3, 7)), ((2, 1, 9), (1, 5, 1))]
+
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "add_alpha": lambda a, b: torch.add(a, b, alpha=2.5), "sub_alpha": lambda a, b: torch.sub(a, b, alpha=0.5),
+    "maximum": torch.maximum, "minimum": torch.minimum,
+    "pow": lambda a, b: torch.pow(a.abs() + 0.1, b), "atan2": torch.atan2,
+    "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge,
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "clamp_t": lambda a, b: torch.clamp(a, min=b, max=b + 1),
+}
+UNARY = {
+    "neg": torch.neg, "exp": torch.exp, "log": lambda x: torch.log(x.abs() + 1e-3),
+    "sqrt": lambda x: torch.sqrt(x.abs()), "rsqrt": lambda x: torch.rsqrt(x.abs() + 0.1),
+    "abs": torch.abs, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu,
+    "gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"), "silu": F.silu,
+    "clamp": lambda x: torch.clamp(x, -0.5, 0.7), "clamp_min": lambda x: x.clamp(min=0.1),
+    "pow2": lambda x: x ** 2, "pow_scalar_base": lambda x: 2.0 ** x, "recip": lambda x: 1 / (x.abs() + 1),
+    "scalar_ops": lambda x: (x + 1.5) * 3 - 2 / (x.abs() + 1),
+    "sin": torch.sin, "erf": torch.erf, "floor": torch.floor, "sign": torch.sign,
+    "leaky_relu": F.leaky_relu, "hardtanh": F.hardtanh, "log_sigmoid_chain": lambda x: torch.log(torch.sigmoid(x)),
+}
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+@pytest.mark.parametrize("shapes", SHAPES, ids=str)
+def test_binary(name, shapes):
+    a, b = torch.randn(shapes[0]), torch.randn(shapes[1])
+    check(BINARY[name], a, b)
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_noncontiguous(name):
+    a = noncontig(torch.randn(4, 6))
+    b = torch.randn(6, 4).t()
+    check(BINARY[name], a, b)
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+@pytest.mark.parametrize("shape", [(), (1,), (3, 1, 5), (129, 33)], ids=str)
+def test_unary(name, shape):
+    check(UNARY[name], torch.randn(shape) * 3)
+
+
+@pytest.mark.parametrize("name", ["exp", "tanh", "relu", "gelu", "silu", "abs"])
+def test_unary_noncontiguous(name):
+    check(UNARY[name], noncontig(torch.randn(5, 7)).transpose(0, 1))
+
+
+def test_special_values():
+    x = torch.tensor([0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e30, -1e30, 80.0, -80.0])
+    check(lambda t: (torch.tanh(t), torch.sigmoid(t), torch.relu(t), t.clamp(-1, 1), torch.exp(t)), x)
+
+
+def test_integer_and_bool():
+    a = torch.randint(-50, 50, (4, 5))
+    b = torch.randint(1, 9, (5,))
+    check(lambda x, y: (x + y, x * y, x - 3, x > y, (x > 0) & (y < 5), x.abs(), -x), a, b)
+
+
+def test_int64_result_roundtrip_and_cast():
+    a = torch.randn(3, 4) * 10
+    check(lambda x: (x.to(torch.int64), (x > 0).float(), x.to(torch.int32) * 2), a)
+
+
+def test_large_numel_uses_2d_grid():
+    x = torch.randn(65535 * 256 + 17)
+    check(lambda t: t * 2 + 1, x)
+
+
+@pytest.mark.parametrize("case", ["same shape", "scalar", "aligned slice", "odd offset",
+                                  "odd count", "int and bool"])
+def test_flat_kernels_move_four_elements_per_invocation(plans, case):
+    """Contiguous operands whose offsets and count are multiples of 4 take the vec4
+    form of the kernel (16-byte loads and stores); the rest the scalar form."""
+    a, b = torch.randn(96, 8), torch.randn(96, 8)
+    fn, args, vec = {
+        "same shape": (lambda a, b: torch.tanh(a * 2 + b), (a, b), True),
+        "scalar": (lambda a: a * 3 - 1, (a,), True),
+        "aligned slice": (lambda a: a.reshape(-1)[8:] * 3, (a,), True),
+        "odd offset": (lambda a: a.reshape(-1)[1:-3] * 3, (a,), False),
+        "odd count": (lambda a: a.reshape(-1)[:-1] * 3, (a,), False),
+        "int and bool": (lambda a, b: torch.where(a > b, a.int(), 7) + (a < 0), (a, b), True),
+    }[case]
+    check(fn, *args)
+    names = [d.name for p in plans for d in p.dispatches]
+    assert names and all(n.endswith("v4") == vec for n in names), names

@@ -1,0 +1,59 @@
+"""Indexing and assembly (lowering/index.py): embedding, index_select, cat, scatters."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vk import check, noncontig
+
+torch.manual_seed(0)
+
+
+@pytest.mark.parametrize("idx_shape", [(1,), (7,), (2, 3), ()], ids=str)
+def test_embedding(idx_shape):
+    w = torch.randn(11, 6)
+    idx = torch.randint(0, 11, idx_shape)
+    check(F.embedding, idx, w)
+
+
+def test_embedding_noncontiguous_weight():
+    check(F.embedding, torch.tensor([[0, 3], [4, 4]]), noncontig(torch.randn(5, 3)))
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_index_select(dim):
+    x = torch.randn(4, 5, 6)
+    idx = torch.tensor([3, 0, 0, 1])
+    check(lambda t, i: torch.index_select(t, dim, i), x, idx)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_cat(dim):
+    a, b = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    c = noncontig(torch.randn(2, 3, 4))
+    check(lambda x, y, z: torch.cat([x, y, z], dim), a, b, c)
+
+
+def test_cat_broadcast_mix_and_size_one():
+    check(lambda x, y: torch.cat([x, y * 2], 0), torch.randn(1, 5), torch.randn(3, 5))
+
+
+def test_slice_and_select_scatter():
+    base = torch.randn(6, 5)
+    src = torch.randn(2, 5)
+    check(lambda b, s: (torch.slice_scatter(b, s, 0, 1, 5, 2), torch.select_scatter(b, s[0], 0, 3)),
+          base, src)
+
+
+def test_inplace_update_of_input_buffer():
+    cache = torch.zeros(8, 4)
+
+    def step(c, x, pos):
+        c[pos:pos + 2] = x
+        return c.sum(0)
+
+    x = torch.randn(2, 4)
+    expected_cache = cache.clone()
+    expected = step(expected_cache, x, 3)
+    got = torch.compile(step, backend="vulkan", dynamic=False)(cache, x, 3)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(cache, expected_cache)
