@@ -729,9 +729,12 @@ class Program:
         self._res_seen: list | None = None      # versions after the last call
         moved = {id(m[3]): m[4] for m in self.mutations if m[3] is not None}
         moved.update((id(r), bump) for _, r, bump in self.kept)
-        self._res_moved = [n for n, (_, r) in enumerate(self.residents) if id(r) in moved]
         # per resident: the bump its caller adds before each call (0 unless it is moved)
         self._res_bump = [moved.get(id(r), 0) for _, r in self.residents]
+        self._res_moved = [(n, r, self._res_bump[n]) for n, (_, r) in enumerate(self.residents)
+                           if id(r) in moved]
+        self._kept_args = [i for i, _, _ in self.kept]
+        self._kept_res = [r for _, r, _ in self.kept]
         self._res_objs = [r for _, r in self.residents]
         self._res_bumped = any(self._res_bump)
         # one kp algorithm per kernel, constants, buffers and grid
@@ -955,11 +958,14 @@ class Program:
                 t.copy_(torch.from_numpy(staging.view(NUMPY_OF_KIND[kind]).copy()).view(t.shape))
             if r is not None:
                 r.version = t._version          # the GPU copy holds this value
-        for i, r, _ in self.kept:
-            r.version = args[i]._version
-            Resident._newer[id(args[i])] = r
-        for n in self._res_moved:           # what the caller's bump before the next call makes them
-            self._res_seen[n] = self.residents[n][1].version + self._res_bump[n]
+        if self.kept:       # a whole optimizer's state: list passes, not a loop of lookups
+            kept = [args[i] for i in self._kept_args]
+            for r, v in zip(self._kept_res, map(_VERSION, kept)):
+                r.version = v
+            Resident._newer.update(zip(map(id, kept), self._kept_res))
+        seen = self._res_seen
+        for n, r, bump in self._res_moved:    # what the caller's bump before the next call makes them
+            seen[n] = r.version + bump
         out = []
         for n, (staging, shape, kind, dtype) in enumerate(self.outputs):
             if n in self._lazy:      # pending; a visible one reads as NaN until read back
