@@ -1,1 +1,0 @@
-"""Benchmarks: vulkan against eager CPU, measured side by side in one run."""
