@@ -442,8 +442,7 @@ def vulkan_backend(gm: fx.GraphModule, example_inputs, options: dict | None = No
         keep_inference_input_mutations=True,
         # Inductor's partitioner: the backward recomputes what is cheap to recompute (a
         # fused elementwise kernel) instead of saving it, so a training step's forward
-        # writes fewer activations and hands fewer to its backward (a 6-layer GPT planned
-        # as for a GPU: forward 240 -> 200 kernels, 131 -> 109 saved tensors; on lavapipe
-        # 5% fewer Python calls and 7% less kernel time a step: docs/journal.md, session 47)
+        # writes fewer activations and hands fewer to its backward (docs/journal.md,
+        # session 47)
         partition_fn=min_cut_rematerialization_partition,
     )(gm, example_inputs)

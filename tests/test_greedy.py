@@ -245,11 +245,12 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
     give eager's tokens."""
     # Gemma's k of another type than q and v: three mat-vecs, not one of q|k|v
     types = {f"blk.{i}.attn_k.weight": "Q4_0" for i in (0, 1)} if arch == "gemma3" else None
-    if arch == "llama v apart":     # Q4_K_M's way: one q|k product, v of its own
+    v_apart = arch == "llama v apart"     # Q4_K_M's way: one q|k product, v of its own
+    if v_apart:
         arch, types = "llama", {"blk.0.attn_v.weight": "Q8_0", "blk.1.attn_k.weight": "Q5_1"}
     path = write_tiny_model(tmp_path / "tiny.gguf", arch, types=types)
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
-    if types and "blk.0.attn_v.weight" in types:
+    if v_apart:
         assert all(layer.attn.qk is not None and layer.attn.qkv is None for layer in model.layers)
     want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
     got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,

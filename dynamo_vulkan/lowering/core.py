@@ -228,9 +228,9 @@ MAX_K_SPLITS = 8
 # 512-row prompt held 18 MiB of them in each, then 7.9 MiB in its down projection's, past
 # its memory goal (1.25 x the file + KV cache); its weights (all under 4M elements) keep
 # 4 MiB, as the tiled GGUF kernel does (lowering/gguf.GGUF_SPLIT_K). A 7B's 128-row
-# prompt (28 tiles a product) wants its q, o and down products in four splits: at 4 MiB
-# they took two and the prompt ran 22 -> 27 ms (docs/journal.md, sessions 35, 36 and
-# 47). Plain fp32 products keep theirs.
+# prompt (28 tiles a product) wants its q, o and down products in four splits, which
+# 4 MiB would halve (docs/journal.md, sessions 35, 36 and 47). Plain fp32 products keep
+# theirs.
 SPLIT_K_MAX_BYTES = 4 << 20
 SPLIT_K_LARGE_WEIGHT = 4 << 20          # elements of B from which ...
 SPLIT_K_LARGE_MAX_BYTES = 8 << 20       # ... the partials may take this many bytes

@@ -124,10 +124,10 @@ TILE = 64
 # (tens of 64x64 tiles, K of 576-2048) runs faster split finer than core.k_splits'
 # defaults: SmolLM2 6.23 -> 4.55 ms, Gemma 3 5.40 -> 4.38 (H100, docs/journal.md,
 # session 34). The partial products (a temporary of the output's size times the splits)
-# hold at most 4 MiB, as core.SPLIT_K_MAX_BYTES: at 8 MiB SmolLM2's 512-row prompt
-# stayed 0.3 MiB past its memory goal. The cap costs the small models' 512-row prompts
-# 7-10% (fewer splits) and leaves their 128-row ones, where it does not bind, as they
-# were (docs/journal.md, sessions 35 and 36).
+# hold at most 4 MiB, as a small weight's do in core.split_k_max_bytes: at 8 MiB
+# SmolLM2's 512-row prompt stayed 0.3 MiB past its memory goal. The cap costs the small
+# models' 512-row prompts 7-10% (fewer splits) and leaves their 128-row ones, where it
+# does not bind, as they were (docs/journal.md, sessions 35 and 36).
 GGUF_SPLIT_K = {"wgs": 1024, "min_k": 32, "most": 16, "max_bytes": 4 << 20}
 # Bytes per buffer of a GGUF weight at most, where the device's maxStorageBufferRange is
 # larger (4 GiB on NVIDIA): lavapipe's limit, so a weight splits alike on every device. A
