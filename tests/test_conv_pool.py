@@ -3,7 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vk import check, noncontig
+import dynamo_vulkan as dynamodule
+from vk import check, compiled, noncontig
 
 torch.manual_seed(0)
 
@@ -42,6 +43,41 @@ def test_conv_transpose2d(stride, padding, output_padding, groups, dilation):
 def test_conv_transpose1d():
     check(lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1), torch.randn(2, 3, 7),
           torch.randn(3, 5, 4))
+
+
+def _grads_equal_eager(conv, x, w):
+    """The input's and the weight's gradients of sum(conv(x, w) * r) through the backend
+    equal eager's, and the backward graph ran on Vulkan."""
+    r = torch.randn_like(conv(x, w))
+    want = torch.autograd.grad((conv(x, w) * r).sum(), (x, w))
+    before = len(dynamodule.reports())
+    xs, ws = (t.detach().clone().requires_grad_() for t in (x, w))
+    (compiled(lambda x, w: (conv(x, w) * r).sum())(xs, ws)).backward()
+    for got, exp in zip((xs.grad, ws.grad), want):
+        torch.testing.assert_close(got, exp, rtol=1e-4, atol=1e-4)
+    reports = dynamodule.reports()[before:]
+    assert [r.kind for r in reports] == ["forward", "backward"]
+    assert not any(r.cpu_nodes for r in reports), [r.cpu_nodes for r in reports]
+
+
+@pytest.mark.parametrize("nd,groups,stride,padding,dilation", [
+    (2, 1, 1, 1, 1), (2, 2, (2, 1), (1, 2), (1, 2)), (2, 1, 3, 0, 1), (1, 1, 2, 1, 1),
+    (3, 1, 1, (0, 1, 1), 1), (2, 3, 2, 1, 2)], ids=str)
+def test_conv_gradients(nd, groups, stride, padding, dilation):
+    """The weight's gradient is a product of the output's gradient with the input's
+    windows: strides that leave input positions over (size 10, stride 3), groups, dilation,
+    1-d and 3-d."""
+    spatial = {1: (11,), 2: (10, 7), 3: (4, 5, 6)}[nd]
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nd]
+    x = torch.randn(2, 3 * groups, *spatial, requires_grad=True)
+    w = torch.randn(2 * groups, 3, *(3, 2, 2)[:nd], requires_grad=True)
+    _grads_equal_eager(lambda x, w: conv(x, w, None, stride, padding, dilation, groups), x, w)
+
+
+def test_conv_transpose_gradients():
+    x = torch.randn(2, 4, 5, 6, requires_grad=True)
+    w = torch.randn(4, 3, 3, 2, requires_grad=True)
+    _grads_equal_eager(lambda x, w: F.conv_transpose2d(x, w, None, 2, 1, 1, 2, 2), x, w)
 
 
 @pytest.mark.parametrize("kernel,stride,padding,dilation,ceil_mode", [

@@ -3,13 +3,14 @@ backward graph runs on Vulkan without kernels of its own.
 
 torch._decomp has none for `convolution_backward`, adaptive average pooling's backward
 or the CPU flash attention's backward; each is written here from its definition: the
-gradients of a convolution are convolutions (the input's a transposed one, the weight's
-one of the input with the output's gradient as its kernel), pooling's are two matrix
+input's gradient of a convolution is a transposed convolution and the weight's a matrix
+product of the output's gradient with the input's windows, pooling's are two matrix
 products with the windows' weights, and attention's are the math form's matrix products,
 recomputing the probabilities from the logsumexp that the forward saved.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -20,21 +21,30 @@ aten = torch.ops.aten
 
 
 def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
-    """d loss / d weight of a direct convolution y = conv(x, w): for each weight position,
-    the sum over the batch and the output positions of gy times the input it met. That is
-    a convolution of x (its channels as the batch, its batch as channels, grouped by
-    `groups`) with gy as the kernel, stride and dilation swapped; sizes that the forward's
-    stride left over are cut off."""
-    n, cin = x.shape[:2]
-    cg = cin // groups
-    spatial = x.shape[2:]
-    xs = x.reshape(n, groups, cg, *spatial).transpose(0, 2).reshape(cg, groups * n, *spatial)
-    ks = gy.transpose(0, 1)                                  # (cout, n, *out spatial)
-    gw = aten.convolution.default(xs, ks, None, list(dilation), list(padding), list(stride),
-                                  False, [0] * len(spatial), groups)   # (cg, cout, *k')
-    for d, k in enumerate(w_shape[2:]):
-        gw = gw.narrow(2 + d, 0, k)
-    return gw.transpose(0, 1).contiguous()
+    """d loss / d weight of a direct convolution y = conv(x, w): for each kernel offset, the
+    sum over the batch and the output positions of gy times the input that offset met.
+    Those inputs are a strided window of the zero-padded x; the windows of every offset,
+    stacked as (cin, offsets, n, *out), make the gradient one matrix product per group,
+    gy (cout, n * out) by the windows' (n * out, cin * offsets), whose long K the matmul
+    kernels split; input positions past the last window (the stride's leftovers) are
+    never read."""
+    n, cin = int(x.shape[0]), int(x.shape[1])
+    cout = int(gy.shape[1])
+    ks = [int(k) for k in w_shape[2:]]
+    out = [int(s) for s in gy.shape[2:]]
+    cg, cog = cin // groups, cout // groups
+    xt = x.transpose(0, 1)                                   # (cin, n, *spatial)
+    if any(padding):
+        xt = aten.constant_pad_nd.default(xt, [q for p in reversed(padding) for q in (p, p)], 0.0)
+    windows = []
+    for offs in itertools.product(*(range(k) for k in ks)):
+        v = xt
+        for d, (o, s, dl, size) in enumerate(zip(offs, stride, dilation, out)):
+            v = aten.slice.Tensor(v, 2 + d, o * dl, o * dl + (size - 1) * s + 1, s)
+        windows.append(v)
+    cols = torch.stack(windows, 1).reshape(groups, cg * math.prod(ks), n * math.prod(out))
+    gyt = gy.transpose(0, 1).reshape(groups, cog, n * math.prod(out))
+    return torch.matmul(gyt, cols.transpose(1, 2)).reshape(cout, cg, *ks)
 
 
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,

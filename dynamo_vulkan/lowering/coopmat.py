@@ -60,6 +60,10 @@ SCALED_FOR = {"high": "f16", "medium": "f16"}
 # whose sum stays finite (below 256 each: below 32,768)
 FOLD_PRODUCTS = {"high": 0, "medium": 128, "fp16": 0}
 PACK_MIN_READS = 8         # tiles reading an operand from which it is converted first
+# K steps whose loads are in flight while one multiplies (the kernel's PREFETCH) where
+# both operands are 16-bit copies, whose loads are plain words; a GGUF weight decoded in
+# the tile loads keeps one, with which it ran faster (docs/journal.md, session 48)
+PREFETCH_PACKED = 2
 FORCE_PACK: str | None = None      # a test's or measurement's override: "", "A", "B" or "AB"
 # Tests on a device with fp16 but no bf16 cooperative matrices (a newer lavapipe) set this:
 # "high" and "medium" then round and split as in bf16 and hold each bf16 value in fp16
@@ -295,6 +299,8 @@ def emit(ctx, plan: Plan, defines: dict, bindings: list, spec: list, out, nb, m,
         defines |= {"B_PACKED": 1, "B_ALONG_K": 1}
     else:
         load_groups(defines, "B", b.strides[1], b.strides[2], k, n, b.offset, spec[8])
+    if "A_PACKED" in defines and "B_PACKED" in defines:
+        defines.setdefault("PREFETCH", PREFETCH_PACKED)
     if packed:
         first = packed.replace("B", "") if inline else packed
         note = f"{note}, {first} in 16 bits first"

@@ -77,7 +77,7 @@ FAMILIES: dict[str, Family] = {
     "matmul": _f("", "A_ALONG_K A_VEC4 B_ALONG_K B_VEC4 BK BM BN CPU_LANES CL_MR CL_NC CL_WG "
                      "HAS_BIAS OUT_VEC4 TM TN"),
     "matmul_coopmat": _f("", "A_ALONG_K A_PACKED A_VEC4 B_ALONG_K B_PACKED B_VEC4 BF16_IN_F16 BK BM BN "
-                             "ACC16 B_GGUF CM_BF16 CM_F16 CM_K CM_M CM_N FOLD HAS_BIAS SCALED SG_M SG_N SPLIT3 "
+                             "ACC16 B_GGUF CM_BF16 CM_F16 CM_K CM_M CM_N FOLD HAS_BIAS PREFETCH SCALED SG_M SG_N SPLIT3 "
                              "SUBGROUP", extra=GGUF_QTYPES),
     "matvec": _f("", "A_VEC4 B_VEC4 COLS COUNT_BINDING CQ HAS_BIAS KT MC MROWS PART_BINDING "
                      "PART_VEC4 SPLIT_K UNROLL"),

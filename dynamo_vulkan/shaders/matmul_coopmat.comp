@@ -287,15 +287,20 @@ void load_b(uint bbase, uint n, uint k, uint kend, out vec4 v0, out vec4 v1) {
 // The next K step's octets, in flight in registers: fp32 values (two vec4 an octet), or a
 // packed operand's 16-bit words (one uvec4 an octet and plane: hi, then lo for SPLIT3), or
 // a GGUF chunk's words (B_GGUF: gb_raw8's uvec4, zeros out of range).
+// PREFETCH sets of them: the loads of step s + PREFETCH are issued while step s multiplies,
+// so that PREFETCH steps of multiplies hide their latency (set: the step modulo PREFETCH).
+#ifndef PREFETCH
+#define PREFETCH 1
+#endif
 #ifdef A_PACKED
-uvec4 qa[PLANES * A_PER];
+uvec4 qa[PREFETCH][PLANES * A_PER];
 #else
-vec4 pa[2 * A_PER];
+vec4 pa[PREFETCH][2 * A_PER];
 #endif
 #if defined(B_PACKED) || defined(B_GGUF)
-uvec4 qb[PLANES * B_PER];
+uvec4 qb[PREFETCH][PLANES * B_PER];
 #else
-vec4 pb[2 * B_PER];
+vec4 pb[PREFETCH][2 * B_PER];
 #endif
 
 // A packed operand (coopmat_pack.comp): per batch (one where the batch stride is 0) and
@@ -308,19 +313,19 @@ vec4 pb[2 * B_PER];
 #define A_PLANE (A_ROWS_P * (KP / 8u))
 #define B_PLANE (B_ROWS_P * (KP / 8u))
 
-void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint k0, uint kend) {
+void fetch(uint set, uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint k0, uint kend) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
         if (A_OCTETS % WG == 0u || g < A_OCTETS) {
             uvec2 p = octet_pos(g, BM, A_IS_K);
 #ifdef A_PACKED
             uint at = (A_SB == 0u ? 0u : batch) * PLANES * A_PLANE + (m0 + p.x) * (KP / 8u) + (k0 + p.y) / 8u;
-            qa[c] = apk[at];
+            qa[set][c] = apk[at];
 #ifdef SPLIT3
-            qa[A_PER + c] = apk[A_PLANE + at];
+            qa[set][A_PER + c] = apk[A_PLANE + at];
 #endif
 #else
-            load_a(abase, m0 + p.x, k0 + p.y, kend, pa[2 * c], pa[2 * c + 1]);
+            load_a(abase, m0 + p.x, k0 + p.y, kend, pa[set][2 * c], pa[set][2 * c + 1]);
 #endif
         }
     }
@@ -330,15 +335,15 @@ void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint 
             uvec2 p = octet_pos(g, BN, B_IS_K);
 #if defined(B_GGUF)
             uint n = n0 + p.x, k = k0 + p.y;
-            qb[c] = n < N && k < kend ? gb_raw8(n * ROW_BYTES, k / 8u) : uvec4(0u);
+            qb[set][c] = n < N && k < kend ? gb_raw8(n * ROW_BYTES, k / 8u) : uvec4(0u);
 #elif defined(B_PACKED)
             uint at = (B_SB == 0u ? 0u : batch) * PLANES * B_PLANE + (n0 + p.x) * (KP / 8u) + (k0 + p.y) / 8u;
-            qb[c] = bpk[at];
+            qb[set][c] = bpk[at];
 #ifdef SPLIT3
-            qb[B_PER + c] = bpk[B_PLANE + at];
+            qb[set][B_PER + c] = bpk[B_PLANE + at];
 #endif
 #else
-            load_b(bbase, n0 + p.x, k0 + p.y, kend, pb[2 * c], pb[2 * c + 1]);
+            load_b(bbase, n0 + p.x, k0 + p.y, kend, pb[set][2 * c], pb[set][2 * c + 1]);
 #endif
         }
     }
@@ -347,19 +352,19 @@ void fetch(uint tid, uint batch, uint abase, uint bbase, uint m0, uint n0, uint 
 // The fetched octets into stage `base` (uvec4 offset), along the dimension they were read
 // along (converted to 16 bits unless packed): one uvec4 store per octet and plane. n0, k0:
 // the tile's first column and the step's first k (B_GGUF decodes by them).
-void stash(uint tid, uint base, uint n0, uint k0) {
+void stash(uint set, uint tid, uint base, uint n0, uint k0) {
     [[unroll]] for (uint c = 0; c < A_PER; ++c) {
         uint g = tid + c * WG;
         if (A_OCTETS % WG == 0u || g < A_OCTETS) {
             uvec2 p = octet_pos(g, BM, A_IS_K);
             uvec4 hi, lo;
 #ifdef A_PACKED
-            hi = qa[c];
+            hi = qa[set][c];
 #ifdef SPLIT3
-            lo = qa[A_PER + c];
+            lo = qa[set][A_PER + c];
 #endif
 #else
-            convert(pa[2 * c], pa[2 * c + 1], hi, lo);
+            convert(pa[set][2 * c], pa[set][2 * c + 1], hi, lo);
 #endif
             uint at = base + A_AT(p.x, p.y) / 8u;
             sm[A_HI + at] = hi;
@@ -378,7 +383,7 @@ void stash(uint tid, uint base, uint n0, uint k0) {
                 // times the row's scale, a power of two: as scaling the decoded values
                 vec4 v0, v1;
                 uint n = n0 + p.x, ch = (k0 + p.y) / 8u;
-                vec2 ab = gb_dec8(qb[c], n * ROW_BYTES, ch, v0, v1) * pow2(b_exp(p.x));
+                vec2 ab = gb_dec8(qb[set][c], n * ROW_BYTES, ch, v0, v1) * pow2(b_exp(p.x));
 #if GB_AFFINE
                 convert(v0 * ab.x + ab.y, v1 * ab.x + ab.y, hi, lo);
 #else
@@ -386,12 +391,12 @@ void stash(uint tid, uint base, uint n0, uint k0) {
 #endif
             }
 #elif defined(B_PACKED)
-            hi = qb[c];
+            hi = qb[set][c];
 #ifdef SPLIT3
-            lo = qb[B_PER + c];
+            lo = qb[set][B_PER + c];
 #endif
 #else
-            convert(pb[2 * c], pb[2 * c + 1], hi, lo);
+            convert(pb[set][2 * c], pb[set][2 * c + 1], hi, lo);
 #endif
             uint at = base + B_AT(p.y, p.x) / 8u;
             sm[B_HI + at] = hi;
@@ -439,19 +444,28 @@ void main() {
     barrier();
 #endif
     if (steps > 0u) {
-        fetch(tid, batch, abase, bbase, m0, n0, kbeg, kend);
-        stash(tid, 0u, n0, kbeg);
+        fetch(0u, tid, batch, abase, bbase, m0, n0, kbeg, kend);
+        stash(0u, tid, 0u, n0, kbeg);
     }
+    [[unroll]] for (uint j = 1u; j < PREFETCH; ++j)
+        if (j < steps) fetch(j, tid, batch, abase, bbase, m0, n0, kbeg + j * BK, kend);
     barrier();
 #ifdef ACC16
     FRAG_H part[RM][RN];
     [[unroll]] for (uint i = 0; i < RM; ++i)
         [[unroll]] for (uint j = 0; j < RN; ++j) part[i][j] = FRAG_H(0.0);
 #endif
-    for (uint s = 0; s < steps; ++s) {
+    // step s multiplies out of stage s % 2, issues the loads of step s + PREFETCH into
+    // register set s % PREFETCH (free: its step was stored by step s - 1) and stores step
+    // s + 1's set into the other stage; the loop is unrolled PREFETCH times so that each
+    // set is named by a constant
+    for (uint s0 = 0; s0 < steps; s0 += PREFETCH)
+    [[unroll]] for (uint p = 0; p < PREFETCH; ++p) {
+        uint s = s0 + p;
+        if (PREFETCH > 1u && s >= steps) continue;
         uint cur = (s & 1u) * STAGE;
         bool more = s + 1u < steps;
-        if (more) fetch(tid, batch, abase, bbase, m0, n0, kbeg + (s + 1u) * BK, kend);
+        if (s + PREFETCH < steps) fetch(p, tid, batch, abase, bbase, m0, n0, kbeg + (s + PREFETCH) * BK, kend);
         [[unroll]] for (uint kk = 0; kk < BK; kk += CM_K) {
             FRAG_A a[RM];
             FRAG_B b[RN];
@@ -491,7 +505,7 @@ void main() {
                     part[i][j] = FRAG_H(0.0);
                 }
 #endif
-        if (more) stash(tid, STAGE - cur, n0, kbeg + (s + 1u) * BK);
+        if (more) stash((p + 1u) % PREFETCH, tid, STAGE - cur, n0, kbeg + (s + 1u) * BK);
         barrier();
     }
 
