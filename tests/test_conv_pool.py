@@ -58,6 +58,7 @@ def _grads_equal_eager(conv, x, w):
     reports = dynamodule.reports()[before:]
     assert [r.kind for r in reports] == ["forward", "backward"]
     assert not any(r.cpu_nodes for r in reports), [r.cpu_nodes for r in reports]
+    return reports
 
 
 @pytest.mark.parametrize("nd,groups,stride,padding,dilation", [
@@ -72,6 +73,18 @@ def test_conv_gradients(nd, groups, stride, padding, dilation):
     x = torch.randn(2, 3 * groups, *spatial, requires_grad=True)
     w = torch.randn(2 * groups, 3, *(3, 2, 2)[:nd], requires_grad=True)
     _grads_equal_eager(lambda x, w: conv(x, w, None, stride, padding, dilation, groups), x, w)
+
+
+def test_conv_weight_gradient_in_chunks_of_images(monkeypatch):
+    """A batch whose windows exceed the budget sums its images' products in chunks (here
+    of two images, 3 x 3 offsets x 4 channels x 6 x 6 positions x 4 bytes each: 2 + 2 + 1)."""
+    from dynamo_vulkan.lowering import backward_decomps
+    monkeypatch.setattr(backward_decomps, "WINDOWS_MAX_BYTES", 2 * 9 * 4 * 36 * 4)
+    x = torch.randn(5, 4, 8, 8, requires_grad=True)
+    w = torch.randn(3, 4, 3, 3, requires_grad=True)
+    reports = _grads_equal_eager(lambda x, w: F.conv2d(x, w), x, w)
+    products = [n for n in reports[1].nodes if n.op in ("aten.bmm.default", "aten.mm.default")]
+    assert len(products) == 3, [n.op for n in reports[1].nodes]
 
 
 def test_conv_transpose_gradients():

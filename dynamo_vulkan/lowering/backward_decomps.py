@@ -20,6 +20,11 @@ from .decomp_overrides import attention_scores
 aten = torch.ops.aten
 
 
+# The stacked windows of one weight-gradient product at most (they hold the input once per
+# kernel offset): a larger batch is summed in chunks of images, each its own product.
+WINDOWS_MAX_BYTES = 32 << 20
+
+
 def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
     """d loss / d weight of a direct convolution y = conv(x, w): for each kernel offset, the
     sum over the batch and the output positions of gy times the input that offset met.
@@ -27,7 +32,7 @@ def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
     stacked as (cin, offsets, n, *out), make the gradient one matrix product per group,
     gy (cout, n * out) by the windows' (n * out, cin * offsets), whose long K the matmul
     kernels split; input positions past the last window (the stride's leftovers) are
-    never read."""
+    never read. Batches whose windows exceed WINDOWS_MAX_BYTES are summed in chunks."""
     n, cin = int(x.shape[0]), int(x.shape[1])
     cout = int(gy.shape[1])
     ks = [int(k) for k in w_shape[2:]]
@@ -36,15 +41,23 @@ def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
     xt = x.transpose(0, 1)                                   # (cin, n, *spatial)
     if any(padding):
         xt = aten.constant_pad_nd.default(xt, [q for p in reversed(padding) for q in (p, p)], 0.0)
-    windows = []
-    for offs in itertools.product(*(range(k) for k in ks)):
-        v = xt
-        for d, (o, s, dl, size) in enumerate(zip(offs, stride, dilation, out)):
-            v = aten.slice.Tensor(v, 2 + d, o * dl, o * dl + (size - 1) * s + 1, s)
-        windows.append(v)
-    cols = torch.stack(windows, 1).reshape(groups, cg * math.prod(ks), n * math.prod(out))
-    gyt = gy.transpose(0, 1).reshape(groups, cog, n * math.prod(out))
-    return torch.matmul(gyt, cols.transpose(1, 2)).reshape(cout, cg, *ks)
+    per_image = cin * math.prod(ks) * math.prod(out) * x.element_size()
+    chunk = max(1, WINDOWS_MAX_BYTES // per_image)
+    gw = None
+    for first in range(0, n, chunk):
+        images = min(chunk, n - first)
+        windows = []
+        for offs in itertools.product(*(range(k) for k in ks)):
+            v = aten.slice.Tensor(xt, 1, first, first + images)
+            for d, (o, s, dl, size) in enumerate(zip(offs, stride, dilation, out)):
+                v = aten.slice.Tensor(v, 2 + d, o * dl, o * dl + (size - 1) * s + 1, s)
+            windows.append(v)
+        k = images * math.prod(out)
+        cols = torch.stack(windows, 1).reshape(groups, cg * math.prod(ks), k)
+        gyt = aten.slice.Tensor(gy, 0, first, first + images).transpose(0, 1).reshape(groups, cog, k)
+        part = torch.matmul(gyt, cols.transpose(1, 2))
+        gw = part if gw is None else gw + part
+    return gw.reshape(cout, cg, *ks)
 
 
 def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation,
