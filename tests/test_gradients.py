@@ -305,11 +305,19 @@ SDPA_CASES = {
 }
 
 
+# cases whose forward output comes from the fused attention kernel (fp32, no mask or a
+# causal one: decomp_overrides.fused_output); the others keep the math form (a bool mask
+# may hide a whole row, whose output SDPA defines as 0; value heads of another size take
+# torch's math attention, not the flash op)
+SDPA_FUSED = {"plain", "causal", "causal_short_queries", "gqa_causal", "size_one"}
+
+
 @pytest.mark.parametrize("name", list(SDPA_CASES))
 def test_sdpa_gradients_match_eager(name):
     """q, k, v gradients of F.scaled_dot_product_attention through the compiled backend,
     with q, k and v laid out as models make them (heads split from the last dim: not
-    contiguous); the forward runs on Vulkan, no node of it on the CPU."""
+    contiguous); the forward runs on Vulkan, no node of it on the CPU, its output from the
+    fused kernel where SDPA_FUSED says so."""
     qs, ks, vs, kwargs = SDPA_CASES[name]
     gen = torch.Generator().manual_seed(3)
 
@@ -333,6 +341,8 @@ def test_sdpa_gradients_match_eager(name):
         torch.testing.assert_close(g, w, rtol=RTOL, atol=ATOL, msg=lambda m, w=what: f"d{w}: {m}")
     reports = backend.reports()[n_reports:]
     assert reports and not [n for r in reports for n in r.cpu_nodes]
+    fused = any(n.op == "dynamo_vulkan.attention.default" for n in reports[0].nodes)
+    assert fused == (name in SDPA_FUSED), [n.op for n in reports[0].nodes]
 
 
 class _TinyLM(nn.Module):

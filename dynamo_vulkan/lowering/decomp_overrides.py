@@ -39,6 +39,33 @@ def attention_scores(query, key, attn_mask, is_causal: bool, scale: float | None
     return scores
 
 
+def fused_output(query, key, value, is_causal: bool, attn_mask, scale: float | None):
+    """softmax(scale q k^T + mask) v as (B, H, L, Ev) from one dynamo_vulkan.attention (a
+    kernel with its softmax online, no (B, H, L, S) matrix), where that op means the same:
+    float32 q, k, v, and no mask or a causal one, under which every row attends to a key
+    (a bool mask may hide a whole row, whose output SDPA defines as 0, the op's as NaN).
+    None elsewhere. Batch and heads fold into the op's heads: query head b * H + h reads
+    kv head b * Hkv + h // (H // Hkv), as grouped-query attention pairs them."""
+    from dynamo_vulkan.fused import attention
+
+    if attn_mask is not None or {query.dtype, key.dtype, value.dtype} != {torch.float32}:
+        return None
+    sizes = (*query.shape, *key.shape, *value.shape)
+    if not all(isinstance(n, int) for n in sizes):      # symbolic sizes: the math form
+        return None
+    b, h, t, d = query.shape
+    hkv, c, dv = key.shape[1], key.shape[2], value.shape[3]
+    if 0 in (b, h, t, d, hkv, c, dv) or h % hkv:
+        return None
+    mask = torch.ones(t, c, dtype=torch.bool, device=query.device)
+    if is_causal:
+        mask = mask.tril()
+    sc = scale if scale is not None else 1.0 / math.sqrt(d)
+    out = attention(query.reshape(b * h, t, d), key.reshape(b * hkv, c, d),
+                    value.reshape(b * hkv, c, dv), mask, sc)
+    return out.reshape(b, h, t, dv)
+
+
 def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p: float = 0.0,
                                                is_causal: bool = False, *, attn_mask=None,
                                                scale: float | None = None):
@@ -47,7 +74,9 @@ def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p: flo
     its row maxima, exponentials and sums give both the probabilities and the logsumexp
     that the backward reads. A row with nothing to attend gets output 0 and logsumexp 0
     (the kernel's convention, which keeps its backward's exp(scores - lse) free of NaN).
-    An inference graph, which does not use the logsumexp, drops its log as dead code."""
+    The output comes from the fused attention where it means the same (fused_output);
+    then an inference graph, which does not use the logsumexp, drops the scores with it as
+    dead code, and a training graph computes the logsumexp beside the fused output."""
     torch._check(dropout_p == 0.0,
                  lambda: f"flash attention for CPU: dropout must be zero, got p={dropout_p}")
     torch._check(query.dim() == 4 and key.dim() == 4 and value.dim() == 4,
@@ -58,10 +87,12 @@ def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p: flo
     weights = (scores - peak).exp()
     total = weights.sum(-1, keepdim=True)
     total = torch.where(total == 0, torch.ones_like(total), total)
-    v = value.to(scores.dtype)
-    if v.size(-3) != scores.size(-3):                 # grouped-query attention
-        v = v.repeat_interleave(scores.size(-3) // v.size(-3), dim=-3)
-    output = torch.matmul(weights / total, v).to(query.dtype)
+    output = fused_output(query, key, value, is_causal, attn_mask, scale)
+    if output is None:
+        v = value.to(scores.dtype)
+        if v.size(-3) != scores.size(-3):             # grouped-query attention
+            v = v.repeat_interleave(scores.size(-3) // v.size(-3), dim=-3)
+        output = torch.matmul(weights / total, v).to(query.dtype)
     # the flash op's output layout: (B, L, H, E) in memory, seen as (B, H, L, E)
     output = output.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
     return output, (peak + total.log()).squeeze(-1)
