@@ -91,9 +91,10 @@ def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding
 def flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp,
                                      dropout_p: float, is_causal: bool, *, attn_mask=None,
                                      scale: float | None = None):
-    """Gradients of softmax(scale q k^T + mask) v, with the probabilities recomputed from
-    the saved logsumexp (a row with nothing to attend has logsumexp 0 and scores of -inf:
-    probabilities 0, as the CPU kernel's backward has them)."""
+    """Gradients of softmax(scale q k^T + mask) v, with the probabilities recomputed: from
+    the saved logsumexp under a mask (a row with nothing to attend has logsumexp 0 and
+    scores of -inf: probabilities 0, as the CPU kernel's backward has them), else as the
+    scores' softmax."""
     torch._check(dropout_p == 0.0,
                  lambda: f"flash attention backward: dropout must be zero, got {dropout_p}")
     acc = torch.promote_types(query.dtype, torch.float32)
@@ -104,7 +105,13 @@ def flash_attention_for_cpu_backward(grad_out, query, key, value, out, logsumexp
         k, v = k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3)
     sc = scale if scale is not None else 1.0 / math.sqrt(query.size(-1))
     scores = attention_scores(query, key, attn_mask, is_causal, scale)
-    probs = (scores - logsumexp.to(acc).unsqueeze(-1)).exp()
+    if attn_mask is None:
+        # no row is wholly masked (no mask, or a causal one): the probabilities are the
+        # scores' softmax, and the forward's logsumexp goes unread (dead code there where
+        # the fused kernel gave the output: decomp_overrides.fused_output)
+        probs = torch.softmax(scores, -1)
+    else:
+        probs = (scores - logsumexp.to(acc).unsqueeze(-1)).exp()
     gv = torch.matmul(probs.transpose(-2, -1), go)
     gp = torch.matmul(go, v.transpose(-2, -1))
     gs = probs * (gp - (go * o).sum(-1, keepdim=True))
