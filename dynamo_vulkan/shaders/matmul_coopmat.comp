@@ -10,10 +10,10 @@
 // (sm, sn) owns RM x RN accumulators of CM_M x CM_N (the device's matrix shape) at rows
 // sm * RM * CM_M, columns sn * RN * CM_N, held across the whole K loop.
 // K steps of BK through shared memory, double buffered: while the tensor cores multiply
-// step s out of one stage, the global loads of step s + 1 are in flight in registers; they
-// are converted and stored into the other stage afterwards, and one barrier a step
-// separates the two (a stage is rewritten only after every subgroup passed the barrier
-// that followed its last reads).
+// step s out of one stage, the global loads of the next PREFETCH steps are in flight in
+// registers; step s + 1's are converted and stored into the other stage afterwards, and
+// one barrier a step separates the two (a stage is rewritten only after every subgroup
+// passed the barrier that followed its last reads).
 // A_PACKED / B_PACKED: the operand is a 16-bit copy made ahead of the kernel
 // (coopmat_pack.comp: converted, split, zero padded to whole tiles and K steps, along k),
 // whose octets are loaded as one uvec4 (a second for SPLIT3's lo plane) and stored as they
