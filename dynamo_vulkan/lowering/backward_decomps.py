@@ -41,8 +41,8 @@ def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
     xt = x.transpose(0, 1)                                   # (cin, n, *spatial)
     if any(padding):
         xt = aten.constant_pad_nd.default(xt, [q for p in reversed(padding) for q in (p, p)], 0.0)
-    per_image = cin * math.prod(ks) * math.prod(out) * x.element_size()
-    chunk = max(1, WINDOWS_MAX_BYTES // per_image)
+    offsets, positions = math.prod(ks), math.prod(out)
+    chunk = max(1, WINDOWS_MAX_BYTES // (cin * offsets * positions * x.element_size()))
     gw = None
     for first in range(0, n, chunk):
         images = min(chunk, n - first)
@@ -52,9 +52,9 @@ def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
             for d, (o, s, dl, size) in enumerate(zip(offs, stride, dilation, out)):
                 v = aten.slice.Tensor(v, 2 + d, o * dl, o * dl + (size - 1) * s + 1, s)
             windows.append(v)
-        k = images * math.prod(out)
-        cols = torch.stack(windows, 1).reshape(groups, cg * math.prod(ks), k)
-        gyt = aten.slice.Tensor(gy, 0, first, first + images).transpose(0, 1).reshape(groups, cog, k)
+        depth = images * positions                          # the product's K
+        cols = torch.stack(windows, 1).reshape(groups, cg * offsets, depth)
+        gyt = aten.slice.Tensor(gy, 0, first, first + images).transpose(0, 1).reshape(groups, cog, depth)
         part = torch.matmul(gyt, cols.transpose(1, 2))
         gw = part if gw is None else gw + part
     return gw.reshape(cout, cg, *ks)
