@@ -75,8 +75,8 @@ def scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p: flo
     that the backward reads. A row with nothing to attend gets output 0 and logsumexp 0
     (the kernel's convention, which keeps its backward's exp(scores - lse) free of NaN).
     The output comes from the fused attention where it means the same (fused_output);
-    then an inference graph, which does not use the logsumexp, drops the scores with it as
-    dead code, and a training graph computes the logsumexp beside the fused output."""
+    then no graph reads the logsumexp (the backward without a mask takes the scores'
+    softmax), and the scores here are dead code."""
     torch._check(dropout_p == 0.0,
                  lambda: f"flash attention for CPU: dropout must be zero, got p={dropout_p}")
     torch._check(query.dim() == 4 and key.dim() == 4 and value.dim() == 4,
