@@ -4,6 +4,8 @@ views handled by strides. The tables below are the op -> expression entries."""
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 import torch
 
@@ -120,30 +122,82 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         if shape is None:
             shape = fold(expr, operands, out_kind, compute, result, None)[4]
         return Lazy(expr, tuple(operands), out_kind, compute, result, tuple(shape))
+    ops = _refs(ctx, operands)
+    if shape is None:
+        shape = out.shape if out is not None else \
+            broadcast_shapes(*[t.shape for t in ops if isinstance(t, TRef)])
+    shape = tuple(int(s) for s in shape)
+    if out is None:
+        out = ctx.empty(shape, out_kind)
+    if out.numel:
+        _emit(ctx, [Output(expr, ops, out, out_kind, compute, result)], shape, scatter=scatter,
+              accumulate=accumulate, gather=gather, helpers=helpers, check=check, wrap=wrap)
+    return out
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of an elementwise kernel: out = expr($0, $1, ...) over ops (TRefs or
+    scalars, in the kinds ew() takes them)."""
+    expr: str
+    ops: list
+    out: TRef
+    out_kind: str
+    compute: str | None = None
+    result: str | None = None
+
+
+def _refs(ctx: Context, operands) -> list:
+    """ew()'s operands as the kernel takes them: tensors as TRefs, 0-dim ones as scalars."""
     ops = []
     for o in operands:
         if isinstance(o, torch.Tensor) and o.dim() == 0:
             o = o.item()
         ops.append(ctx.ref(o) if isinstance(o, torch.Tensor) else o)
+    return ops
+
+
+def ew_outputs(ctx: Context, items: list[tuple[object, TRef]]) -> None:
+    """Each src (a Lazy or a TRef) into its dst, all of dst's shape, as one kernel: each
+    invocation loads every operand's element, then stores every output's, so an operand
+    that is an output's own element (same buffer and view) is read before it is written.
+    The caller orders them (copy_groups.py): every read sees the values before the kernel."""
+    outs = []
+    for src, dst in items:
+        expr, leaves, compute, result, _ = fold("$0", [src], dst.kind, dst.kind, None, dst.shape)
+        outs.append(Output(expr, _refs(ctx, leaves), dst, dst.kind, compute, result))
+    shape = tuple(int(s) for s in items[0][1].shape)
+    if math.prod(shape):
+        _emit(ctx, outs, shape)
+
+
+def _emit(ctx: Context, outs: list[Output], shape: tuple, scatter=(), accumulate=False,
+          gather=(), helpers=(), check=None, wrap=True) -> None:
+    """The kernel computing outs over shape (scatter, gather, accumulate and check: one
+    output only, as ew() describes them)."""
+    if len(outs) > 1 and (scatter or gather or accumulate or check):
+        raise ValueError("scatter, gather, accumulate and check take one output")
+    numel = math.prod(shape)
+    # operands of every output in one list: output k's $j is operand first[k] + j
+    first, ops, exprs = [], [], []
+    for o in outs:
+        first.append(len(ops))
+        exprs.append(re.sub(r"\$(\d+)", lambda m, b=len(ops): f"${b + int(m.group(1))}", o.expr))
+        ops += o.ops
+    computes = [c for o in outs for c in [o.compute] * len(o.ops)]
     tensors = [o for o in ops if isinstance(o, TRef)]
-    if shape is None:
-        shape = out.shape if out is not None else broadcast_shapes(*[t.shape for t in tensors])
-    shape = tuple(int(s) for s in shape)
-    if out is None:
-        out = ctx.empty(shape, out_kind)
-    numel = out.numel
-    if numel == 0:
-        return out
-    strides = [_expand(t, shape) for t in tensors] + [_expand(out, shape)]
+    strides = [_expand(t, shape) for t in tensors] + [_expand(o.out, shape) for o in outs]
     dims, strides = _coalesce(shape, strides)
     nd = len(dims)
+    n_in = len(tensors)
     # vec4: a flat kernel over contiguous (or broadcast scalar) operands moves 4
     # elements per invocation with 16-byte loads and stores
     vec = nd == 1 and numel % 4 == 0 and not (scatter or gather or accumulate) and \
-        "$i" not in expr and strides[-1][0] == 1 and out.offset % 4 == 0 and \
+        not any("$i" in e for e in exprs) and \
+        all(st[0] == 1 and o.out.offset % 4 == 0 for st, o in zip(strides[n_in:], outs)) and \
         all(st[0] == 0 or (st[0] == 1 and t.offset % 4 == 0)
             for st, t in zip(strides, tensors))
-    unit = [st[0] == 1 for st in strides[:-1]] if vec else []
+    unit = [st[0] == 1 for st in strides[:n_in]] if vec else []
 
     spec = [WG, numel // 4 if vec else numel]
     # Sizes, strides, offsets and scalars are specialisation constants whose defaults in
@@ -168,20 +222,23 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             spec.append(st)
             cid += 1
 
-    buffers = [out]
+    # the outputs' buffers first (bindings 0..); output k's offset, strides and word
+    # variable are tagged "o" + k ("o" alone for the first)
+    buffers = []
+    otags = ["o" + (str(k) if k else "") for k in range(len(outs))]
+    for o in outs:
+        _bind(buffers, o.out)
     index = ["uint r = i;"]
     ti = 0
     binding = {}
-    vec_loads, vec_bufs = [], {0}
+    vec_loads, vec_bufs = [], {_bind(buffers, o.out) for o in outs}
     for j, o in enumerate(ops):
-        ck = compute or (o.kind if isinstance(o, TRef) else None)
+        ck = computes[j] or (o.kind if isinstance(o, TRef) else None)
         if isinstance(o, TRef):
             operand_decl(str(j), strides[ti], o.offset)
-            b = next((k for k, x in enumerate(buffers) if x.buf == o.buf), None)
-            if b is None:              # one binding per buffer: fused kernels read many
-                buffers.append(o)      # views of few buffers (descriptor limits: 32 on lavapipe)
-                b = len(buffers) - 1
-            binding[j] = b
+            # one binding per buffer: fused kernels read many views of few buffers
+            # (descriptor limits: 32 on lavapipe)
+            b = binding[j] = _bind(buffers, o)
             raw = f"ld_{o.kind}(b{b}[o{j}])"
             if vec and unit[ti]:
                 vec_loads.append(f"uvec4 w{j} = b{b}v[(O{j} >> 2u) + i];")
@@ -209,11 +266,12 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
             raw = unseen(f"C{j}") if hides(val, base == "float") else f"C{j}"
             loads.append(f"{GLSL_TYPE[ck]} v{j} = {GLSL_TYPE[ck]}({conv}({raw}));")
         names.append(f"v{j}")
-    operand_decl("o", strides[-1], out.offset)
+    for tag, st, o in zip(otags, strides[n_in:], outs):
+        operand_decl(tag, st, o.out.offset)
 
     # index code: unravel i over dims (last fastest), accumulate each operand offset
-    offs = [f"o{j}" for j, o in enumerate(ops) if isinstance(o, TRef)] + ["oo"]
-    tags = [str(j) for j, o in enumerate(ops) if isinstance(o, TRef)] + ["o"]
+    offs = [f"o{j}" for j, o in enumerate(ops) if isinstance(o, TRef)] + ["o" + t for t in otags]
+    tags = [str(j) for j, o in enumerate(ops) if isinstance(o, TRef)] + otags
     index += [f"uint {v} = O{t};" for v, t in zip(offs, tags)]
     for k in reversed(range(nd)):
         index.append(f"{{ uint c = r % D{k}; r /= D{k};" +
@@ -237,47 +295,54 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
                      f"{f'if (x_ < 0) x_ += GN{j}; ' if wrap else ''}"
                      f"if (x_ < 0 || x_ >= GN{j}) {{ {flag}b0[oo] = 0u; return; }} "
                      f"o{k} += uint(x_) * GS{j}; }}")
-    body = expr.replace("$i", "int(i)")
-    for j in reversed(range(len(names))):
-        body = body.replace(f"${j}", names[j])
-    rk = result or compute or out_kind
-    value = f"({body})"
-    if rk != out_kind:
-        value = {"b": f"nonzero_f({value})" if rk == "f32" else f"({value} != {GLSL_TYPE[rk]}(0))"}.get(out_kind,
-                                                              f"{GLSL_TYPE[out_kind]}({value})")
-    # vec4: one component of the 4-word result per pass of the loop INDEX_CODE opened
-    store = f"{'r4_[e_]' if vec else 'b0[oo]'} = st_{out_kind}({value});"
-    if accumulate:
-        store = _atomic_store(out_kind, "add" if accumulate is True else accumulate, value)
+    stores, vec_stores, bodies = [], [], []
+    for k, (o, expr, tag) in enumerate(zip(outs, exprs, otags)):
+        body = expr.replace("$i", "int(i)")
+        for j in reversed(range(len(names))):
+            body = body.replace(f"${j}", names[j])
+        bodies.append(body)
+        rk = o.result or o.compute or o.out_kind
+        value = "res" if k == 0 else f"res{k}"
+        stored = value + "_"
+        if rk != o.out_kind:
+            stored = {"b": f"nonzero_f({stored})" if rk == "f32" else f"({stored} != {GLSL_TYPE[rk]}(0))"}.get(
+                o.out_kind, f"{GLSL_TYPE[o.out_kind]}({stored})")
+        # vec4: one component of the 4-word result per pass of the loop INDEX_CODE opened
+        b = _bind(buffers, o.out)
+        r4 = "r4_" if k == 0 else f"r4{k}_"
+        store = f"{f'{r4}[e_]' if vec else f'b{b}[o{tag}]'} = st_{o.out_kind}({stored});"
+        if accumulate:
+            store = _atomic_store(o.out_kind, "add" if accumulate is True else accumulate, stored)
+        # precise: the driver may not fold x - x, x * 0 or x * 0 + 1 to constants (NaN and
+        # inf inputs give NaN there) nor contract into fma (results then match torch's bit
+        # for bit); on bool and int results too, for the float arithmetic under
+        # isnan(x - x) or x > y
+        stores.append(f"precise {GLSL_TYPE[rk]} {value}_ = {GLSL_TYPE[rk]}({body}); {store}")
+        vec_stores.append((r4, f"b{b}v[(O{tag} >> 2u) + i] = {r4};"))
     checked = ""
-    if "_ck(" in body:             # int64 arithmetic whose overflow flags (checks.glsl)
+    if any("_ck(" in body for body in bodies):   # int64 arithmetic whose overflow flags (checks.glsl)
         ck = TRef(ctx.plan.check_buffer, (1,), (1,), 0, "i32")
         checked = f" if (ck_ != 0u) atomicOr(b{_bind(buffers, ck)}[0], ck_);"
 
+    many = f"_{len(outs)}out" if len(outs) > 1 else ""
     defines = {
-        "VARIANT": f"{len(tensors)}in{nd}d" + ("v4" if vec else ""),
+        "VARIANT": f"{n_in}in{nd}d" + ("v4" if vec else "") + many,
         "SPEC_DECLS": " ".join(decls),
         **{f"NEED_{h}": 1 for h in helpers},
         "BUFFER_DECLS": " ".join(f"BUFFER({k}, b{k})" for k in range(len(buffers))),
         "INDEX_CODE": " ".join(index + loads),
-        # precise: the driver may not fold x - x, x * 0 or x * 0 + 1 to constants (NaN and inf
-    # inputs give NaN there) nor contract into fma (results then match torch's bit for bit);
-    # on bool and int results too, for the float arithmetic under isnan(x - x) or x > y
-    "OUT_STORE": f"precise {GLSL_TYPE[rk]} res_ = "
-                 f"{GLSL_TYPE[rk]}({body}); " +
-                     store.replace(f"({body})", "res_", 1),
+        "OUT_STORE": " ".join(stores),
     }
     if vec:     # the same expression per component of 16-byte words
         defines["BUFFER_DECLS"] += " " + " ".join(
             f"layout(set = 0, binding = {k}) buffer Buf{k}v {{ uvec4 b{k}v[]; }};"
             for k in sorted(vec_bufs))
-        defines["INDEX_CODE"] = " ".join(vec_loads + ["uvec4 r4_; for (uint e_ = 0u; e_ < 4u; ++e_) {"]
-                                         + loads)
-        defines["OUT_STORE"] += " } b0v[(Oo >> 2u) + i] = r4_;"
+        defines["INDEX_CODE"] = " ".join(vec_loads + [f"uvec4 {r4};" for r4, _ in vec_stores] +
+                                         ["for (uint e_ = 0u; e_ < 4u; ++e_) {"] + loads)
+        defines["OUT_STORE"] += " } " + " ".join(st for _, st in vec_stores)
     defines["OUT_STORE"] += checked
-    ctx.dispatch("elementwise", defines, buffers, [0], spec,
-                 groups_for(numel // 4 if vec else numel, WG), note=f"{shape} <- {expr}")
-    return out
+    ctx.dispatch("elementwise", defines, buffers, list(range(len(outs))), spec,
+                 groups_for(numel // 4 if vec else numel, WG), note=f"{shape} <- {' ; '.join(o.expr for o in outs)}")
 
 
 def _bind(buffers: list, ref: TRef) -> int:

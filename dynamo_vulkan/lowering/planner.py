@@ -25,7 +25,8 @@ from dynamo_vulkan.shaders.families import ShaderDefineError
 
 from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
 from .core import Context, meta_view
-from .elementwise import copy_to, ew
+from .copy_groups import emit_copies, reads_of
+from .elementwise import ew
 from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
 from .registry import Lowered, OpSpec, Request, spec_of
@@ -112,7 +113,12 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
     epilogue = residual_adds(gm)         # producer -> (add, residual)
     added_by = {}                        # add node -> the producer that added its residual
 
+    copies: list = []                    # a run of copy_ nodes' (src, dst), not emitted yet
     for node in gm.graph.nodes:
+        if copies and not (node.op == "call_function" and node.target is COPY_ and
+                           values.get(node.args[0]) is not None):
+            emit_copies(ctx, copies)        # a few kernels for the run (copy_groups.py)
+            copies = []
         ctx.node = node
         if node.op == "placeholder":
             continue
@@ -145,10 +151,18 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 dst_node = node.args[0]
                 if dst_node not in index_of:
                     raise LoweringError("copy_ into a value that is not a graph input")
-                dst = values[dst_node]
-                src = _computed_into(ctx, args_[1], dst)
+                dst, src = values[dst_node], args_[1]
+                if isinstance(src, (Lazy, Deferred)) and not _computes_into(src, dst) or \
+                        isinstance(src, TRef) and src.buf == dst.buf and src != dst:
+                    # computed (or, another view of dst's own buffer, copied) first, after
+                    # the earlier copies: a kernel writing dst may read only dst's elements
+                    emit_copies(ctx, copies)
+                    copies = []
+                    src = materialize(ctx, src)
+                    if isinstance(src, TRef) and src.buf == dst.buf and src != dst:
+                        src = ew(ctx, "$0", [src], src.kind)
                 if not (isinstance(src, TRef) and src == dst):    # not already updated in place
-                    copy_to(ctx, src, dst)
+                    copies.append((src, dst))
                 plan.mutations.append((index_of[dst_node], dst.buf))
                 values[node] = dst
                 continue
@@ -350,16 +364,13 @@ def _copied_into_inputs(gm: fx.GraphModule, fusible, deferred: set) -> set:
     return set(copy_of)
 
 
-def _computed_into(ctx, src, dst: TRef):
-    """src, left a Lazy where its kernel may write straight into dst: every operand in
-    dst's buffer is read as dst itself (element i of the output reads only element i of
-    dst, before writing it); else computed first."""
-    if isinstance(src, Lazy) and all(
-            not isinstance(o, TRef) or o.buf != dst.buf or
-            (o.offset, o.strides, o.shape) == (dst.offset, dst.strides, dst.shape)
-            for o in src.operands) and tuple(src.shape) == tuple(dst.shape):
-        return src
-    return materialize(ctx, src)
+def _computes_into(src, dst: TRef) -> bool:
+    """Whether src, a Lazy, may be computed by a kernel writing straight into dst: every
+    tensor its expression loads from dst's buffer is dst itself (element i of the output
+    reads only element i of dst, before writing it)."""
+    return isinstance(src, Lazy) and tuple(src.shape) == tuple(dst.shape) and all(
+        t.buf != dst.buf or (t.offset, t.strides, t.shape) == (dst.offset, dst.strides, dst.shape)
+        for t in reads_of(src, dst))
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:

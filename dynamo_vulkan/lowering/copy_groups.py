@@ -1,0 +1,116 @@
+"""Copies into graph inputs that share kernels: a run of consecutive copy_ nodes (an
+optimizer step's new parameters, moments and step counts) as a few multi-output kernels.
+
+Each copy_ computes an elementwise expression straight into its input's buffer
+(planner._copied_into_inputs); one kernel a copy made AdamW four kernels a parameter.
+Copies of one shape share a kernel here (elementwise.ew_outputs), which loads every
+operand's element before it stores any output's: every copy in it reads the values the
+inputs held before the kernel. Graph order asks for exactly that where a copy reads no
+input that an earlier copy of its kernel writes, and reads an input that a later copy of
+its kernel writes only as that copy's own element (the same view: no other invocation
+reads it). Between kernels, a copy that reads an input another one writes runs before that
+one where it comes first in the graph (it wants the old values), after it where it comes
+later (the new ones). Where no order of the kernels keeps all of that, each copy runs
+alone, in graph order.
+"""
+from __future__ import annotations
+
+import heapq
+
+from .core import TRef
+from .elementwise import ew_outputs
+from .fusion import Lazy, fold
+
+# buffers one kernel binds: within what every Vulkan device that runs these kernels offers
+# a stage (lavapipe: 32)
+MAX_BUFFERS = 12
+
+
+def reads_of(src, dst: TRef) -> list[TRef]:
+    """The tensors that src's expression (a Lazy, or a TRef copied as it is) loads."""
+    leaves = fold("$0", [src], dst.kind, dst.kind, None, dst.shape)[1] if isinstance(src, Lazy) else [src]
+    return [t for t in leaves if isinstance(t, TRef)]
+
+
+def _view(t: TRef) -> tuple:
+    return t.buf, t.offset, tuple(t.strides), tuple(t.shape)
+
+
+def emit_copies(ctx, items: list[tuple[object, TRef]]) -> None:
+    """Compute each (src, dst) of a run of copies, in graph order, into dst (src: a Lazy
+    or a TRef of dst's shape, which reads dst's buffer only as dst: planner.lower)."""
+    reads = [reads_of(src, dst) for src, dst in items]
+    dsts = [dst for _, dst in items]
+    groups: list[_Group] = []
+    for j in range(len(items)):
+        mine = {t.buf for t in reads[j]}
+        home = next((g for g in groups if g.takes(j, mine, reads, dsts)), None)
+        if home is None:
+            home = _Group(tuple(dsts[j].shape))
+            groups.append(home)
+        home.add(j, mine, reads, dsts)
+    order = _ordered([g.members for g in groups], reads, dsts)
+    if order is None:
+        order = [[j] for j in range(len(items))]
+    for g in order:
+        ew_outputs(ctx, [items[j] for j in g])
+
+
+class _Group:
+    """Copies that share one kernel: their shape, the buffers they write and bind, and the
+    views at which they read each buffer that one of them writes."""
+
+    def __init__(self, shape: tuple):
+        self.shape, self.members = shape, []
+        self.written, self.bound, self.views = set(), set(), {}
+
+    def takes(self, j: int, mine: set, reads, dsts) -> bool:
+        """Whether copy j (later in the graph than every member) may join: of the same
+        shape, writing no buffer a member writes and reading none (it would want the new
+        values), while the members read its buffer only as its own elements."""
+        d = dsts[j]
+        return tuple(d.shape) == self.shape and d.buf not in self.written and \
+            not (mine & self.written) and self.views.get(d.buf, {_view(d)}) == {_view(d)} and \
+            len(self.bound | mine | {d.buf}) <= MAX_BUFFERS
+
+    def add(self, j: int, mine: set, reads, dsts) -> None:
+        self.members.append(j)
+        self.written.add(dsts[j].buf)
+        self.bound |= mine | {dsts[j].buf}
+        for t in reads[j]:
+            self.views.setdefault(t.buf, set()).add(_view(t))
+
+
+def _ordered(groups: list[list[int]], reads, dsts) -> list[list[int]] | None:
+    """The groups in an order that gives each copy the values graph order gives it (the
+    earliest copy first among the free ones), or None where there is none."""
+    where = {j: gi for gi, g in enumerate(groups) for j in g}
+    writers: dict[int, list[int]] = {}
+    for k in where:
+        writers.setdefault(dsts[k].buf, []).append(k)
+    after: list[set] = [set() for _ in groups]        # group -> groups that must follow it
+    for j, gj in where.items():
+        for buf in {t.buf for t in reads[j]} | {dsts[j].buf}:
+            for k in writers.get(buf, ()):
+                gk = where[k]
+                if gk == gj:
+                    continue
+                if k < j:
+                    after[gk].add(gj)         # j wants k's new values (or writes after it)
+                else:
+                    after[gj].add(gk)         # j wants the buffer as it was (or writes first)
+    waiting = [0] * len(groups)
+    for gi in range(len(groups)):
+        for gn in after[gi]:
+            waiting[gn] += 1
+    free = [(g[0], gi) for gi, g in enumerate(groups) if not waiting[gi]]
+    heapq.heapify(free)
+    order = []
+    while free:
+        _, gi = heapq.heappop(free)
+        order.append(groups[gi])
+        for gn in after[gi]:
+            waiting[gn] -= 1
+            if not waiting[gn]:
+                heapq.heappush(free, (groups[gn][0], gn))
+    return order if len(order) == len(groups) else None
