@@ -3,13 +3,12 @@ step's updates as a few multi-output kernels, and every copy still reading the v
 graph order gives it."""
 from __future__ import annotations
 
-import copy
 
 import pytest
 import torch
 import torch.nn as nn
 
-from vk import compiled
+from vk import compiled, step_twins
 
 
 def _elementwise(plans):
@@ -33,19 +32,7 @@ def test_optimizer_step_writes_its_state_in_one_kernel_a_shape(plans, name):
     eager's, state included."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 6), nn.Tanh(), nn.Linear(6, 3))
-    ours = copy.deepcopy(model)
-    make = {"adamw": lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, foreach=True),
-            "adam": lambda p: torch.optim.Adam(p, lr=0.01, foreach=True),
-            "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True)}[name]
-    eager_opt, our_opt = make(model.parameters()), make(ours.parameters())
-    step = compiled(our_opt.step)
-    for _ in range(3):
-        x = torch.randn(4, 6)
-        for m in (model, ours):
-            m.zero_grad()
-            m(x).square().mean().backward()
-        eager_opt.step()
-        step()
+    eager_opt, our_opt, ours = step_twins(model, name, True, steps=3)
     for p, q in zip(model.parameters(), ours.parameters()):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
         for key, value in eager_opt.state[p].items():
@@ -168,3 +155,28 @@ def test_an_input_copied_from_another_view_of_itself():
     first, second = plan.dispatches
     assert first.bindings[1] == buf and first.bindings[0] != buf
     assert second.bindings[second.writes[0]] == buf and second.bindings[1] == first.bindings[0]
+
+
+def test_a_run_of_copies_goes_on_past_nodes_without_kernels(plans):
+    """copy_, a view (no kernel), copy_: one run, one kernel for both inputs; the view's
+    reader after the run sees the new values."""
+    import torch.fx as fx
+
+    from dynamo_vulkan import device
+    from dynamo_vulkan.lowering import planner
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    g.call_function(aten.copy_.default, (a, g.call_function(aten.add.Tensor, (a, 1.0))))
+    flat = g.call_function(aten.view.default, (a, [12]))
+    g.call_function(aten.copy_.default, (b, g.call_function(aten.mul.Tensor, (b, 2.0))))
+    g.output((g.call_function(aten.mul.Tensor, (flat, 3.0)),))
+    xs = [torch.randn(3, 4), torch.randn(3, 4)]
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    planner.specialise(gm, xs)
+    plan = planner.lower(gm, xs, [False, False], device.device_info())
+    inputs = [i.buffer for i in plan.inputs]
+    copies, reader = plan.dispatches
+    assert sorted(copies.bindings[w] for w in copies.writes) == sorted(inputs)
+    assert inputs[0] in reader.bindings

@@ -17,7 +17,7 @@ import dynamo_vulkan
 from dynamo_vulkan.examples import SmallCNN
 from dynamo_vulkan.training import (GPT, cnn_workload, gpt_workload, max_relative_difference,
                                     train)
-from vk import compiled
+from vk import compiled, step_twins
 
 RTOL = ATOL = 1e-4
 
@@ -71,31 +71,13 @@ def test_gradients_equal_eager_and_backward_runs_on_vulkan(make):
         assert not any("convolution_backward" in n.op for n in reports[1].nodes)   # decomposed
 
 
-def _optimizer(name: str, params, foreach: bool):
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=0.01, foreach=foreach)
-    return torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, foreach=foreach)
-
-
 @pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for-loop"])
 @pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
 def test_optimizer_step_on_vulkan_equals_eager(name, foreach):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 9), nn.Tanh(), nn.Linear(9, 3))
-    ours = copy.deepcopy(model)
-    eager_opt = _optimizer(name, model.parameters(), foreach)
-    our_opt = _optimizer(name, ours.parameters(), foreach)
     before = len(dynamo_vulkan.reports())
-    step = compiled(our_opt.step)
-    for _ in range(5):
-        x = torch.randn(4, 6)
-        for m in (model, ours):
-            m.zero_grad()
-            m(x).square().mean().backward()
-        eager_opt.step()
-        step()
+    _, _, ours = step_twins(model, name, foreach, steps=5)
     for (pname, p), q in zip(model.named_parameters(), ours.parameters()):
         torch.testing.assert_close(q, p, rtol=RTOL, atol=ATOL, msg=pname)
     reports = _new_reports(before)

@@ -100,3 +100,29 @@ def assert_copies_beside_products(plans, copy: str, product: str) -> int:
                     assert any(e.name.startswith(product) for e in level), [e.name for e in level]
                     beside += 1
     return beside
+
+
+def optimizer(name: str, params, foreach: bool = True):
+    """SGD (momentum), Adam or AdamW as the optimizer tests run them."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=foreach)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=0.01, foreach=foreach)
+    return torch.optim.AdamW(params, lr=0.01, weight_decay=0.1, foreach=foreach)
+
+
+def step_twins(model, name: str, foreach: bool, steps: int):
+    """model and a copy trained side by side for `steps` steps of optimizer `name`, eager's
+    step against ours compiled: (eager's optimizer, ours, our copy of the model)."""
+    import copy
+    ours = copy.deepcopy(model)
+    eager_opt, our_opt = optimizer(name, model.parameters(), foreach), optimizer(name, ours.parameters(), foreach)
+    step = compiled(our_opt.step)
+    for _ in range(steps):
+        x = torch.randn(4, model[0].in_features)
+        for m in (model, ours):
+            m.zero_grad()
+            m(x).square().mean().backward()
+        eager_opt.step()
+        step()
+    return eager_opt, our_opt, ours

@@ -157,6 +157,7 @@ def _new_row(ctx, cache: TRef, heads: int, width: int, name: str, base: int):
     (index.RowWrite) still the buffer's last writer: (the write, its row as a
     RowLoader of `heads` rows of `width`, GLSL defines), so the attention computes that
     row itself and need not wait for the scatter. None when the layouts do not say so."""
+    ctx.run_before_dispatch()      # a pending copy may write the cache
     w: RowWrite | None = ctx.row_writes.get(cache.buf)
     if w is None or any(cache.buf in (d.bindings[i] for i in d.writes)
                         for d in ctx.plan.dispatches[w.dispatch + 1:]):

@@ -125,11 +125,19 @@ class Context:
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
         self._derived: dict = {}        # key -> (a value derived from buffers, dispatch count then)
         self.weight_copies: set[int] = set()   # dispatches copying weights (schedule.py)
+        # called (once) before the next dispatch: the planner's copies not emitted yet
+        self.before_dispatch = None
+
+    def run_before_dispatch(self) -> None:
+        if self.before_dispatch is not None:
+            hook, self.before_dispatch = self.before_dispatch, None
+            hook()
 
     def derived(self, key, reads: set, make):
         """A value that dispatches derive from buffers `reads` (x's int8 planes, a mask's
         live ranges): make() emits it the first time; later callers with the same key get
         it back until a dispatch since has written one of those buffers."""
+        self.run_before_dispatch()     # a pending copy may write one of `reads`
         got, since = self._derived.get(key, (None, 0))
         if got is None or any(d.bindings[i] in reads for d in self.plan.dispatches[since:]
                               for i in d.writes):
@@ -207,6 +215,7 @@ class Context:
         id, dispatch index) pairs it need not wait for (plan.Dispatch.disjoint);
         weight_copy: it writes a copy of weights, which may run beside an earlier product
         (schedule.move_copies_ahead)."""
+        self.run_before_dispatch()
         if weight_copy:
             self.weight_copies.add(len(self.plan.dispatches))
         key, source = shaders.kernel_source(family, defines)

@@ -113,12 +113,17 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
     epilogue = residual_adds(gm)         # producer -> (add, residual)
     added_by = {}                        # add node -> the producer that added its residual
 
-    copies: list = []                    # a run of copy_ nodes' (src, dst), not emitted yet
+    # copy_ nodes' (src, dst) not emitted yet: a run of them, which nodes without kernels
+    # (views, getitem) do not end, goes as a few kernels (copy_groups.py) before the next
+    # dispatch of any other node, or before the outputs
+    copies: list = []
+
+    def emit_run():
+        run, copies[:] = list(copies), []
+        ctx.before_dispatch = None
+        emit_copies(ctx, run)
+
     for node in gm.graph.nodes:
-        if copies and not (node.op == "call_function" and node.target is COPY_ and
-                           values.get(node.args[0]) is not None):
-            emit_copies(ctx, copies)        # a few kernels for the run (copy_groups.py)
-            copies = []
         ctx.node = node
         if node.op == "placeholder":
             continue
@@ -152,17 +157,15 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 if dst_node not in index_of:
                     raise LoweringError("copy_ into a value that is not a graph input")
                 dst, src = values[dst_node], args_[1]
-                if isinstance(src, (Lazy, Deferred)) and not _computes_into(src, dst) or \
-                        isinstance(src, TRef) and src.buf == dst.buf and src != dst:
-                    # computed (or, another view of dst's own buffer, copied) first, after
-                    # the earlier copies: a kernel writing dst may read only dst's elements
-                    emit_copies(ctx, copies)
-                    copies = []
+                # a kernel writing dst may read only dst's own elements: else src is computed
+                # (or, another view of dst's buffer, copied) first, after the earlier copies
+                if isinstance(src, (Lazy, Deferred)) and not _computes_into(src, dst):
                     src = materialize(ctx, src)
-                    if isinstance(src, TRef) and src.buf == dst.buf and src != dst:
-                        src = ew(ctx, "$0", [src], src.kind)
+                if isinstance(src, TRef) and src.buf == dst.buf and src != dst:
+                    src = ew(ctx, "$0", [src], src.kind)
                 if not (isinstance(src, TRef) and src == dst):    # not already updated in place
                     copies.append((src, dst))
+                    ctx.before_dispatch = emit_run
                 plan.mutations.append((index_of[dst_node], dst.buf))
                 values[node] = dst
                 continue
@@ -179,6 +182,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                                        "residual it was not given")
                 added_by[add] = node
         elif node.op == "output":
+            if copies:
+                emit_run()
             outs = node.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
             for o in outs:
