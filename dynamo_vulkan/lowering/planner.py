@@ -67,13 +67,41 @@ def _values_fit(gm: fx.GraphModule, args: list) -> bool:
 
 def specialise(gm: fx.GraphModule, args: list) -> None:
     """Refresh node.meta['val'] with concrete shapes from the real args (kept where they
-    are those already: _values_fit)."""
+    are those already: _values_fit).
+
+    An arg may come with other strides than the graph was traced with: the backward's
+    saved tensors, which the forward's program returns contiguous where AOT traced the
+    op's own layout (SDPA's output, (B, L, H, E) in memory). A `view` of such an arg may
+    then be impossible; those views become reshapes (a copy only where no view exists),
+    as the view rule lowers every reshape anyway (views.view)."""
     if _values_fit(gm, args):
         return
     from torch._subclasses.fake_tensor import FakeTensorMode
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
-    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
+
+    def propagate():
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
+    try:
+        propagate()
+    except (RuntimeError, ValueError):
+        views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is VIEW]
+        if not (views and _restrided(gm, args)):
+            raise
+        for n in views:
+            n.target = torch.ops.aten.reshape.default
+        gm.recompile()
+        propagate()
+
+
+VIEW = torch.ops.aten.view.default
+
+
+def _restrided(gm: fx.GraphModule, args: list) -> bool:
+    """Whether a tensor arg has other strides than its placeholder was traced with."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return any(isinstance(a, torch.Tensor) and isinstance(n.meta.get("val"), torch.Tensor) and
+               n.meta["val"].stride() != a.stride() for n, a in zip(placeholders, args))
 
 
 def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=None) -> Plan:
