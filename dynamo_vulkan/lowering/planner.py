@@ -65,6 +65,9 @@ def _values_fit(gm: fx.GraphModule, args: list) -> bool:
     return True
 
 
+VIEW = torch.ops.aten.view.default
+
+
 def specialise(gm: fx.GraphModule, args: list) -> None:
     """Refresh node.meta['val'] with concrete shapes from the real args (kept where they
     are those already: _values_fit).
@@ -92,9 +95,6 @@ def specialise(gm: fx.GraphModule, args: list) -> None:
             n.target = torch.ops.aten.reshape.default
         gm.recompile()
         propagate()
-
-
-VIEW = torch.ops.aten.view.default
 
 
 def _restrided(gm: fx.GraphModule, args: list) -> bool:
