@@ -76,13 +76,13 @@ def test_a_copy_joins_a_kernel_only_where_it_reads_what_was_there_before():
 
     def group(first_reads):
         g = _Group((4,))
-        g.add(0, {t.buf for t in first_reads}, [first_reads], [a])
+        g.add(0, first_reads, a)
         return g
 
-    assert group([b]).takes(1, {1}, [[b], [b]], [a, b])
-    assert not group([_ref(1, (4,), (0,))]).takes(1, {1}, [[b], [b]], [a, b])
-    assert not group([b]).takes(1, {0, 1}, [[b], [a, b]], [a, b])
-    assert not group([b]).takes(1, {1}, [[b], [_ref(1, (2,))]], [a, _ref(1, (2,))])
+    assert group([b]).takes([b], b)
+    assert not group([_ref(1, (4,), (0,))]).takes([b], b)
+    assert not group([b]).takes([a, b], b)
+    assert not group([b]).takes([_ref(1, (2,))], _ref(1, (2,)))
 
 
 def test_a_swap_through_the_inputs(plans):

@@ -46,9 +46,10 @@ def _weight_grad(x, gy, w_shape, stride, padding, dilation, groups):
     gw = None
     for first in range(0, n, chunk):
         images = min(chunk, n - first)
+        xc = aten.slice.Tensor(xt, 1, first, first + images)
         windows = []
         for offs in itertools.product(*(range(k) for k in ks)):
-            v = aten.slice.Tensor(xt, 1, first, first + images)
+            v = xc
             for d, (o, s, dl, size) in enumerate(zip(offs, stride, dilation, out)):
                 v = aten.slice.Tensor(v, 2 + d, o * dl, o * dl + (size - 1) * s + 1, s)
             windows.append(v)

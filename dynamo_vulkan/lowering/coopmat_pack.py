@@ -92,15 +92,13 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
 # them in its tile loads (B_GGUF)
 BOUNDED_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"})
 # ... where the product has at most this many rows of tiles: each row of tiles decodes W
-# again, and the decoding's instructions compete with the multiplies. Decoded in the tile
-# loads, a 7B's 128-row prompt runs 12% faster than from W's fp16 copy and a 256-row one
-# as fast; from three rows of tiles on, the copy wins, since the kernel keeps two K steps
-# of loads in flight where both operands are 16-bit copies (coopmat.PREFETCH_PACKED) and
-# one where it decodes (a 512-row prompt 9% faster with the copy, at the cost of the
-# copy's buffer, up to 271 MB). A weight of fewer than INLINE_MANY_MIN_WEIGHTS elements,
-# whose copy is small and cheap, is decoded in the tile loads for one row of tiles only
-# (Gemma 3's 256- and 512-row prompts ran 4-18% slower otherwise) (docs/journal.md,
-# sessions 37, 46 and 49)
+# again, and the decoding's instructions compete with the multiplies. One row of tiles
+# runs faster decoding in the tile loads than from W's fp16 copy, two as fast; from three
+# on the copy wins (at the cost of its buffer), since the kernel keeps two K steps of
+# loads in flight where both operands are 16-bit copies (coopmat.PREFETCH_PACKED) and one
+# where it decodes. A weight of fewer than INLINE_MANY_MIN_WEIGHTS elements, whose copy
+# is small and cheap, is decoded in the tile loads for one row of tiles only
+# (docs/journal.md, sessions 37, 46 and 49)
 INLINE_MAX_TILES_M = 2
 INLINE_MANY_MIN_WEIGHTS = 4 << 20
 

@@ -32,8 +32,10 @@ def reads_of(src, dst: TRef) -> list[TRef]:
     return [t for t in leaves if isinstance(t, TRef)]
 
 
-def _view(t: TRef) -> tuple:
-    return t.buf, t.offset, tuple(t.strides), tuple(t.shape)
+def same_view(t: TRef, u: TRef) -> bool:
+    """Whether t and u are the same elements of the same buffer in the same order."""
+    return (t.buf, t.offset, tuple(t.strides), tuple(t.shape)) == \
+        (u.buf, u.offset, tuple(u.strides), tuple(u.shape))
 
 
 def emit_copies(ctx, items: list[tuple[object, TRef]]) -> None:
@@ -43,12 +45,11 @@ def emit_copies(ctx, items: list[tuple[object, TRef]]) -> None:
     dsts = [dst for _, dst in items]
     groups: list[_Group] = []
     for j in range(len(items)):
-        mine = {t.buf for t in reads[j]}
-        home = next((g for g in groups if g.takes(j, mine, reads, dsts)), None)
+        home = next((g for g in groups if g.takes(reads[j], dsts[j])), None)
         if home is None:
             home = _Group(tuple(dsts[j].shape))
             groups.append(home)
-        home.add(j, mine, reads, dsts)
+        home.add(j, reads[j], dsts[j])
     order = _ordered([g.members for g in groups], reads, dsts)
     if order is None:
         order = [[j] for j in range(len(items))]
@@ -58,27 +59,28 @@ def emit_copies(ctx, items: list[tuple[object, TRef]]) -> None:
 
 class _Group:
     """Copies that share one kernel: their shape, the buffers they write and bind, and the
-    views at which they read each buffer that one of them writes."""
+    tensors they read of each buffer."""
 
     def __init__(self, shape: tuple):
         self.shape, self.members = shape, []
-        self.written, self.bound, self.views = set(), set(), {}
+        self.written, self.bound, self.reads = set(), set(), {}
 
-    def takes(self, j: int, mine: set, reads, dsts) -> bool:
-        """Whether copy j (later in the graph than every member) may join: of the same
-        shape, writing no buffer a member writes and reading none (it would want the new
-        values), while the members read its buffer only as its own elements."""
-        d = dsts[j]
-        return tuple(d.shape) == self.shape and d.buf not in self.written and \
-            not (mine & self.written) and self.views.get(d.buf, {_view(d)}) == {_view(d)} and \
-            len(self.bound | mine | {d.buf}) <= MAX_BUFFERS
+    def takes(self, reads: list[TRef], dst: TRef) -> bool:
+        """Whether a copy of dst reading `reads` (later in the graph than every member) may
+        join: of the same shape, writing no buffer a member writes and reading none (it
+        would want the new values), while the members read its buffer only as dst."""
+        mine = {t.buf for t in reads}
+        return tuple(dst.shape) == self.shape and dst.buf not in self.written and \
+            not (mine & self.written) and \
+            all(same_view(t, dst) for t in self.reads.get(dst.buf, ())) and \
+            len(self.bound | mine | {dst.buf}) <= MAX_BUFFERS
 
-    def add(self, j: int, mine: set, reads, dsts) -> None:
+    def add(self, j: int, reads: list[TRef], dst: TRef) -> None:
         self.members.append(j)
-        self.written.add(dsts[j].buf)
-        self.bound |= mine | {dsts[j].buf}
-        for t in reads[j]:
-            self.views.setdefault(t.buf, set()).add(_view(t))
+        self.written.add(dst.buf)
+        self.bound |= {t.buf for t in reads} | {dst.buf}
+        for t in reads:
+            self.reads.setdefault(t.buf, []).append(t)
 
 
 def _ordered(groups: list[list[int]], reads, dsts) -> list[list[int]] | None:

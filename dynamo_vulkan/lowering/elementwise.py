@@ -226,12 +226,11 @@ def _emit(ctx: Context, outs: list[Output], shape: tuple, scatter=(), accumulate
     # variable are tagged "o" + k ("o" alone for the first)
     buffers = []
     otags = ["o" + (str(k) if k else "") for k in range(len(outs))]
-    for o in outs:
-        _bind(buffers, o.out)
+    out_bindings = [_bind(buffers, o.out) for o in outs]
     index = ["uint r = i;"]
     ti = 0
     binding = {}
-    vec_loads, vec_bufs = [], {_bind(buffers, o.out) for o in outs}
+    vec_loads, vec_bufs = [], set(out_bindings)
     for j, o in enumerate(ops):
         ck = computes[j] or (o.kind if isinstance(o, TRef) else None)
         if isinstance(o, TRef):
@@ -296,7 +295,7 @@ def _emit(ctx: Context, outs: list[Output], shape: tuple, scatter=(), accumulate
                      f"if (x_ < 0 || x_ >= GN{j}) {{ {flag}b0[oo] = 0u; return; }} "
                      f"o{k} += uint(x_) * GS{j}; }}")
     stores, vec_stores, bodies = [], [], []
-    for k, (o, expr, tag) in enumerate(zip(outs, exprs, otags)):
+    for k, (o, expr, tag, b) in enumerate(zip(outs, exprs, otags, out_bindings)):
         body = expr.replace("$i", "int(i)")
         for j in reversed(range(len(names))):
             body = body.replace(f"${j}", names[j])
@@ -308,7 +307,6 @@ def _emit(ctx: Context, outs: list[Output], shape: tuple, scatter=(), accumulate
             stored = {"b": f"nonzero_f({stored})" if rk == "f32" else f"({stored} != {GLSL_TYPE[rk]}(0))"}.get(
                 o.out_kind, f"{GLSL_TYPE[o.out_kind]}({stored})")
         # vec4: one component of the 4-word result per pass of the loop INDEX_CODE opened
-        b = _bind(buffers, o.out)
         r4 = "r4_" if k == 0 else f"r4{k}_"
         store = f"{f'{r4}[e_]' if vec else f'b{b}[o{tag}]'} = st_{o.out_kind}({stored});"
         if accumulate:
@@ -341,7 +339,7 @@ def _emit(ctx: Context, outs: list[Output], shape: tuple, scatter=(), accumulate
                                          ["for (uint e_ = 0u; e_ < 4u; ++e_) {"] + loads)
         defines["OUT_STORE"] += " } " + " ".join(st for _, st in vec_stores)
     defines["OUT_STORE"] += checked
-    ctx.dispatch("elementwise", defines, buffers, list(range(len(outs))), spec,
+    ctx.dispatch("elementwise", defines, buffers, sorted(set(out_bindings)), spec,
                  groups_for(numel // 4 if vec else numel, WG), note=f"{shape} <- {' ; '.join(o.expr for o in outs)}")
 
 

@@ -25,7 +25,7 @@ from dynamo_vulkan.shaders.families import ShaderDefineError
 
 from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
 from .core import Context, meta_view
-from .copy_groups import emit_copies, reads_of
+from .copy_groups import emit_copies, reads_of, same_view
 from .elementwise import ew
 from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
@@ -146,9 +146,9 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
     # dispatch of any other node, or before the outputs
     copies: list = []
 
-    def emit_run():
-        run, copies[:] = list(copies), []
-        ctx.before_dispatch = None
+    def emit_run():                      # as ctx.before_dispatch, which it then clears
+        run = copies.copy()
+        copies.clear()
         emit_copies(ctx, run)
 
     for node in gm.graph.nodes:
@@ -210,8 +210,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                                        "residual it was not given")
                 added_by[add] = node
         elif node.op == "output":
-            if copies:
-                emit_run()
+            ctx.run_before_dispatch()       # the last run of copies
             outs = node.args[0]
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
             for o in outs:
@@ -402,8 +401,7 @@ def _computes_into(src, dst: TRef) -> bool:
     tensor its expression loads from dst's buffer is dst itself (element i of the output
     reads only element i of dst, before writing it)."""
     return isinstance(src, Lazy) and tuple(src.shape) == tuple(dst.shape) and all(
-        t.buf != dst.buf or (t.offset, t.strides, t.shape) == (dst.offset, dst.strides, dst.shape)
-        for t in reads_of(src, dst))
+        t.buf != dst.buf or same_view(t, dst) for t in reads_of(src, dst))
 
 
 def in_place_updates(gm: fx.GraphModule) -> set:
