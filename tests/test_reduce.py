@@ -112,3 +112,51 @@ def test_sum_of_an_elementwise_input_keeps_nan_from_inf(dim):
     x[2, 1, 1], x[3, 2, 5] = math.inf, math.nan
     check(lambda t: ((t - t).sum(dim), (t * 0).sum(dim), (t * 0.0).amax(dim),
                      ((t - t) * 1.5).mean(dim)), x)
+
+
+COLUMN_CASES = [  # (shape, dims): outputs neighbouring in memory, reduced elements a row apart
+    ((300, 7), (0,)), ((8, 33, 70), (0, 1)), ((1000, 3), (0,)), ((130, 1, 45), (0,)),
+    ((3, 40, 600), (0, 1)), ((4099, 65), (0,)),
+]
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["lavapipe", "as_gpu"])
+@pytest.mark.parametrize("shape,dims", COLUMN_CASES, ids=str)
+def test_columns_take_neighbouring_outputs_a_workgroup(request, plans, gpu, shape, dims):
+    """A reduction over leading dims of a row-major tensor (a bias's gradient) takes
+    neighbouring outputs a workgroup (COLUMNS), its reduced elements split across
+    workgroups on a GPU: every float op, NaN and infinities included, a strided view,
+    and an elementwise input computed as it is loaded."""
+    if gpu:
+        request.getfixturevalue("as_gpu")
+    x = torch.randn(shape)
+    x.view(-1)[5] = float("nan")
+    x.view(-1)[-1] = float("inf")
+    check(lambda t: (t.sum(dims), t.mean(dims), t.amax(dims), t.amin(dims), t.var(dims),
+                     t.std(dims, keepdim=True)), x)
+    check(lambda t: t[::2].sum(0), x.reshape(shape[0], -1))
+    check(lambda a, b: (a * b - b).sum(dims), torch.randn(shape), torch.randn(shape[-1]))
+    notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("reduce")]
+    cols = [n for n in notes if "neighbouring outputs a workgroup" in n]
+    assert len(cols) >= 8, notes
+    if gpu and shape in ((8, 33, 70), (4099, 65)):
+        assert any(" splits" in n for n in cols), cols
+
+
+def test_columns_layout_choice():
+    """COLUMNS only where the outputs' innermost dim is contiguous and the reduced dims
+    are not, in memory: a transposed view's rows are columns; a reduction along
+    contiguous elements keeps a workgroup per output."""
+    from dynamo_vulkan.lowering import reduce
+    from dynamo_vulkan.lowering.core import TRef, contiguous_strides
+    gpu = {"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"}
+    x = TRef(0, (2048, 384), contiguous_strides((2048, 384)), 0, "f32")
+    p = reduce._columns(gpu, x, [1], [0], 384, 2048)
+    assert (p["CQ"], p["KT"], p["blocks"]) == (32, 4, 12) and 1 < p["splits"] <= reduce.COLUMNS_MAX_SPLITS
+    assert p["splits"] * p["rsplit"] >= 2048 > (p["splits"] - 1) * p["rsplit"]
+    assert reduce._columns(gpu, x, [0], [1], 2048, 384) is None          # rows: contiguous reduced dim
+    xt = TRef(0, (384, 2048), (1, 384), 0, "f32")                        # a transposed view
+    assert reduce._columns(gpu, xt, [1], [0], 2048, 384) is None
+    assert reduce._columns(gpu, xt, [0], [1], 384, 2048)["blocks"] == 12
+    cpu = {"device_type": "PHYSICAL_DEVICE_TYPE_CPU", "subgroup_size": 8}
+    assert reduce._columns(cpu, x, [1], [0], 384, 2048)["splits"] == 1

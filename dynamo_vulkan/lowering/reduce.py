@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
+from .. import device
 from .core import Context, TRef, contiguous_strides, f32_bits, lowering, row_wg
 from .elementwise import _coalesce
 from .fusion import Lazy, LazyView, materialize, row_loader
@@ -18,6 +20,13 @@ WG = 128
 # (PER_LANE): a workgroup per output left 120 of its 128 lanes idle over a batch dim of 8
 # (the GPT's position-embedding gradient, (8, 256, 384) over dim 0: 109 us on an H100)
 PER_LANE_MAX_R = 64
+# COLUMNS (outputs neighbouring in memory, their reduced elements a row apart: a bias's or a
+# norm's gradient summed over batch and positions): a workgroup's outputs and slices on a
+# GPU, and the workgroups wanted there (the reduced elements split across them)
+COLUMNS_CQ = 32           # outputs a workgroup: one 128-byte row segment
+COLUMNS_TARGET_WGS = 256
+COLUMNS_MIN_ROWS = 16     # reduced elements a lane at least (its loads in flight)
+COLUMNS_MAX_SPLITS = 32
 ARG_WG = 64
 NAN = "uintBitsToFloat(0x7fc00000u)"
 
@@ -77,7 +86,11 @@ def reduce(ctx: Context, x, dims, op: str, out_shape=None, out_kind=None,
         return out
     if r == 0 and op == "mean":          # the mean of nothing is NaN (drivers' 0 / 0 may not be)
         final = NAN
-    spec = [row_wg(ctx.caps, WG, r), nout, r, x.offset, f32_bits(divisor)]
+    cols = _columns(ctx.caps, x, kept, dims, nout, r) if acc_kind == "f32" else None
+    if r <= PER_LANE_MAX_R and nout >= row_wg(ctx.caps, WG, r):
+        cols = None
+    spec = [cols["CQ"] * cols["KT"] if cols else row_wg(ctx.caps, WG, r), nout, r, x.offset,
+            f32_bits(divisor), cols["rsplit"] if cols else r]
     decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if acc_kind == "f32" else "int"
     load = {"f32": "ld_f32(w)", "i32": "ld_i32(w)", "b": "int(ld_b(w))"}[x.kind] if loader is None \
@@ -116,13 +129,54 @@ def reduce(ctx: Context, x, dims, op: str, out_shape=None, out_kind=None,
     if op in ("sum", "prod") and acc_kind == "i32" and out_kind == "i32" and _int64_result(ctx):
         bindings.append(_exact_int64(ctx, op, defines, load))
         defines["CHECK_BINDING"] = len(bindings) - 1
-    note, groups = f"{op} {'elementwise ' if loader else ''}{x.shape} dims={dims}", nout
+    note, groups, writes = f"{op} {'elementwise ' if loader else ''}{x.shape} dims={dims}", nout, [0]
+    if cols:
+        defines |= {"COLUMNS": 1, "CQ": cols["CQ"], "KT": cols["KT"], "SPLITS": cols["splits"]}
+        note += f", {cols['CQ']} neighbouring outputs a workgroup"
+        if cols["splits"] > 1:
+            base = len(bindings)
+            # zero at upload; each block's last split resets its count for the next call
+            bindings += [ctx.empty((cols["splits"], nout), "f32"),
+                         ctx.buffer(cols["blocks"], "const", "i32", np.zeros(cols["blocks"], np.uint32))]
+            defines |= {"PART_BINDING": base, "COUNT_BINDING": base + 1}
+            writes += [base, base + 1]
+            note += f" in {cols['splits']} splits"
+        ctx.dispatch("reduce", defines, bindings, writes, spec, (cols["blocks"], cols["splits"], 1), note=note)
+        return out
     if r <= PER_LANE_MAX_R and nout >= spec[0]:
         defines["PER_LANE"] = 1
         groups, note = -(-nout // spec[0]), note + ", an invocation per output"
-    ctx.dispatch("reduce", defines, bindings, [0], spec, (min(groups, 65535), -(-groups // 65535), 1),
+    ctx.dispatch("reduce", defines, bindings, writes, spec, (min(groups, 65535), -(-groups // 65535), 1),
                  note=note)
     return out
+
+
+def _columns(caps: dict, x: TRef, kept, dims, nout: int, r: int) -> dict | None:
+    """The COLUMNS mapping of a reduction whose neighbouring outputs neighbour in memory
+    and whose reduced elements do not (a workgroup per output would read one float a row,
+    strided): CQ outputs by KT slices a workgroup, and on a GPU the reduced elements split
+    over enough workgroups to fill it. None where the layout is not that one."""
+    if not kept or not dims or nout < 2 or r < 2:
+        return None
+    (kshape,), (kstr,) = _dims(x, kept)
+    (rshape,), (rstr,) = _dims(x, dims)
+    if kstr[-1] != 1 or 1 in rstr:
+        return None
+    if device.is_cpu(caps):       # lanes along the outputs, one subgroup, no barrier
+        cq, kt = int(caps.get("subgroup_size", 8)), 1
+    else:
+        cq = min(COLUMNS_CQ, 1 << (nout - 1).bit_length())
+        kt = WG // cq
+    blocks = -(-nout // cq)
+    if blocks > 65535:
+        return None
+    splits = 1
+    if not device.is_cpu(caps):
+        fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * nout)
+        splits = max(1, min(-(-COLUMNS_TARGET_WGS // blocks), r // (kt * COLUMNS_MIN_ROWS),
+                            COLUMNS_MAX_SPLITS, fit))
+    rsplit = -(-r // splits)
+    return {"CQ": cq, "KT": kt, "blocks": blocks, "splits": -(-r // rsplit), "rsplit": rsplit}
 
 
 def _int64_result(ctx: Context) -> bool:

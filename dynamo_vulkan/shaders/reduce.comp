@@ -5,6 +5,11 @@
 // one invocation per output element walks its R elements in order instead.
 // Kept and reduced dims each carry their own strides (spec constants), so any
 // dims of any view reduce without a copy. lowering/reduce.py declares variants.
+// COLUMNS (the kept dims' innermost contiguous, the reduced dims not: a gradient summed
+// over batch and positions): CQ neighbouring outputs a workgroup, so a row's loads are
+// coalesced, and KT slices of the reduced elements, combined in order in shared memory;
+// on a GPU the reduced elements split over SPLITS workgroups (gl_WorkGroupID.y), whose
+// partial results the last to arrive combines in split order.
 // X_LAZY: the input is an elementwise expression (fusion.row_loader's xlazy(m, k), its
 // buffers bound from 2), computed as each element is loaded: the strides are then those
 // of the expression's contiguous shape, and element i is row i / XL_K, column i % XL_K.
@@ -36,7 +41,50 @@ float div_(float a) {   // a / divisor, IEEE even where the driver divides by re
     return a / d;
 }
 
-#ifdef PER_LANE
+#ifdef COLUMNS
+#if SPLITS > 1
+// coherent: the last split of a column block reads every split's partial results
+layout(set = 0, binding = PART_BINDING) coherent buffer PartB { uint partb[]; };
+layout(set = 0, binding = COUNT_BINDING) coherent buffer CountB { uint counter[]; };
+#include "last_arrival.glsl"
+#endif
+#if KT > 1
+shared ACC_T red[CQ * KT];
+#endif
+layout(constant_id = 5) const uint RSPLIT = 1;   // reduced elements a split
+
+void main() {
+    uint tid = gl_LocalInvocationID.x, c = tid % CQ, slice = tid / CQ;
+    uint o = gl_WorkGroupID.x * CQ + c, split = gl_WorkGroupID.y;
+    uint rbeg = split * RSPLIT, rend = min(R, rbeg + RSPLIT);
+    ACC_T acc = INIT;
+    if (o < NOUT) {
+        uint base = IN_OFF;
+        OUTER_INDEX
+        for (uint r = rbeg + slice; r < rend; r += KT) {
+            uint off = base;
+            INNER_INDEX
+            acc = COMBINE(acc, LOAD(IN_AT(off)));
+        }
+    }
+#if KT > 1
+    red[tid] = acc;
+    barrier();
+    if (slice == 0u) {
+        for (uint j = 1u; j < KT; ++j) acc = COMBINE(acc, red[j * CQ + c]);
+    }
+#endif
+#if SPLITS > 1
+    if (slice == 0u && o < NOUT) partb[split * NOUT + o] = floatBitsToUint(acc);
+    if (!last_to_arrive(gl_WorkGroupID.x, SPLITS)) return;
+    if (slice == 0u && o < NOUT) {
+        acc = uintBitsToFloat(partb[o]);
+        for (uint z = 1u; z < SPLITS; ++z) acc = COMBINE(acc, uintBitsToFloat(partb[z * NOUT + o]));
+    }
+#endif
+    if (slice == 0u && o < NOUT) outb[o] = STORE(FINAL(acc));
+}
+#elif defined(PER_LANE)
 void main() {
     uint o = flat_invocation();
     if (o >= NOUT) return;
