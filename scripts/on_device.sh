@@ -34,5 +34,15 @@ if ls .device-kit/wheels/*.whl >/dev/null 2>&1 && [ ! -d /tmp/dvk-deps ]; then
   python3 -m pip install -q --no-deps --target /tmp/dvk-deps .device-kit/wheels/*.whl
 fi
 export PYTHONPATH=/tmp/kp2:/tmp/dvk:/tmp/dvk-deps:$PWD/tests:$PYTHONPATH
+# The machine's python runs with PYTHONDONTWRITEBYTECODE and its torch carries no bytecode
+# caches, so every process would compile torch's modules from source, which a user's pip
+# install does not pay (it writes them): write them once, under /tmp, and use them.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX=/tmp/pycache
+if [ ! -e /tmp/pycache/.done ]; then
+  python3 -m compileall -q -j 0 "$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')" \
+    /tmp/dvk /tmp/dvk-deps > /tmp/compileall.log 2>&1 || true
+  touch /tmp/pycache/.done
+fi
 cd /tmp   # import the installed copy, not the source tree
 "$@"
