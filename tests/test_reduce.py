@@ -160,3 +160,18 @@ def test_columns_layout_choice():
     assert reduce._columns(gpu, xt, [0], [1], 384, 2048)["blocks"] == 12
     cpu = {"device_type": "PHYSICAL_DEVICE_TYPE_CPU", "subgroup_size": 8}
     assert reduce._columns(cpu, x, [1], [0], 384, 2048)["splits"] == 1
+
+
+def test_few_contiguous_elements_per_output_on_a_gpu(as_gpu, plans):
+    """On a GPU an invocation per output (PER_LANE) is taken only where neighbouring lanes
+    read neighbouring elements; rows of few contiguous elements (attention's sums over a
+    head's 64 values) take a workgroup of that many lanes per output, the other layout
+    an invocation per output, every op, NaN included."""
+    rows, cols = torch.randn(4, 3, 50, 64), torch.randn(64, 300)
+    rows[1, 2, 3, 4] = cols[5, 6] = float("nan")
+    check(lambda t: (t.sum(-1), t.amax(-1), t.var(-1)), rows)
+    check(lambda t: (t.sum(0), t.amin(0), t.mean(0)), cols)
+    ds = [d for p in plans for d in p.dispatches if d.name.startswith("reduce")]
+    lane = ["invocation per output" in d.note for d in ds]
+    assert lane == [False] * 4 + [True] * 3, [d.note for d in ds]
+    assert all(d.spec[0] == 64 for d in ds[:4])

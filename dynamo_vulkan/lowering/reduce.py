@@ -86,10 +86,10 @@ def reduce(ctx: Context, x, dims, op: str, out_shape=None, out_kind=None,
         return out
     if r == 0 and op == "mean":          # the mean of nothing is NaN (drivers' 0 / 0 may not be)
         final = NAN
-    cols = _columns(ctx.caps, x, kept, dims, nout, r) if acc_kind == "f32" else None
-    if r <= PER_LANE_MAX_R and nout >= row_wg(ctx.caps, WG, r):
-        cols = None
-    spec = [cols["CQ"] * cols["KT"] if cols else row_wg(ctx.caps, WG, r), nout, r, x.offset,
+    wg = _output_wg(ctx.caps, r)
+    per_lane = r <= PER_LANE_MAX_R and nout >= wg and _lanes_neighbour(ctx.caps, x, kept)
+    cols = None if per_lane or acc_kind != "f32" else _columns(ctx.caps, x, kept, dims, nout, r)
+    spec = [cols["CQ"] * cols["KT"] if cols else wg, nout, r, x.offset,
             f32_bits(divisor), cols["rsplit"] if cols else r]
     decls, outer, inner = _index_code(x, kept, dims, spec)
     glsl = "float" if acc_kind == "f32" else "int"
@@ -143,12 +143,33 @@ def reduce(ctx: Context, x, dims, op: str, out_shape=None, out_kind=None,
             note += f" in {cols['splits']} splits"
         ctx.dispatch("reduce", defines, bindings, writes, spec, (cols["blocks"], cols["splits"], 1), note=note)
         return out
-    if r <= PER_LANE_MAX_R and nout >= spec[0]:
+    if per_lane:
         defines["PER_LANE"] = 1
         groups, note = -(-nout // spec[0]), note + ", an invocation per output"
     ctx.dispatch("reduce", defines, bindings, writes, spec, (min(groups, 65535), -(-groups // 65535), 1),
                  note=note)
     return out
+
+
+def _output_wg(caps: dict, r: int) -> int:
+    """Invocations of a workgroup that reduces one output: row_wg's, on a GPU no more
+    than the reduced elements (rounded up to a whole subgroup)."""
+    wg = row_wg(caps, WG, r)
+    if device.is_cpu(caps):
+        return wg
+    sg = int(caps.get("subgroup_size", 32))
+    return min(wg, max(sg, 1 << max(0, r - 1).bit_length()))
+
+
+def _lanes_neighbour(caps: dict, x: TRef, kept) -> bool:
+    """Whether an invocation per output (PER_LANE) has neighbouring lanes read
+    neighbouring elements on a GPU: the outputs' innermost dim contiguous. Where the
+    reduced elements are the contiguous ones (attention's row sums over a head's 64
+    values), a workgroup per output reads each row in one pass instead."""
+    if device.is_cpu(caps) or not kept:
+        return True
+    (kshape,), (kstr,) = _dims(x, kept)
+    return kstr[-1] == 1
 
 
 def _columns(caps: dict, x: TRef, kept, dims, nout: int, r: int) -> dict | None:

@@ -52,6 +52,11 @@ layout(set = 0, binding = COUNT_BINDING) coherent buffer CountB { uint counter[]
 shared ACC_T red[CQ * KT];
 #endif
 layout(constant_id = 5) const uint RSPLIT = 1;   // reduced elements a split
+uint in_off(uint base, uint r) {   // the offset of reduced element r of the output at base
+    uint off = base;
+    INNER_INDEX
+    return off;
+}
 
 void main() {
     uint tid = gl_LocalInvocationID.x, c = tid % CQ, slice = tid / CQ;
@@ -61,11 +66,14 @@ void main() {
     if (o < NOUT) {
         uint base = IN_OFF;
         OUTER_INDEX
-        for (uint r = rbeg + slice; r < rend; r += KT) {
-            uint off = base;
-            INNER_INDEX
-            acc = COMBINE(acc, LOAD(IN_AT(off)));
+        // four loads in flight a lane, combined in order
+        uint r = rbeg + slice;
+        for (; r + 3u * KT < rend; r += 4u * KT) {
+            ACC_T v0 = LOAD(IN_AT(in_off(base, r))), v1 = LOAD(IN_AT(in_off(base, r + KT)));
+            ACC_T v2 = LOAD(IN_AT(in_off(base, r + 2u * KT))), v3 = LOAD(IN_AT(in_off(base, r + 3u * KT)));
+            acc = COMBINE(COMBINE(COMBINE(COMBINE(acc, v0), v1), v2), v3);
         }
+        for (; r < rend; r += KT) acc = COMBINE(acc, LOAD(IN_AT(in_off(base, r))));
     }
 #if KT > 1
     red[tid] = acc;
