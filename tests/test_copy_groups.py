@@ -118,8 +118,8 @@ def test_copies_beyond_the_binding_limit_split(plans, monkeypatch):
     """Five same-shaped copies, each binding two buffers (its input and the value that
     functionalization computed for it), under a limit of four buffers a kernel: three
     kernels of two, two and one copies, results unchanged."""
-    from dynamo_vulkan.lowering import copy_groups
-    monkeypatch.setattr(copy_groups, "MAX_BUFFERS", 4)
+    from dynamo_vulkan.lowering import elementwise
+    monkeypatch.setattr(elementwise, "MAX_BUFFERS", 4)
 
     def f(*xs):
         for x in xs:

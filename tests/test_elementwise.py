@@ -93,3 +93,49 @@ def test_flat_kernels_move_four_elements_per_invocation(plans, case):
     check(fn, *args)
     names = [d.name for p in plans for d in p.dispatches]
     assert names and all(n.endswith("v4") == vec for n in names), names
+
+
+def test_independent_results_of_one_shape_share_a_kernel(plans):
+    """Elementwise results into new buffers, of one shape, none reading another's, are
+    one kernel (elementwise._Siblings: an optimizer step's moments); a result that reads
+    one of them, another shape, and a copy into an input that reads them, come after it;
+    results computed only for the graph's outputs are emitted too."""
+    def f(x, y, s, w):
+        a = x * 2 + 1
+        b = y.exp() - x
+        c = a * b                 # reads a and b: after their kernel
+        d = s + 1                 # another shape
+        w.copy_(a - d)            # a copy into an input, reading a sibling
+        return a, b, c, d, d * 3
+    x, y, w = torch.randn(5, 7), torch.randn(5, 7), torch.randn(5, 7)
+    s = torch.tensor(2.0)
+    check(f, x, y, s, w.clone())
+    got = w.clone()
+    from vk import compiled
+    compiled(f)(x, y, s, got)
+    f(x, y, s, w)
+    torch.testing.assert_close(got, w)
+    kernels = [(d.name, d.note) for d in plans[-1].dispatches]
+    pair = [i for i, (n, note) in enumerate(kernels) if n.endswith("_2out") and "(5, 7)" in note]
+    prod = [i for i, (n, note) in enumerate(kernels) if note == "(5, 7) <- $0 * $1"]
+    assert pair and prod and pair[0] < prod[0], kernels
+
+
+def test_siblings_keep_the_binding_limit(plans, monkeypatch):
+    """Siblings past the buffers a kernel may bind start another kernel."""
+    from dynamo_vulkan.lowering import elementwise
+    monkeypatch.setattr(elementwise, "MAX_BUFFERS", 4)
+    xs = [torch.randn(6) for _ in range(5)]
+    check(lambda *xs: tuple(x * 3 - 1 for x in xs), *xs)
+    counts = [d.name for d in plans[-1].dispatches]
+    assert len(counts) == 3 and counts[0].endswith("_2out"), counts
+
+
+def test_siblings_computed_for_the_outputs_alone_are_emitted(plans):
+    """Results computed as the graph's outputs (three in one kernel), and the contiguous
+    copies of outputs that are views, made as the plan places its outputs, wait as
+    siblings like any other; the plan emits them before it ends."""
+    check(lambda x, y: (x * 2, y * 3, (x - y).abs()), torch.randn(4, 9), torch.randn(4, 9))
+    assert [d.name for d in plans[-1].dispatches] == ["elementwise:4in1dv4_3out"]
+    check(lambda x, y: ((x * 2).t(), (y - x).t()), torch.randn(4, 9), torch.randn(4, 9))
+    assert any(d.name.endswith("_2out") for d in plans[-1].dispatches), plans[-1].dispatches

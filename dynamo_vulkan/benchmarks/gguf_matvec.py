@@ -100,6 +100,7 @@ def _program(name, rows, cols, args, chained, rounds=1):
         for i, w in enumerate(ws):
             xr = TRef(xbuf, (m, cols), (cols, 1), head + i * m * cols, "f32")
             emit_linear(ctx, outs[0 if chained else i], xr, w, qt, rows, cols)
+    ctx.run_before_dispatch()          # kernels still waiting to be emitted (elementwise siblings)
     for o in outs:
         if not chained:
             plan.buffers[o.buf].role = "output"

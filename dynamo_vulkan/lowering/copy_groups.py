@@ -18,12 +18,9 @@ from __future__ import annotations
 import heapq
 
 from .core import TRef
+from . import elementwise
 from .elementwise import ew_outputs
 from .fusion import Lazy, fold
-
-# buffers one kernel binds: within what every Vulkan device that runs these kernels offers
-# a stage (lavapipe: 32)
-MAX_BUFFERS = 12
 
 
 def reads_of(src, dst: TRef) -> list[TRef]:
@@ -73,7 +70,7 @@ class _Group:
         return tuple(dst.shape) == self.shape and dst.buf not in self.written and \
             not (mine & self.written) and \
             all(same_view(t, dst) for t in self.reads.get(dst.buf, ())) and \
-            len(self.bound | mine | {dst.buf}) <= MAX_BUFFERS
+            len(self.bound | mine | {dst.buf}) <= elementwise.MAX_BUFFERS
 
     def add(self, j: int, reads: list[TRef], dst: TRef) -> None:
         self.members.append(j)

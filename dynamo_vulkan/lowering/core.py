@@ -125,8 +125,10 @@ class Context:
         self.row_writes: dict = {}      # buffer id -> its last one-row scatter (index.RowWrite)
         self._derived: dict = {}        # key -> (a value derived from buffers, dispatch count then)
         self.weight_copies: set[int] = set()   # dispatches copying weights (schedule.py)
-        # called (once) before the next dispatch: the planner's copies not emitted yet
+        # called (once) before the next dispatch: the planner's copies or the elementwise
+        # siblings (elementwise._Siblings) not emitted yet
         self.before_dispatch = None
+        self.siblings = None
 
     def run_before_dispatch(self) -> None:
         if self.before_dispatch is not None:

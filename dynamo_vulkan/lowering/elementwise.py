@@ -127,12 +127,60 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
         shape = out.shape if out is not None else \
             broadcast_shapes(*[t.shape for t in ops if isinstance(t, TRef)])
     shape = tuple(int(s) for s in shape)
-    if out is None:
+    fresh = out is None
+    if fresh:
         out = ctx.empty(shape, out_kind)
-    if out.numel:
-        _emit(ctx, [Output(expr, ops, out, out_kind, compute, result)], shape, scatter=scatter,
-              accumulate=accumulate, gather=gather, helpers=helpers, check=check, wrap=wrap)
+    if not out.numel:
+        return out
+    o = Output(expr, ops, out, out_kind, compute, result)
+    if fresh and not (scatter or gather or accumulate or helpers or check):
+        _join(ctx, o, shape)
+    else:
+        _emit(ctx, [o], shape, scatter=scatter, accumulate=accumulate, gather=gather,
+              helpers=helpers, check=check, wrap=wrap)
     return out
+
+
+# buffers one kernel binds: within what every Vulkan device that runs these kernels offers
+# a stage (lavapipe: 32)
+MAX_BUFFERS = 12
+
+
+class _Siblings:
+    """Elementwise results into new buffers, of one shape, none reading another's: one
+    kernel computes them all (an optimizer step's moments and step counts, one of each a
+    parameter). They wait as the Context's before_dispatch, so the next dispatch of
+    anything else, or a sibling that cannot join, emits them first: each is computed
+    before any kernel that reads it, and the kernels keep graph order."""
+
+    def __init__(self, ctx: Context, shape: tuple):
+        self.ctx, self.shape, self.outs = ctx, shape, []
+        self.written, self.bound = set(), set()
+
+    def takes(self, o: Output, shape: tuple) -> bool:
+        reads = {t.buf for t in o.ops if isinstance(t, TRef)}
+        return shape == self.shape and not (reads & self.written) and \
+            len(self.bound | reads | {o.out.buf}) <= MAX_BUFFERS
+
+    def add(self, o: Output) -> None:
+        self.outs.append(o)
+        self.written.add(o.out.buf)
+        self.bound |= {t.buf for t in o.ops if isinstance(t, TRef)} | {o.out.buf}
+
+    def emit(self) -> None:
+        self.ctx.siblings = None
+        _emit(self.ctx, self.outs, self.shape)
+
+
+def _join(ctx: Context, o: Output, shape: tuple) -> None:
+    """o, a new buffer's elementwise result, with the waiting siblings where it may join
+    them (nothing else waits after them), else first among new ones."""
+    g = ctx.siblings
+    if g is None or ctx.before_dispatch != g.emit or not g.takes(o, shape):
+        ctx.run_before_dispatch()
+        g = ctx.siblings = _Siblings(ctx, shape)
+        ctx.before_dispatch = g.emit
+    g.add(o)
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,8 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
                 if isinstance(src, TRef) and src.buf == dst.buf and src != dst:
                     src = ew(ctx, "$0", [src], src.kind)
                 if not (isinstance(src, TRef) and src == dst):    # not already updated in place
+                    if ctx.before_dispatch not in (None, emit_run):
+                        ctx.run_before_dispatch()     # elementwise siblings, which go first
                     copies.append((src, dst))
                     ctx.before_dispatch = emit_run
                 plan.mutations.append((index_of[dst_node], dst.buf))
@@ -215,6 +217,7 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             outs = outs if isinstance(outs, (tuple, list)) else (outs,)
             for o in outs:
                 plan.outputs.append(_output(ctx, o, values, index_of))
+            ctx.run_before_dispatch()       # outputs computed as siblings (elementwise._join)
         else:
             raise LoweringError(f"unsupported node kind {node.op}")
     assign_buffers(plan, move_copies_ahead(plan, ctx.weight_copies))
