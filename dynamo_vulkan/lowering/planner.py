@@ -20,6 +20,7 @@ import torch
 import torch.fx as fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from dynamo_vulkan.runtime.graph_io import GraphFormatError, node_value_exprs, placeholder_spec, set_node_values
 from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, words_of
 from dynamo_vulkan.shaders.families import ShaderDefineError
 
@@ -79,6 +80,8 @@ def specialise(gm: fx.GraphModule, args: list) -> None:
     as the view rule lowers every reshape anyway (views.view)."""
     if _values_fit(gm, args):
         return
+    if _values_from_trace(gm, args):
+        return
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     def propagate():
@@ -95,6 +98,28 @@ def specialise(gm: fx.GraphModule, args: list) -> None:
             n.target = torch.ops.aten.reshape.default
         gm.recompile()
         propagate()
+
+
+def _values_from_trace(gm: fx.GraphModule, args: list) -> bool:
+    """Set every node's meta['val'] to a meta tensor (or number) of these args' sizes from
+    the values AOT traced: a static graph's as they are, a symbolic size as its expression
+    of the size symbols evaluated at the args' sizes (as a stored graph's values are set:
+    graph_io.node_value_exprs), instead of running the whole partition on fake tensors,
+    which costs more than the rest of a decoder's program build. False where those do not
+    fit the args (an arg restrided, a size that is no expression of the inputs' sizes):
+    specialise then propagates."""
+    try:
+        # the traced values, kept as they were before a first call's specialising replaced
+        # them: a later call's sizes (a new prompt length) are set from them too
+        traced = getattr(gm, "_traced_values", None)
+        if traced is None:
+            specs = [placeholder_spec(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+            traced = gm._traced_values = (specs, node_value_exprs(gm))
+        set_node_values(gm, traced[0], list(args), traced[1])
+    except (GraphFormatError, ValueError, TypeError, KeyError, AttributeError, RuntimeError) as e:
+        log.debug("propagating node values: %s: %s", type(e).__name__, e)   # always exact
+        return False
+    return True
 
 
 def _restrided(gm: fx.GraphModule, args: list) -> bool:
