@@ -151,15 +151,17 @@ def test_columns_layout_choice():
     from dynamo_vulkan.lowering.core import TRef, contiguous_strides
     gpu = {"device_type": "PHYSICAL_DEVICE_TYPE_DISCRETE_GPU"}
     x = TRef(0, (2048, 384), contiguous_strides((2048, 384)), 0, "f32")
-    p = reduce._columns(gpu, x, [1], [0], 384, 2048)
+    assert reduce._outputs_neighbour(x, [1])
+    p = reduce._columns(gpu, x, [0], 384, 2048)
     assert (p["CQ"], p["KT"], p["blocks"]) == (32, 4, 12) and 1 < p["splits"] <= reduce.COLUMNS_MAX_SPLITS
     assert p["splits"] * p["rsplit"] >= 2048 > (p["splits"] - 1) * p["rsplit"]
-    assert reduce._columns(gpu, x, [0], [1], 2048, 384) is None          # rows: contiguous reduced dim
+    # rows: the reduced dim contiguous, the outputs a row apart
+    assert not reduce._outputs_neighbour(x, [0]) and reduce._columns(gpu, x, [1], 2048, 384) is None
     xt = TRef(0, (384, 2048), (1, 384), 0, "f32")                        # a transposed view
-    assert reduce._columns(gpu, xt, [1], [0], 2048, 384) is None
-    assert reduce._columns(gpu, xt, [0], [1], 384, 2048)["blocks"] == 12
+    assert not reduce._outputs_neighbour(xt, [1]) and reduce._columns(gpu, xt, [0], 2048, 384) is None
+    assert reduce._outputs_neighbour(xt, [0]) and reduce._columns(gpu, xt, [1], 384, 2048)["blocks"] == 12
     cpu = {"device_type": "PHYSICAL_DEVICE_TYPE_CPU", "subgroup_size": 8}
-    assert reduce._columns(cpu, x, [1], [0], 384, 2048)["splits"] == 1
+    assert reduce._columns(cpu, x, [0], 384, 2048)["splits"] == 1
 
 
 def test_few_contiguous_elements_per_output_on_a_gpu(as_gpu, plans):

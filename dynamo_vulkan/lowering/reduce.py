@@ -87,8 +87,13 @@ def reduce(ctx: Context, x, dims, op: str, out_shape=None, out_kind=None,
     if r == 0 and op == "mean":          # the mean of nothing is NaN (drivers' 0 / 0 may not be)
         final = NAN
     wg = _output_wg(ctx.caps, r)
-    per_lane = r <= PER_LANE_MAX_R and nout >= wg and _lanes_neighbour(ctx.caps, x, kept)
-    cols = None if per_lane or acc_kind != "f32" else _columns(ctx.caps, x, kept, dims, nout, r)
+    neighbours = _outputs_neighbour(x, kept)
+    # on a GPU an invocation per output only where neighbouring lanes read neighbouring
+    # elements; where the reduced elements are the contiguous ones (attention's row sums
+    # over a head's 64 values) a workgroup per output reads each row in one pass instead
+    per_lane = r <= PER_LANE_MAX_R and nout >= wg and (neighbours or device.is_cpu(ctx.caps))
+    cols = None if per_lane or acc_kind != "f32" or not neighbours else \
+        _columns(ctx.caps, x, dims, nout, r)
     spec = [cols["CQ"] * cols["KT"] if cols else wg, nout, r, x.offset,
             f32_bits(divisor), cols["rsplit"] if cols else r]
     decls, outer, inner = _index_code(x, kept, dims, spec)
@@ -161,29 +166,22 @@ def _output_wg(caps: dict, r: int) -> int:
     return min(wg, max(sg, 1 << max(0, r - 1).bit_length()))
 
 
-def _lanes_neighbour(caps: dict, x: TRef, kept) -> bool:
-    """Whether an invocation per output (PER_LANE) has neighbouring lanes read
-    neighbouring elements on a GPU: the outputs' innermost dim contiguous. Where the
-    reduced elements are the contiguous ones (attention's row sums over a head's 64
-    values), a workgroup per output reads each row in one pass instead."""
-    if device.is_cpu(caps) or not kept:
-        return True
-    (kshape,), (kstr,) = _dims(x, kept)
-    return kstr[-1] == 1
+def _outputs_neighbour(x: TRef, kept) -> bool:
+    """Whether neighbouring outputs neighbour in memory: the kept dims' innermost is
+    contiguous."""
+    return bool(kept) and _dims(x, kept)[1][0][-1] == 1
 
 
-def _columns(caps: dict, x: TRef, kept, dims, nout: int, r: int) -> dict | None:
+def _columns(caps: dict, x: TRef, dims, nout: int, r: int) -> dict | None:
     """The COLUMNS mapping of a reduction whose neighbouring outputs neighbour in memory
-    and whose reduced elements do not (a workgroup per output would read one float a row,
-    strided): CQ outputs by KT slices a workgroup, and on a GPU the reduced elements split
-    over enough workgroups to fill it. None where the layout is not that one."""
-    if not kept or not dims or nout < 2 or r < 2:
+    (_outputs_neighbour) and whose reduced elements do not (a workgroup per output would
+    read one float a row, strided): CQ outputs by KT slices a workgroup, and on a GPU the
+    reduced elements split over enough workgroups to fill it. None where the reduced
+    elements are contiguous, or too few."""
+    if not dims or nout < 2 or r < 2 or 1 in _dims(x, dims)[1][0]:
         return None
-    (kshape,), (kstr,) = _dims(x, kept)
-    (rshape,), (rstr,) = _dims(x, dims)
-    if kstr[-1] != 1 or 1 in rstr:
-        return None
-    if device.is_cpu(caps):       # lanes along the outputs, one subgroup, no barrier
+    cpu = device.is_cpu(caps)
+    if cpu:                        # lanes along the outputs, one subgroup, no barrier
         cq, kt = int(caps.get("subgroup_size", 8)), 1
     else:
         cq = min(COLUMNS_CQ, 1 << (nout - 1).bit_length())
@@ -192,7 +190,7 @@ def _columns(caps: dict, x: TRef, kept, dims, nout: int, r: int) -> dict | None:
     if blocks > 65535:
         return None
     splits = 1
-    if not device.is_cpu(caps):
+    if not cpu:
         fit = int(caps.get("max_storage_buffer_range", 128 << 20)) // (4 * nout)
         splits = max(1, min(-(-COLUMNS_TARGET_WGS // blocks), r // (kt * COLUMNS_MIN_ROWS),
                             COLUMNS_MAX_SPLITS, fit))
