@@ -181,6 +181,7 @@ def _described(index: int) -> dict:
     d = devices[index]
     keys = ("driver_name", "driver_info", "api_version", "max_storage_buffer_range",
             "max_compute_shared_memory_size", "max_push_constants_size", "max_memory_allocation_size",
+            "max_storage_buffers_per_stage",
             "max_compute_work_group_count", "max_compute_work_group_invocations",
             "timestamp_period_ns", "memory", "features")
     out = {k: d[k] for k in keys if d.get(k) is not None}

@@ -253,6 +253,8 @@ def _describe(lib, handle, index: int, inst=None) -> dict:
         "max_storage_buffer_range": lim.maxStorageBufferRange,
         "max_compute_shared_memory_size": lim.maxComputeSharedMemorySize,
         "max_push_constants_size": lim.maxPushConstantsSize,
+        "max_storage_buffers_per_stage": min(lim.maxPerStageDescriptorStorageBuffers,
+                                             lim.maxPerStageResources),
         "max_compute_work_group_count": tuple(lim.maxComputeWorkGroupCount),
         "max_compute_work_group_invocations": lim.maxComputeWorkGroupInvocations,
         "timestamp_period_ns": float(lim.timestampPeriod),

@@ -70,12 +70,13 @@ def _ref(buf, shape=(4,), strides=(1,)):
 def test_a_copy_joins_a_kernel_only_where_it_reads_what_was_there_before():
     """_Group.takes: copy 1 (b <- b + 1) joins copy 0 (a <- f(b)) where 0 reads b's own
     elements; not where 0 reads b broadcast (another invocation would read an element 1
-    already wrote), nor where 1 reads a (it wants 0's new values), nor at another shape."""
+    already wrote), nor where 1 reads a (it wants 0's new values), nor at another shape,
+    nor past the group's binding limit."""
     from dynamo_vulkan.lowering.copy_groups import _Group
     a, b = _ref(0), _ref(1)
 
-    def group(first_reads):
-        g = _Group((4,))
+    def group(first_reads, limit=12):
+        g = _Group((4,), limit)
         g.add(0, first_reads, a)
         return g
 
@@ -83,6 +84,8 @@ def test_a_copy_joins_a_kernel_only_where_it_reads_what_was_there_before():
     assert not group([_ref(1, (4,), (0,))]).takes([b], b)
     assert not group([b]).takes([a, b], b)
     assert not group([b]).takes([_ref(1, (2,))], _ref(1, (2,)))
+    assert group([b], limit=3).takes([_ref(2)], b)
+    assert not group([b], limit=2).takes([_ref(2)], b)
 
 
 def test_a_swap_through_the_inputs(plans):

@@ -131,6 +131,22 @@ def test_siblings_keep_the_binding_limit(plans, monkeypatch):
     assert len(counts) == 3 and counts[0].endswith("_2out"), counts
 
 
+def test_siblings_bind_what_the_device_allows(plans):
+    """The binding limit is the device's per-stage storage buffers less one (lavapipe: 32),
+    up to MAX_BUFFERS: ten results of ten inputs (20 buffers) are one kernel here."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.lowering import elementwise
+    limit = device.device_info()["max_storage_buffers_per_stage"]
+    assert elementwise.max_buffers(device.device_info()) == min(elementwise.MAX_BUFFERS, limit - 1)
+    assert elementwise.max_buffers({}) == elementwise.DEFAULT_BUFFERS
+    assert elementwise.max_buffers({"max_storage_buffers_per_stage": 1 << 20}) == elementwise.MAX_BUFFERS
+    if limit < 21:
+        pytest.skip(f"this device binds {limit} storage buffers a stage")
+    xs = [torch.randn(6) for _ in range(10)]
+    check(lambda *xs: tuple(x * 3 - 1 for x in xs), *xs)
+    assert [d.name for d in plans[-1].dispatches] == ["elementwise:10in1d_10out"], plans[-1].dispatches
+
+
 def test_siblings_computed_for_the_outputs_alone_are_emitted(plans):
     """Results computed as the graph's outputs (three in one kernel), and the contiguous
     copies of outputs that are views, made as the plan places its outputs, wait as

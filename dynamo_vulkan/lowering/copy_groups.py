@@ -18,8 +18,7 @@ from __future__ import annotations
 import heapq
 
 from .core import TRef
-from . import elementwise
-from .elementwise import ew_outputs
+from .elementwise import KernelGroup, ew_outputs, max_buffers
 from .fusion import Lazy, fold
 
 
@@ -41,10 +40,11 @@ def emit_copies(ctx, items: list[tuple[object, TRef]]) -> None:
     reads = [reads_of(src, dst) for src, dst in items]
     dsts = [dst for _, dst in items]
     groups: list[_Group] = []
+    limit = max_buffers(ctx.caps)
     for j in range(len(items)):
         home = next((g for g in groups if g.takes(reads[j], dsts[j])), None)
         if home is None:
-            home = _Group(tuple(dsts[j].shape))
+            home = _Group(tuple(dsts[j].shape), limit)
             groups.append(home)
         home.add(j, reads[j], dsts[j])
     order = _ordered([g.members for g in groups], reads, dsts)
@@ -54,28 +54,24 @@ def emit_copies(ctx, items: list[tuple[object, TRef]]) -> None:
         ew_outputs(ctx, [items[j] for j in g])
 
 
-class _Group:
-    """Copies that share one kernel: their shape, the buffers they write and bind, and the
-    tensors they read of each buffer."""
+class _Group(KernelGroup):
+    """Copies that share one kernel: the group's record, its members and the tensors they
+    read of each buffer."""
 
-    def __init__(self, shape: tuple):
-        self.shape, self.members = shape, []
-        self.written, self.bound, self.reads = set(), set(), {}
+    def __init__(self, shape: tuple, limit: int):
+        super().__init__(shape, limit)
+        self.members, self.reads = [], {}
 
     def takes(self, reads: list[TRef], dst: TRef) -> bool:
         """Whether a copy of dst reading `reads` (later in the graph than every member) may
-        join: of the same shape, writing no buffer a member writes and reading none (it
-        would want the new values), while the members read its buffer only as dst."""
-        mine = {t.buf for t in reads}
-        return tuple(dst.shape) == self.shape and dst.buf not in self.written and \
-            not (mine & self.written) and \
-            all(same_view(t, dst) for t in self.reads.get(dst.buf, ())) and \
-            len(self.bound | mine | {dst.buf}) <= elementwise.MAX_BUFFERS
+        join: as KernelGroup.fits, writing no buffer a member writes either, while the
+        members read its buffer only as dst."""
+        return dst.buf not in self.written and self.fits(dst.shape, {t.buf for t in reads}, dst.buf) and \
+            all(same_view(t, dst) for t in self.reads.get(dst.buf, ()))
 
     def add(self, j: int, reads: list[TRef], dst: TRef) -> None:
         self.members.append(j)
-        self.written.add(dst.buf)
-        self.bound |= {t.buf for t in reads} | {dst.buf}
+        self.note({t.buf for t in reads}, dst.buf)
         for t in reads:
             self.reads.setdefault(t.buf, []).append(t)
 

@@ -141,12 +141,39 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     return out
 
 
-# buffers one kernel binds: within what every Vulkan device that runs these kernels offers
-# a stage (lavapipe: 32)
-MAX_BUFFERS = 12
+# buffers one multi-output kernel binds at most: the device's per-stage limit on storage
+# buffers (lavapipe: 32), less one for a checks word, up to MAX_BUFFERS; a device that
+# reports none gets DEFAULT_BUFFERS
+MAX_BUFFERS = 64
+DEFAULT_BUFFERS = 12
 
 
-class _Siblings:
+def max_buffers(caps: dict) -> int:
+    """How many buffers one multi-output elementwise kernel may bind on this device."""
+    limit = caps.get("max_storage_buffers_per_stage")
+    return DEFAULT_BUFFERS if limit is None else max(4, min(MAX_BUFFERS, int(limit) - 1))
+
+
+class KernelGroup:
+    """Elementwise outputs that share one kernel (elementwise siblings, copy_groups' copies
+    into inputs): their shape, the buffers they write and the buffers they bind."""
+
+    def __init__(self, shape: tuple, limit: int):
+        self.shape, self.limit = shape, limit
+        self.written, self.bound = set(), set()
+
+    def fits(self, shape: tuple, reads: set, out: int) -> bool:
+        """Whether an output into buffer `out` of `shape` reading buffers `reads` may join:
+        the same shape, reading nothing a member writes, within the binding limit."""
+        return tuple(shape) == self.shape and not (reads & self.written) and \
+            len(self.bound | reads | {out}) <= self.limit
+
+    def note(self, reads: set, out: int) -> None:
+        self.written.add(out)
+        self.bound |= reads | {out}
+
+
+class _Siblings(KernelGroup):
     """Elementwise results into new buffers, of one shape, none reading another's: one
     kernel computes them all (an optimizer step's moments and step counts, one of each a
     parameter). They wait as the Context's before_dispatch, so the next dispatch of
@@ -154,18 +181,12 @@ class _Siblings:
     before any kernel that reads it, and the kernels keep graph order."""
 
     def __init__(self, ctx: Context, shape: tuple):
-        self.ctx, self.shape, self.outs = ctx, shape, []
-        self.written, self.bound = set(), set()
-
-    def takes(self, o: Output, shape: tuple) -> bool:
-        reads = {t.buf for t in o.ops if isinstance(t, TRef)}
-        return shape == self.shape and not (reads & self.written) and \
-            len(self.bound | reads | {o.out.buf}) <= MAX_BUFFERS
+        super().__init__(shape, max_buffers(ctx.caps))
+        self.ctx, self.outs = ctx, []
 
     def add(self, o: Output) -> None:
         self.outs.append(o)
-        self.written.add(o.out.buf)
-        self.bound |= {t.buf for t in o.ops if isinstance(t, TRef)} | {o.out.buf}
+        self.note({t.buf for t in o.ops if isinstance(t, TRef)}, o.out.buf)
 
     def emit(self) -> None:
         self.ctx.siblings = None
@@ -176,7 +197,8 @@ def _join(ctx: Context, o: Output, shape: tuple) -> None:
     """o, a new buffer's elementwise result, with the waiting siblings where it may join
     them (nothing else waits after them), else first among new ones."""
     g = ctx.siblings
-    if g is None or ctx.before_dispatch != g.emit or not g.takes(o, shape):
+    if g is None or ctx.before_dispatch != g.emit or \
+            not g.fits(shape, {t.buf for t in o.ops if isinstance(t, TRef)}, o.out.buf):
         ctx.run_before_dispatch()
         g = ctx.siblings = _Siblings(ctx, shape)
         ctx.before_dispatch = g.emit
