@@ -62,6 +62,41 @@ def test_native_layer_norm_saved_stats():
           noncontig(torch.randn(3, 4, 6)))
 
 
+@pytest.mark.parametrize("shape,k,affine,mask", [
+    ((3, 4, 6), 1, True, (True, True, True)),
+    ((2, 7, 33), 1, True, (False, True, True)),
+    ((2, 7, 33), 2, True, (True, False, True)),
+    ((3, 4, 6), 2, False, (True, False, False)),
+    ((5, 1), 1, True, (True, True, True)),
+    ((1, 130), 1, True, (True, True, False)),
+    ((2, 3, 5), 3, True, (True, True, True)),     # every dim normalised: no column sums
+], ids=str)
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+def test_layer_norm_backward(plans, shape, k, affine, mask, strided):
+    """native_layer_norm_backward lowered whole (rowwise.layer_norm_backward): dx from one
+    row kernel, the weight's and bias's gradients from column sums, for each output mask,
+    with and without the affine parameters, on strided views; the kernels read only the
+    graph's inputs, so they run as one barrier level."""
+    from dynamo_vulkan.runtime.plan import barriers
+    norm = shape[len(shape) - k:]
+    w, b = (torch.randn(norm), torch.randn(norm)) if affine else (None, None)
+    x, dy = torch.randn(shape) * 3 + 1, torch.randn(shape)
+    if strided:
+        x, dy = noncontig(x), noncontig(dy)
+    _, mean, rstd = torch.native_layer_norm(x, norm, w, b, 1e-5)
+
+    def f(dy, x, mean, rstd, w, b):
+        return tuple(g for g in torch.ops.aten.native_layer_norm_backward(
+            dy, x, norm, mean, rstd, w, b, list(mask)) if g is not None)
+    check(f, dy, x, mean, rstd, w, b)
+    ds = plans[-1].dispatches
+    names = [d.name for d in ds]
+    assert names.count("rowwise:layer_norm_backward") == mask[0], names
+    assert sum(n.startswith("reduce:sum") for n in names) == sum(mask[1:]) * affine * (k < len(shape)), names
+    if not strided and k < len(shape):
+        assert not any(barriers(ds)), names
+
+
 def test_var_std():
     x = torch.randn(5, 7, 300)
     check(lambda x: (torch.var(x, 1), torch.std(x, (0, 2), keepdim=True),

@@ -5,11 +5,52 @@ interleaved calls of programs sharing their temporaries stay correct; and a part
 keeps the programs of its latest input layouts only (backend.PROGRAMS_KEPT)."""
 import random
 
+import pytest
 import torch
 
 from dynamo_vulkan.runtime.plan import Buffer, Dispatch, Plan
 from dynamo_vulkan.lowering.planner import assign_buffers
 from vk import check
+
+
+@pytest.fixture
+def share_levels(monkeypatch):
+    """Temporaries of any size share a buffer with others of their barrier level (these
+    plans' dispatches write nothing: one level) where no other buffer is free."""
+    from dynamo_vulkan.lowering import planner
+    monkeypatch.setattr(planner, "SAME_LEVEL_BYTES", 0)
+
+
+def test_a_level_keeps_its_temporaries_apart():
+    """assign_buffers: temporaries live apart in dispatch order but in one barrier level
+    (a reader, then a writer of another) share no buffer where that would add a barrier:
+    a buffer of another level goes first; a small one takes a new buffer; one of
+    SAME_LEVEL_BYTES or more shares (memory before levels), and the plan's levels are
+    the same as with every temporary apart wherever nothing shares."""
+    from dynamo_vulkan.lowering import planner
+    from dynamo_vulkan.runtime.plan import barriers
+
+    def plan_of(words):
+        # W0 writes t0; R0 reads t0 and writes t1 (level 1); W2 writes t2, then R2 reads
+        # t2: t1's life ends at R0 and t2's starts at W2, both in level 1
+        bufs = [Buffer(4, "input"), Buffer(4, "output")] + [Buffer(w, "temp") for w in words]
+        d = lambda name, b, w: Dispatch(name, "s", b, w, [], (1, 1, 1))
+        return Plan(buffers=bufs, dispatches=[
+            d("W0", [2, 0], [0]), d("R0", [3, 2], [0]), d("W2", [4, 0], [0]),
+            d("R2", [1, 4, 3], [0])])
+    apart = plan_of([8, 8, 8])
+    want = barriers(apart.dispatches)
+    small = plan_of([8, 8, 8])
+    assign_buffers(small)
+    assert barriers(small.dispatches) == want
+    assert small.dispatches[1].bindings[0] != small.dispatches[2].bindings[0]
+    words = planner.SAME_LEVEL_BYTES // 4
+    big = plan_of([words, words, words])
+    assign_buffers(big)
+    # t0 (level 0-1) and t2 (level 1-2) meet in level 1; t1 lives to R2 (level 2): only t0's
+    # buffer is free for t2, in a level t0 also lives in: shared, the level splits
+    assert sum(b.role == "temp" for b in big.buffers) == 2
+    assert sum(barriers(big.dispatches)) == sum(want) + 1
 
 
 def _plan(temps: list[tuple[int, int, int]]) -> tuple[Plan, list[tuple[int, int, int]]]:
@@ -40,7 +81,7 @@ def _check_sharing(plan: Plan, temps) -> int:
     return sum(b.words for b in plan.buffers if b.role == "temp")
 
 
-def test_a_big_temporary_reuses_the_small_ones_buffer_grown_once():
+def test_a_big_temporary_reuses_the_small_ones_buffer_grown_once(share_levels):
     # small, then a big one after it, then small again: one big buffer serves all three
     # (first-use order with exact-fit reuse needed the small buffer and a big one)
     plan, temps = _plan([(10, 0, 1), (100, 2, 3), (10, 4, 5)])
@@ -48,7 +89,7 @@ def test_a_big_temporary_reuses_the_small_ones_buffer_grown_once():
     assert _check_sharing(plan, temps) == 100
 
 
-def test_temporaries_that_live_at_once_get_buffers_of_their_own():
+def test_temporaries_that_live_at_once_get_buffers_of_their_own(share_levels):
     # 9 (dispatches 4-5) first, alone; 7 (0-4) meets it at 4; 5 (1-2) fits beside 9; 3
     # (2-3) meets 5 and 7: 9 + 7 + 3. First-use order found no free buffer for 9: 24
     plan, temps = _plan([(7, 0, 4), (5, 1, 2), (3, 2, 3), (9, 4, 5)])
@@ -199,7 +240,7 @@ def _levels(plan: Plan) -> list[list[str]]:
     return levels
 
 
-def test_weight_copies_run_beside_the_previous_product(monkeypatch):
+def test_weight_copies_run_beside_the_previous_product(monkeypatch, share_levels):
     """schedule.move_copies_ahead: each weight's copy after the first goes into the level
     of the product that read the copy before it, and keeps a buffer of its own there
     (without its earlier start the copies, live apart in dispatch order, would share one

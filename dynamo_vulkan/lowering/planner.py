@@ -21,7 +21,7 @@ import torch.fx as fx
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from dynamo_vulkan.runtime.graph_io import GraphFormatError, node_value_exprs, placeholder_spec, set_node_values
-from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, words_of
+from dynamo_vulkan.runtime.plan import InputSpec, OutputSpec, Plan, barriers, words_of
 from dynamo_vulkan.shaders.families import ShaderDefineError
 
 from . import LoweringError, RuleBugError, TRef, contiguous_strides, kind_of
@@ -543,6 +543,21 @@ def _output(ctx: Context, o, values, index_of) -> OutputSpec:
     return OutputSpec(v.buf, str(meta.dtype), tuple(v.shape))
 
 
+def _fit(starts: list, ends: list, start: int, end: int, level: list) -> tuple | None:
+    """Where the life start..end (dispatches) goes among a buffer's sorted lives, and
+    whether it lies in other barrier levels than theirs too; None where it meets one."""
+    at = bisect.bisect_left(starts, start)   # the lives before and after this one
+    if (at and ends[at - 1] >= start) or (at < len(starts) and starts[at] <= end):
+        return None
+    return at, (not at or level[ends[at - 1]] < level[start]) and \
+        (at == len(starts) or level[starts[at]] > level[end])
+
+
+# temporaries smaller than this take a buffer of their own rather than one that a
+# dispatch of their barrier level also binds (assign_buffers)
+SAME_LEVEL_BYTES = 1 << 20
+
+
 def assign_buffers(plan: Plan, live_from: dict[int, int] | None = None) -> None:
     """Give temporaries physical buffers by liveness (first .. last dispatch binding them;
     live_from: an earlier start for some, schedule.move_copies_ahead's).
@@ -551,8 +566,18 @@ def assign_buffers(plan: Plan, live_from: dict[int, int] | None = None) -> None:
     all live apart from it, else into a new buffer of its size (greedy by size, as
     TFLite's arena planner orders its tensors), so a buffer is as large as its first,
     largest, occupant. Taking them in order of first use and reusing only a free buffer
-    already large enough held 9.8 MiB of temporaries in SmolLM2's 128-token prefill
-    (its split-K partial sums are 0.5-4.7 MB each), this 7.2 (at most 6.4 live at once)."""
+    already large enough held 9.8 MiB of temporaries in SmolLM2's 128-token prefill (its
+    split-K partial sums are 0.5-4.7 MB each), this 7.2 (at most 6.4 live at once).
+    A buffer whose temporaries also live in other barrier levels than this one's (levels
+    as the plan has them with every temporary in a buffer of its own) goes first: one
+    freed by a dispatch and taken by a later one of the same level would make the later
+    wait behind a barrier (a write after a read) that the plan did not need. Where only
+    such a buffer is free, a temporary under SAME_LEVEL_BYTES takes a new one instead
+    (two reductions' split partials side by side), a larger one shares it."""
+    level, n = [], 0
+    for wait in barriers(plan.dispatches):
+        n += wait
+        level.append(n)
     first, last = {}, {}
     for i, d in enumerate(plan.dispatches):
         for b in d.bindings:
@@ -566,16 +591,23 @@ def assign_buffers(plan: Plan, live_from: dict[int, int] | None = None) -> None:
     phys: list[tuple[int, list[int], list[int]]] = []   # (buffer, its lives' starts, ends), sorted
     for b in temps:
         start, end = first[b], last[b]
+        shares_a_level = plan.buffers[b].words * 4 >= SAME_LEVEL_BYTES
+        home = None
         for p, starts, ends in phys:
-            at = bisect.bisect_left(starts, start)   # the lives before and after this one
-            if (at == 0 or ends[at - 1] < start) and (at == len(starts) or starts[at] > end):
-                starts.insert(at, start)
-                ends.insert(at, end)
-                remap[b] = p
+            fit = _fit(starts, ends, start, end, level)
+            if fit is not None and fit[1]:
+                home = (p, starts, ends, fit[0])
                 break
-        else:
+            if fit is not None and shares_a_level and home is None:
+                home = (p, starts, ends, fit[0])
+        if home is None:
             phys.append((b, [start], [end]))
             remap[b] = b
+            continue
+        p, starts, ends, at = home
+        starts.insert(at, start)
+        ends.insert(at, end)
+        remap[b] = p
     for d in plan.dispatches:
         d.bindings = [remap.get(b, b) for b in d.bindings]
     for b in set(remap) - set(remap.values()):

@@ -1,5 +1,5 @@
-"""Row family (shaders/rowwise.comp): softmax, log_softmax, layer norm, RMS norm
-(dynamo_vulkan.rms_norm)."""
+"""Row family (shaders/rowwise.comp): softmax, log_softmax, layer norm and its backward,
+RMS norm (dynamo_vulkan.rms_norm)."""
 from __future__ import annotations
 
 import math
@@ -12,8 +12,9 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 
 from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, contiguous_strides, f32_bits,
                    lowering, row_wg)
-from .elementwise import contiguous, row_walk
+from .elementwise import contiguous, ew, row_walk
 from .fusion import Deferred, materialize
+from .reduce import reduce
 
 aten = torch.ops.aten
 RMS_NORM = torch.ops.dynamo_vulkan.rms_norm.default
@@ -51,6 +52,7 @@ def _row_kernel(ctx: Context, mode: str, x: TRef, out: TRef, dim: int, extra: li
         cid += 1
     bindings = [out, x, *stats, *extra]
     names = ["outb", "inb"] + (["meanb", "rstdb"] if stats else []) + \
+        (["xb", "meanb", "rstdb"] if mode.startswith("LAYER_NORM_BACKWARD") else []) + \
         [name for flag, name in (("HAS_WEIGHT", "wb"), ("HAS_BIAS", "bb"), ("HAS_RESIDUAL", "resb"))
          if flag in mode.split()]
     defines = {mode.split()[0]: 1, "VARIANT": mode.split()[0].lower()}
@@ -101,6 +103,44 @@ def layer_norm(ctx, x, normalized_shape, weight=None, bias=None, eps=1e-5):
             decls[f"{tag}_RS"] = 1 if t.numel > 1 else 0
     _row_kernel(ctx, mode, flat, out_flat, len(lead), extra, decls, eps, stats=(mean, rstd))
     return out, mean, rstd
+
+
+@lowering(aten.native_layer_norm_backward.default, keep_whole=True)
+def layer_norm_backward(ctx, dy, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """The three gradients of a layer norm as one row kernel (dx: both of a row's sums and
+    the result in one pass of its workgroup) and two column sums (the weight's of
+    dy * xhat, computed as they load it, the bias's of dy), none reading another's
+    result: one barrier level, where torch's decomposition took six."""
+    dy, x, mean, rstd = (ctx.ref(t) for t in (dy, x, mean, rstd))
+    if any(t.kind != "f32" for t in (dy, x, mean, rstd)) or not x.numel:
+        raise LoweringError("the layer norm's backward takes non-empty float32 tensors")
+    k = len(normalized_shape)
+    lead, n = x.shape[:x.ndim - k], math.prod(normalized_shape)
+    rows, dims = math.prod(lead), list(range(len(lead)))
+    grads = [None, None, None]
+    if output_mask[0]:
+        dy_c, x_c = contiguous(ctx, dy), contiguous(ctx, x)
+        mean_c, rstd_c = contiguous(ctx, mean), contiguous(ctx, rstd)
+        dx = ctx.empty(x.shape, "f32")
+        mode, extra = "LAYER_NORM_BACKWARD", [x_c, mean_c, rstd_c]
+        decls = {"X_OFF": x_c.offset, "M_OFF": mean_c.offset, "S_OFF": rstd_c.offset}
+        if weight is not None:
+            w = contiguous(ctx, ctx.ref(weight))
+            mode += " HAS_WEIGHT"
+            extra.append(w)
+            decls |= {"W_OFF": w.offset, "W_RS": 1 if w.numel > 1 else 0}
+        _row_kernel(ctx, mode, dy_c.with_layout((rows, n), (n, 1), dy_c.offset),
+                    dx.with_layout((rows, n), (n, 1), 0), 1, extra, decls)
+        grads[0] = dx
+    shape = tuple(int(s) for s in normalized_shape)
+    # over the leading dims; with none (every dim normalised) each is its own sum
+    total = (lambda t: reduce(ctx, t, dims, "sum", out_shape=shape, out_kind="f32")) if dims \
+        else (lambda t: ew(ctx, "$0", [t], "f32"))
+    if output_mask[1] and weight is not None:
+        grads[1] = total(ew(ctx, "$0 * (($1 - $2) * $3)", [dy, x, mean, rstd], "f32", defer=bool(dims)))
+    if output_mask[2] and bias is not None:
+        grads[2] = total(dy)
+    return tuple(grads)
 
 
 def _trailing_collapsible(x: TRef, k: int) -> bool:

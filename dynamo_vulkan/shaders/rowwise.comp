@@ -1,4 +1,5 @@
-// Row family: softmax, log_softmax, layer norm, RMS norm. One workgroup per row; the
+// Row family: softmax, log_softmax, layer norm and its backward's dx, RMS norm. One
+// workgroup per row; the
 // row is N elements at stride IN_RS (OUT_RS in the output) and rows are
 // addressed through the kept dims' strides (spec constants), so a softmax over
 // any dim of any view needs no copy. lowering/rowwise.py declares variants.
@@ -48,6 +49,30 @@ void main() {
         y = ld_f32(resb[R_OFF + ob + j * OUT_RS]) + y;     // out and res share one layout
 #endif
         outb[ob + j * OUT_RS] = st_f32(y);
+    }
+#elif defined(LAYER_NORM_BACKWARD)
+    // dx = rstd / N * (N a - sum(a) - xhat sum(a xhat)), a = dy * w, xhat = (x - mean) *
+    // rstd: both sums in one pass over the row, then dx; x is laid out as dy (rows of N
+    // from X_OFF), mean and rstd one a row
+    float mean = ld_f32(meanb[M_OFF + row]), rstd = ld_f32(rstdb[S_OFF + row]);
+    uint xo = X_OFF + ib - IN_OFF;
+    float s1 = 0.0, s2 = 0.0;
+    for (uint j = lid; j < N; j += wg) {
+        float a = ld_f32(inb[ib + j * IN_RS]), xh = (ld_f32(xb[xo + j * IN_RS]) - mean) * rstd;
+#ifdef HAS_WEIGHT
+        a *= ld_f32(wb[W_OFF + j * W_RS]);
+#endif
+        s1 += a;
+        s2 += a * xh;
+    }
+    s1 = wg_sum(s1);
+    s2 = wg_sum(s2);
+    for (uint j = lid; j < N; j += wg) {
+        float a = ld_f32(inb[ib + j * IN_RS]), xh = (ld_f32(xb[xo + j * IN_RS]) - mean) * rstd;
+#ifdef HAS_WEIGHT
+        a *= ld_f32(wb[W_OFF + j * W_RS]);
+#endif
+        outb[ob + j * OUT_RS] = st_f32(rstd / float(N) * ((a * float(N) - s1) - xh * s2));
     }
 #else  // LAYER_NORM: rows are contiguous in the output; mean/rstd one per row
     float s = 0.0;
