@@ -121,6 +121,20 @@ def test_independent_results_of_one_shape_share_a_kernel(plans):
     assert pair and prod and pair[0] < prod[0], kernels
 
 
+def test_siblings_of_alternating_shapes_wait_together(plans):
+    """Siblings of several shapes, in alternating order (an optimizer step's moments, a
+    parameter at a time), wait together: one kernel per shape; a result that reads one of
+    them comes after their kernels."""
+    a, b = [torch.randn(5, 7) for _ in range(3)], [torch.randn(11) for _ in range(3)]
+
+    def f(a0, b0, a1, b1, a2, b2):
+        out = [a0 * 2, b0 - 1, a1 * 2, b1 - 1, a2 * 2, b2 - 1]
+        return out + [out[0] + out[3].sum()]
+    check(f, a[0], b[0], a[1], b[1], a[2], b[2])
+    names = [d.name for d in plans[-1].dispatches]
+    assert names == ["elementwise:3in1d_3out"] * 2 + ["reduce:sum_f32", "elementwise:2in1d"], names
+
+
 def test_siblings_keep_the_binding_limit(plans, monkeypatch):
     """Siblings past the buffers a kernel may bind start another kernel."""
     from dynamo_vulkan.lowering import elementwise

@@ -173,36 +173,46 @@ class KernelGroup:
         self.bound |= reads | {out}
 
 
-class _Siblings(KernelGroup):
-    """Elementwise results into new buffers, of one shape, none reading another's: one
-    kernel computes them all (an optimizer step's moments and step counts, one of each a
-    parameter). They wait as the Context's before_dispatch, so the next dispatch of
-    anything else, or a sibling that cannot join, emits them first: each is computed
-    before any kernel that reads it, and the kernels keep graph order."""
+class _Siblings:
+    """Elementwise results into new buffers, none reading another's: those of one shape
+    are one kernel (an optimizer step's moments and step counts, one of each a parameter,
+    whatever order the parameters' shapes come in). They wait as the Context's
+    before_dispatch, so the next dispatch of anything else, or a result that reads one of
+    them, emits them first: each is computed before any kernel that reads it."""
 
-    def __init__(self, ctx: Context, shape: tuple):
-        super().__init__(shape, max_buffers(ctx.caps))
-        self.ctx, self.outs = ctx, []
+    def __init__(self, ctx: Context):
+        self.ctx, self.written = ctx, set()
+        self.groups: dict[tuple, tuple[KernelGroup, list]] = {}    # shape -> (group, its outputs)
 
-    def add(self, o: Output) -> None:
-        self.outs.append(o)
-        self.note({t.buf for t in o.ops if isinstance(t, TRef)}, o.out.buf)
+    def join(self, o: Output, shape: tuple, reads: set) -> bool:
+        """Add o (of `shape`, reading `reads`) to its shape's kernel; False where it may not
+        wait with these (it reads one of them, or its kernel is full)."""
+        if reads & self.written:
+            return False
+        group, outs = self.groups.get(shape) or (KernelGroup(shape, max_buffers(self.ctx.caps)), [])
+        if not group.fits(shape, reads, o.out.buf):
+            return False
+        group.note(reads, o.out.buf)
+        self.groups[shape] = (group, outs + [o])
+        self.written.add(o.out.buf)
+        return True
 
     def emit(self) -> None:
         self.ctx.siblings = None
-        _emit(self.ctx, self.outs, self.shape)
+        for shape, (_, outs) in self.groups.items():
+            _emit(self.ctx, outs, shape)
 
 
 def _join(ctx: Context, o: Output, shape: tuple) -> None:
     """o, a new buffer's elementwise result, with the waiting siblings where it may join
     them (nothing else waits after them), else first among new ones."""
-    g = ctx.siblings
-    if g is None or ctx.before_dispatch != g.emit or \
-            not g.fits(shape, {t.buf for t in o.ops if isinstance(t, TRef)}, o.out.buf):
+    reads = {t.buf for t in o.ops if isinstance(t, TRef)}
+    s = ctx.siblings
+    if s is None or ctx.before_dispatch != s.emit or not s.join(o, shape, reads):
         ctx.run_before_dispatch()
-        g = ctx.siblings = _Siblings(ctx, shape)
-        ctx.before_dispatch = g.emit
-    g.add(o)
+        s = ctx.siblings = _Siblings(ctx)
+        ctx.before_dispatch = s.emit
+        s.join(o, shape, reads)
 
 
 @dataclass(frozen=True)
