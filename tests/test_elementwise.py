@@ -161,6 +161,26 @@ def test_siblings_bind_what_the_device_allows(plans):
     assert [d.name for d in plans[-1].dispatches] == ["elementwise:10in1d_10out"], plans[-1].dispatches
 
 
+def test_an_expression_of_more_tensors_than_a_kernel_binds(plans):
+    """A fused expression of 40 tensors (more than lavapipe's 32 storage buffers a stage)
+    is split into kernels that each bind what the device allows, and equals eager's (it
+    crashed the process, then left its output unwritten)."""
+    from dynamo_vulkan import device
+    from dynamo_vulkan.lowering import elementwise
+    xs = [torch.randn(6) for _ in range(40)]
+
+    def f(*xs):
+        s = xs[0] * 1.5
+        for x in xs[1:]:
+            s = s + x
+        return s
+    check(f, *xs)
+    limit = elementwise.max_buffers(device.device_info())
+    assert all(len(set(d.bindings)) <= limit for d in plans[-1].dispatches), \
+        [(d.name, len(set(d.bindings))) for d in plans[-1].dispatches]
+    assert len(plans[-1].dispatches) > 1
+
+
 def test_siblings_computed_for_the_outputs_alone_are_emitted(plans):
     """Results computed as the graph's outputs (three in one kernel), and the contiguous
     copies of outputs that are views, made as the plan places its outputs, wait as

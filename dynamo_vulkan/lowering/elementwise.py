@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .fusion import Lazy, fold, foldable
+from .fusion import Lazy, fold, foldable, materialize
 from .core import (GLSL_TYPE, NO_REQUEST, Context, LoweringError, TRef, broadcast_shapes, contiguous_strides,
                    f32_bits, groups_for, i32_bits, kind_of, lowering)
 
@@ -113,12 +113,18 @@ def ew(ctx: Context, expr: str, operands: list, out_kind: str, compute: str | No
     helpers: the shaders/special.glsl functions expr calls (NEED_<name> defines).
     Lazy operands (fusion.py) are folded into expr; with defer (a fusible rule's
     Request.defer), a plain expression is returned as a Lazy instead of being dispatched."""
+    limit = max_buffers(ctx.caps)
     if any(isinstance(o, Lazy) for o in operands):
-        expr, operands, compute, result, shape = fold(expr, operands, out_kind, compute,
-                                                      result, shape)
+        folded = fold(expr, operands, out_kind, compute, result, shape)
+        if _tensors(folded[1]) < limit:
+            expr, operands, compute, result, shape = folded
+        else:       # more buffers than a kernel binds: the Lazy operands are computed first
+            operands = [materialize(ctx, o) for o in operands]
     # an int64 overflow check (checks.glsl) stays in an elementwise kernel, which flushes it:
-    # a kernel that computes a Lazy as it loads (fusion.row_loader) would drop it
-    if defer and foldable(expr, out, scatter, gather, accumulate, helpers) and "_ck(" not in expr:
+    # a kernel that computes a Lazy as it loads (fusion.row_loader) would drop it; a Lazy
+    # binds fewer buffers than a kernel may, so any consumer can still fold it
+    if defer and foldable(expr, out, scatter, gather, accumulate, helpers) and "_ck(" not in expr \
+            and _tensors(operands) < limit:
         if shape is None:
             shape = fold(expr, operands, out_kind, compute, result, None)[4]
         return Lazy(expr, tuple(operands), out_kind, compute, result, tuple(shape))
@@ -186,14 +192,16 @@ class _Siblings:
 
     def join(self, o: Output, shape: tuple, reads: set) -> bool:
         """Add o (of `shape`, reading `reads`) to its shape's kernel; False where it may not
-        wait with these (it reads one of them, or its kernel is full)."""
+        wait with these (it reads one of them, or its kernel is full). The first output of
+        a shape always joins, whatever it binds."""
         if reads & self.written:
             return False
         group, outs = self.groups.get(shape) or (KernelGroup(shape, max_buffers(self.ctx.caps)), [])
-        if not group.fits(shape, reads, o.out.buf):
+        if outs and not group.fits(shape, reads, o.out.buf):
             return False
         group.note(reads, o.out.buf)
-        self.groups[shape] = (group, outs + [o])
+        outs.append(o)
+        self.groups[shape] = (group, outs)
         self.written.add(o.out.buf)
         return True
 
@@ -225,6 +233,13 @@ class Output:
     out_kind: str
     compute: str | None = None
     result: str | None = None
+
+
+def _tensors(operands) -> int:
+    """How many buffers ew()'s operands bind: their distinct tensors (0-dim ones are
+    constants)."""
+    return len({o.buf if isinstance(o, TRef) else id(o) for o in operands
+                if isinstance(o, TRef) or isinstance(o, torch.Tensor) and o.dim()})
 
 
 def _refs(ctx: Context, operands) -> list:
