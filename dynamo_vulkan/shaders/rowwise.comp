@@ -1,8 +1,7 @@
 // Row family: softmax, log_softmax, layer norm and its backward's dx, RMS norm. One
-// workgroup per row; the
-// row is N elements at stride IN_RS (OUT_RS in the output) and rows are
-// addressed through the kept dims' strides (spec constants), so a softmax over
-// any dim of any view needs no copy. lowering/rowwise.py declares variants.
+// workgroup per row; the row is N elements at stride IN_RS (OUT_RS in the output) and
+// rows are addressed through the kept dims' strides (spec constants), so a softmax
+// over any dim of any view needs no copy. lowering/rowwise.py declares variants.
 #include "common.glsl"
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint ROWS = 1;
@@ -15,6 +14,17 @@ SPEC_DECLS
 BUFFER_DECLS
 
 #include "wg_reduce.glsl"
+
+#ifdef LAYER_NORM_BACKWARD
+// element j of a row's a = dy * w and xhat = (x - mean) * rstd (dy from word ib, x from xo)
+vec2 lnb_terms(uint ib, uint xo, uint j, float mean, float rstd) {
+    float a = ld_f32(inb[ib + j * IN_RS]);
+#ifdef HAS_WEIGHT
+    a *= ld_f32(wb[W_OFF + j * W_RS]);
+#endif
+    return vec2(a, (ld_f32(xb[xo + j * IN_RS]) - mean) * rstd);
+}
+#endif
 
 void main() {
     uint row = flat_workgroup();
@@ -58,21 +68,15 @@ void main() {
     uint xo = X_OFF + ib - IN_OFF;
     float s1 = 0.0, s2 = 0.0;
     for (uint j = lid; j < N; j += wg) {
-        float a = ld_f32(inb[ib + j * IN_RS]), xh = (ld_f32(xb[xo + j * IN_RS]) - mean) * rstd;
-#ifdef HAS_WEIGHT
-        a *= ld_f32(wb[W_OFF + j * W_RS]);
-#endif
-        s1 += a;
-        s2 += a * xh;
+        vec2 t = lnb_terms(ib, xo, j, mean, rstd);
+        s1 += t.x;
+        s2 += t.x * t.y;
     }
     s1 = wg_sum(s1);
     s2 = wg_sum(s2);
     for (uint j = lid; j < N; j += wg) {
-        float a = ld_f32(inb[ib + j * IN_RS]), xh = (ld_f32(xb[xo + j * IN_RS]) - mean) * rstd;
-#ifdef HAS_WEIGHT
-        a *= ld_f32(wb[W_OFF + j * W_RS]);
-#endif
-        outb[ob + j * OUT_RS] = st_f32(rstd / float(N) * ((a * float(N) - s1) - xh * s2));
+        vec2 t = lnb_terms(ib, xo, j, mean, rstd);
+        outb[ob + j * OUT_RS] = st_f32(rstd / float(N) * ((t.x * float(N) - s1) - t.y * s2));
     }
 #else  // LAYER_NORM: rows are contiguous in the output; mean/rstd one per row
     float s = 0.0;
