@@ -84,8 +84,10 @@ INT_DOT_TYPES = {"Q4_0": 1, "Q4_1": 1, "Q4_K": 1, "Q8_0": 0, "Q6_K": 0}
 INT_DOT_AUTO = ("Q4_0", "Q4_1", "Q4_K", "Q6_K")   # the types "auto" takes it for, x read as it is
 INT_DOT_AUTO_WEIGHTS = 32 << 20    # ... from this many rows x cols
 # with a prologue (an RMSNorm or elementwise producer, which the planes compute once):
-# every INT_DOT_TYPES weight of this many rows x cols
-INT_DOT_PROLOGUE_WEIGHTS = 16 << 20
+# every INT_DOT_TYPES weight of this many rows x cols. A 7B's q|k (4096 x 3584) is past it
+# and decodes faster so (its planes beside v's fp32 mat-vec, then integer dots); its v
+# (512 x 3584) is not, and decodes slower from planes (docs/journal.md, session 52)
+INT_DOT_PROLOGUE_WEIGHTS = 8 << 20
 INT_DOT_MIN_COLS = 2048     # rows of W at least this long, for "auto" either way
 # The integer-dot mat-vec's shape: (rows of W a workgroup, threads) by weight type (None:
 # any other) and the weight's kind: "many" rows (INT_DOT_MANY_ROWS or more), else "long"
