@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import dynamo_vulkan
 from dynamo_vulkan import device
 from dynamo_vulkan.gguf import GGUFLinear
 from dynamo_vulkan.gguf.op import gguf_linear
@@ -319,3 +320,68 @@ def test_norm_before_a_weight_of_many_rows_goes_into_the_planes(as_gpu, plans, m
     with torch.no_grad():
         check(model, x, **_tol(model(x)))
     assert _kernels(plans[-1:]) == want
+
+
+class AttentionOut(torch.nn.Module):
+    """Decode attention, its heads joined into one row, the output projection and the
+    residual: a decoder layer's o."""
+
+    def __init__(self, name: str, hq: int, d: int, rows: int = 24):
+        super().__init__()
+        self.hq, self.d = hq, d
+        self.o = GGUFLinear(blocks_of(name, rows, hq * d, 17), quant_info(name).ggml_type, rows, hq * d)
+
+    def forward(self, q, k, v, mask, res):
+        from dynamo_vulkan.fused import attention
+        out = attention(q, k, v, mask, 1.0)
+        return self.o(out.transpose(0, 1).reshape(1, 1, self.hq * self.d)) + res
+
+
+@pytest.mark.parametrize("precision,count", [("highest", 3), ("high", 2)])
+@pytest.mark.parametrize("name", TYPES)
+def test_decode_attention_writes_the_output_projections_planes(as_gpu, plans, monkeypatch, name,
+                                                                 precision, count):
+    """Decode attention's merge writes its output's int8 planes (per head, whole blocks of
+    32) in the layout and byte order the output projection's weight type reads: o takes
+    integer dots with no planes kernel and no level of its own; a row whose every key is
+    masked (NaN, as eager's) gives NaN through the planes' scales."""
+    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
+    hq, hkv, c, d = 4, 2, 256, 64
+    torch.manual_seed(9)
+    model = AttentionOut(name, hq, d)
+    q, k, v = torch.randn(hq, 1, d), torch.randn(hkv, c, d) * 2, torch.randn(hkv, c, d) * 3
+    res = torch.randn(1, 1, 24)
+    fn = compiled(model)
+    for live in (100, 1, 0):
+        mask = torch.zeros(1, c, dtype=torch.bool)
+        mask[0, :live] = True
+        with torch.no_grad():
+            want, got = model(q, k, v, mask, res), fn(q, k, v, mask, res)
+        tol = _tol(want) if count == 3 else {"rtol": 1e-4, "atol": 1e-4 * float(want.abs().max())}
+        torch.testing.assert_close(got, want, **(tol if live else {}), equal_nan=True)
+        assert got.isnan().all() == (live == 0)
+    assert not dynamo_vulkan.reports()[-1].cpu_nodes
+    assert _kernels(plans[-1:]) == ["attention", "gguf_matvec_idot"]
+    assert plans[-1].dispatches[0].note.endswith(f"(with its output's {count} int8 planes)")
+
+
+def test_attention_output_read_twice_keeps_the_planes_kernel(as_gpu, plans, monkeypatch):
+    """An attention output read by something beside the projection gets no planes from the
+    merge (planes_for_reader follows one reader only): o makes its own where it takes
+    integer dots."""
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
+    hq, hkv, c, d = 4, 2, 256, 64
+    model = AttentionOut("Q4_K", hq, d)
+
+    def twice(q, k, v, mask, res):
+        from dynamo_vulkan.fused import attention
+        out = attention(q, k, v, mask, 1.0)
+        return model.o(out.transpose(0, 1).reshape(1, 1, hq * d)) + res, out * 2
+    torch.manual_seed(10)
+    mask = torch.ones(1, c, dtype=torch.bool)
+    args = (torch.randn(hq, 1, d), torch.randn(hkv, c, d), torch.randn(hkv, c, d), mask, torch.randn(1, 1, 24))
+    with torch.no_grad():
+        check(twice, *args, **_tol(model(*args)))
+    assert "int8 planes" not in plans[-1].dispatches[0].note
+    assert "gguf_xplanes" in _kernels(plans[-1:])

@@ -17,6 +17,7 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 from dynamo_vulkan import device
 
 from .core import LoweringError, TRef, f32_bits, groups_for, has_cpu_lanes, host_matmul, lowering
+from . import gguf
 from .fusion import Lazy, LazyView, materialize, row_loader
 from .index import RowWrite
 
@@ -277,10 +278,23 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
             bindings += [idx, *kn[1].buffers, *vn[1].buffers]
             disjoint = [(k.buf, kn[0].dispatch), (v.buf, vn[0].dispatch)]
             note += ", the step's k/v rows computed here"
+    planes_of = gguf.planes_for_reader(ctx, ctx.node, rows * dv) \
+        if splits > 1 and t == 1 and dv % 32 == 0 and ctx.node is not None else None
+    planes = None
+    if planes_of is not None:
+        # the output projection's int8 planes, written by each row's merge
+        planes = ctx.empty((rows * dv // 32 * (8 * planes_of[1] + 4),), "i32")
+        extra |= {"PLANES_BINDING": len(bindings), "NIBBLES": planes_of[0], "PLANES": planes_of[1]}
+        writes.append(len(bindings))
+        bindings.append(planes)
     if splits > 1:
         note += f", {splits} splits merged by the last"
+        if planes is not None:
+            note += f" (with its output's {planes_of[1]} int8 planes)"
     ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
                  note=note, disjoint=disjoint)
+    if planes is not None:
+        gguf.provide_planes(ctx, out, rows * dv, planes_of, planes)
     return out
 
 

@@ -139,13 +139,21 @@ class Context:
         """A value that dispatches derive from buffers `reads` (x's int8 planes, a mask's
         live ranges): make() emits it the first time; later callers with the same key get
         it back until a dispatch since has written one of those buffers."""
+        if not self.has_derived(key, reads):
+            self._derived[key] = (make(), len(self.plan.dispatches))
+        return self._derived[key][0]
+
+    def has_derived(self, key, reads: set) -> bool:
+        """Whether derived(key, reads, ...) would give a value back without making it."""
         self.run_before_dispatch()     # a pending copy may write one of `reads`
         got, since = self._derived.get(key, (None, 0))
-        if got is None or any(d.bindings[i] in reads for d in self.plan.dispatches[since:]
-                              for i in d.writes):
-            got = make()
-            self._derived[key] = (got, len(self.plan.dispatches))
-        return got
+        return got is not None and not any(d.bindings[i] in reads for d in self.plan.dispatches[since:]
+                                           for i in d.writes)
+
+    def provide_derived(self, key, value) -> None:
+        """Record a derived value that the last dispatch made beside its own output (the
+        int8 planes of decode attention's output, written by its merge)."""
+        self._derived[key] = (value, len(self.plan.dispatches))
 
     def forget_derived(self) -> None:
         """Make every derived value again at its next use (benchmarks that repeat work)."""

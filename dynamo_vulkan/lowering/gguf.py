@@ -38,7 +38,7 @@ from .coopmat import precision
 from .elementwise import add_slices, contiguous, ew
 from .fusion import Deferred, Lazy, RowLoader, materialize, row_loader, writes_in_place
 from .rowwise import RMS_NORM, NormedRows
-from .views import RESHAPES
+from .views import RESHAPES, VIEW_OPS
 
 GGUF_LINEAR = torch.ops.dynamo_vulkan.gguf_linear.default
 GGUF_EMBEDDING = torch.ops.dynamo_vulkan.gguf_embedding.default
@@ -350,7 +350,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
     if out_rows != rows:
         note += f" -> columns {row0}..{row0 + n} of {out_rows}"
     if m <= MATVEC_M and _use_int_dot(ctx, qtype, m, n, k, x2, fused=post_norm is not None,
-                                      prologue=norm is not None or loader is not None):
+                                      prologue=norm is not None or loader is not None or
+                                      _planes_ready(ctx, x2, k, qtype)):
         _emit_int_dot(ctx, out, x2, w, defines, n, k, rb, row0, residual, norm, loader, note,
                       disjoint)
     elif m <= MATVEC_M:
@@ -569,8 +570,7 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                tuple((b.buf, b.offset, b.strides, b.shape) for b in loader.buffers))
     else:
         read = {x2.buf} | ({norm[0].buf} if norm is not None else set())
-        key = ("xplanes", x2.buf, x2.offset, x2.strides, x2.shape, nibbles,
-               None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
+        key = _planes_key(x2, k, nibbles, None if norm is None else (norm[0].buf, norm[0].offset, norm[1]))
     count = x_planes(ctx)
     planes = ctx.derived(key + (count,), read,
                          lambda: _emit_planes(ctx, x2, nb, nibbles, k, norm, loader, count))
@@ -586,6 +586,56 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
                  [wg, n, k, rb, row0,
                   residual.offset if residual is not None else 0],
                  groups_for(n, nr), note=note + " (integer dot products)", disjoint=disjoint)
+
+
+def _planes_key(x2: TRef, k: int, nibbles: int, norm=None) -> tuple:
+    """What identifies the int8 planes of x2's one row of k words at unit stride (of its
+    RMSNorm by `norm`, a key of its weight and eps), less their count (ctx.derived)."""
+    return ("xplanes", x2.buf, x2.offset, k, nibbles, norm)
+
+
+def _planes_ready(ctx: Context, x2: TRef, k: int, qtype: int) -> bool:
+    """Whether planes of x2's row for this weight's type were made and still hold (decode
+    attention's merge writes them for the output projection): its mat-vec then takes the
+    integer-dot path as one with a prologue does, its planes costing no kernel."""
+    name = SHADER_TYPES.get(qtype)
+    if name not in INT_DOT_TYPES or x2.shape[0] != 1 or x2.strides[1] != 1:
+        return False
+    return ctx.has_derived(_planes_key(x2, k, INT_DOT_TYPES[name]) + (x_planes(ctx),), {x2.buf})
+
+
+def planes_for_reader(ctx: Context, node, k: int) -> tuple[int, int] | None:
+    """(NIBBLES, PLANES) for int8 planes of `node`'s output (one row of k values) where its
+    one reader, through views, is a one-row GGUF mat-vec that would take the integer-dot
+    path with them (decode attention's output before the output projection); else None.
+    provide_planes then records them for that mat-vec (emit_linear finds them by key, so a
+    reader that sees another row, as a copy of it, makes planes of its own)."""
+    u = node
+    while len(u.users) == 1:
+        nxt = next(iter(u.users))
+        if nxt.target is GGUF_LINEAR:
+            break
+        if nxt.target not in VIEW_OPS:
+            return None
+        u = nxt
+    else:
+        return None
+    qtype, rows, cols = nxt.args[2:5]
+    name = SHADER_TYPES.get(qtype)
+    val = nxt.meta.get("val")
+    if nxt.args[0] is not u or cols != k or name not in INT_DOT_TYPES or val is None or \
+            val.numel() != rows or _matvec_feeds_norm(nxt, ctx) or \
+            not _int_dot_weight(ctx, qtype, rows, cols, True):
+        return None
+    return INT_DOT_TYPES[name], x_planes(ctx)
+
+
+def provide_planes(ctx: Context, out: TRef, k: int, planes_of: tuple[int, int], planes: TRef) -> None:
+    """Record `planes`, written by the last dispatch, as the planes (planes_for_reader's
+    NIBBLES and PLANES) of out's first k words."""
+    nibbles, count = planes_of
+    row = TRef(out.buf, (1, k), (k, 1), out.offset, "f32")
+    ctx.provide_derived(_planes_key(row, k, nibbles) + (count,), planes)
 
 
 def x_planes(ctx: Context) -> int:

@@ -23,6 +23,10 @@
 // a sliding window's before it) cost no loads and no barriers; a split with none
 // (most of decode's splits early in a long cache) loads nothing else and only counts
 // itself in for the merge.
+// PLANES_BINDING (decode's splits, DV a multiple of 32): the merge also writes each row's
+// output as int8 planes (xplanes.glsl, PLANES and NIBBLES; row r's blocks r * DV / 32 ..),
+// which the output projection's integer-dot mat-vec reads (its x is the heads' outputs in
+// order), so its planes cost no kernel and no barrier level of their own.
 // SOFTCAP_BITS > 0 (Gemma 2): a score s = scale * q.k becomes tanh(s / cap) * cap before
 // the mask and the softmax; 0 leaves it as is (a specialisation constant, so the branch
 // folds away).
@@ -82,6 +86,13 @@ V_NEW
 float knew(uint kvh, uint e) { return klazy(kvh * K_RPH + e / K_W, e % K_W); }
 float vnew(uint kvh, uint e) { return vlazy(kvh * V_RPH + e / V_W, e % V_W); }
 #endif
+#ifdef PLANES_BINDING
+#if DV % 32 != 0
+#error "the output's planes take whole blocks of 32"
+#endif
+#include "xplanes.glsl"
+BUFFER(PLANES_BINDING, planesb)
+#endif
 #include "wg_reduce.glsl"
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
@@ -100,6 +111,10 @@ float capped(float s) {
 #define C_G (WG / C_DVC)              // groups of splits per output lane
 shared float c_w[SPLITS];
 shared float c_acc[WG];
+#ifdef PLANES_BINDING
+shared float c_row[DV];     // the merged row, for its planes
+void row_planes(uint row);
+#endif
 #define C_NS ((SPLITS + C_G - 1) / C_G)   // splits per invocation of an output lane
 // out[row] = the splits' outputs merged by their softmax weights: an invocation per
 // split for the maxima and sums, then C_G invocations per output lane, each over every
@@ -142,10 +157,57 @@ void combine(uint row) {
             float t = 0.0;
             for (uint g = 0u; g < C_G; ++g) t += c_acc[g * C_DVC + lane];
             outb[row * DV + d] = st_f32(t / l);       // l = 0 (all masked): NaN
+#ifdef PLANES_BINDING
+            c_row[d] = t / l;
+#endif
         }
         barrier();
     }
+#ifdef PLANES_BINDING
+    row_planes(row);
+#endif
 }
+
+#ifdef PLANES_BINDING
+// the merged row's planes (c_row), 8 invocations a block: each makes its word of every
+// plane; the first of a block also its scales and sums, over all 32 values
+void row_planes(uint row) {
+    for (uint w = gl_LocalInvocationID.x; w < DV / 4u; w += WG) {
+        uint j = w >> 3, l = w & 7u, b0 = 32u * j;
+        float amax = 0.0;
+        bool nan_in = false;
+        for (uint i = 0u; i < 32u; ++i) {
+            float x = c_row[b0 + i];
+            nan_in = nan_in || isnan(x);
+            amax = max(amax, abs(x));
+        }
+        vec2 sc = xp_scale(amax, nan_in);
+        ivec4 i0, i1, i2;
+        vec4 v = vec4(c_row[b0 + xp_element(l, 0u)], c_row[b0 + xp_element(l, 1u)],
+                      c_row[b0 + xp_element(l, 2u)], c_row[b0 + xp_element(l, 3u)]);
+        xp_quantize(v, sc.y, i0, i1, i2);
+        uint o = XP_WPB * (row * (DV / 32u) + j);
+        planesb[o + l] = xp_packed(i0);
+        planesb[o + 8u + l] = xp_packed(i1);
+#if PLANES == 3
+        planesb[o + 16u + l] = xp_packed(i2);
+#endif
+        if (l == 0u) {
+            ivec2 sums = ivec2(0);
+            for (uint k = 0u; k < 8u; ++k) {
+                vec4 vk = vec4(c_row[b0 + xp_element(k, 0u)], c_row[b0 + xp_element(k, 1u)],
+                               c_row[b0 + xp_element(k, 2u)], c_row[b0 + xp_element(k, 3u)]);
+                xp_quantize(vk, sc.y, i0, i1, i2);
+                sums += xp_sums(i0, i1, i2);
+            }
+            planesb[o + 8u * PLANES] = floatBitsToUint(sc.x);
+            planesb[o + 8u * PLANES + 1u] = floatBitsToUint(sc.x / XP_S1_DIV);
+            planesb[o + 8u * PLANES + 2u] = uint(sums.x);
+            planesb[o + 8u * PLANES + 3u] = uint(sums.y);
+        }
+    }
+}
+#endif
 #endif
 
 #ifdef CPU_LANES

@@ -54,7 +54,7 @@ FAMILIES: dict[str, Family] = {
     "attention_tiled": _f("BK BQ D DV RPT TPRG", "KV_APART K_VEC4 Q_VEC4 V_VEC4"),
     "attention": _f("", "AR COUNTER_BINDING CPU_LANES D DPT DV DVL DVLP IDX_BINDING IDX_OFF KPP "
                         "K_NEW K_RPH K_W PARTS PENDING Q_LAZY Q_RPH Q_W "
-                        "SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
+                        "NIBBLES PLANES PLANES_BINDING SCRATCH_BINDING SPLITS TPK VPK VW V_NEW V_RPH V_W WG"),
     "cdist": _f("", "PDIST P_INF P_ONE P_TWO P_ZERO", "P_ANY"),
     "conv": _f("", "HAS_BIAS TRANSPOSED"),
     "coopmat_pack": _f("", "ALONG_ROWS BF16_IN_F16 CM_BF16 GGUF LZ_OCT NORM SCALED SPLIT3 SROWS X_LAZY", "CM_F16",
