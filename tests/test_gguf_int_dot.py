@@ -42,11 +42,12 @@ SHAPES = [(name, rows, cols) for name in TYPES for rows, cols in (
     (1, 256), (7, 512), (65, 768)) + (() if name.endswith("_K") else ((9, 96),))]
 
 
-@pytest.mark.parametrize("nr,wg,unroll", [(2, 64, 1), (1, 32, 2), (2, 64, 2), (2, 8, 3)])   # 8 x 3: blocks past the row
+@pytest.mark.parametrize("nr,wg,unroll", [(2, 64, 1), (1, 32, 2), (2, 64, 2), (2, 8, 3), (1, 8, 4)])   # 8 x 3, 8 x 4: blocks past the row
 @pytest.mark.parametrize("name,rows,cols", SHAPES)
 def test_matches_cpu(plans, monkeypatch, name, rows, cols, nr, wg, unroll):
     monkeypatch.setattr(gguf_lowering, "INT_DOT_SHAPES", {(None, kind): (nr, wg) for kind in ("few", "long", "many")})
     monkeypatch.setattr(gguf_lowering, "INT_DOT_UNROLL", unroll)
+    monkeypatch.setattr(gguf_lowering, "INT_DOT_UNROLLS", {})
     torch.manual_seed(0)
     lin = GGUFLinear(blocks_of(name, rows, cols, rows), quant_info(name).ggml_type, rows, cols)
     for x in (torch.randn(1, cols), torch.randn(1, cols + 3)[:, 3:], torch.randn(1, 1, cols)):

@@ -164,7 +164,7 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
     names = ("MV_NR", "MV_WG", "MV_UNROLL", "MV_CPL",
-             "INT_DOT_SHAPES", "INT_DOT_UNROLL")
+             "INT_DOT_SHAPES", "INT_DOT_UNROLL", "INT_DOT_UNROLLS")
     saved = {k: getattr(lowering, k) for k in names}
     try:
         for variant in variants:
@@ -173,6 +173,7 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
             if variant[0] == "idot":           # the integer-dot kernel's
                 nr, wg, lowering.INT_DOT_UNROLL = variant[1:]
                 lowering.INT_DOT_SHAPES = {(None, kind): (nr, wg) for kind in ("few", "long", "many")}
+                lowering.INT_DOT_UNROLLS = {}
             else:
                 nr, wg, unroll, *cpl = variant
                 lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll

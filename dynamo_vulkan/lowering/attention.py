@@ -279,7 +279,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
             disjoint = [(k.buf, kn[0].dispatch), (v.buf, vn[0].dispatch)]
             note += ", the step's k/v rows computed here"
     planes_of = gguf.planes_for_reader(ctx, ctx.node, rows * dv) \
-        if splits > 1 and t == 1 and dv % 32 == 0 and ctx.node is not None else None
+        if splits > 1 and t == 1 and dv % 32 == 0 and dv // 4 <= wg and ctx.node is not None else None
     planes = None
     if planes_of is not None:
         # the output projection's int8 planes, written by each row's merge

@@ -102,6 +102,10 @@ INT_DOT_SHAPES = {(None, "few"): (2, 64), (None, "long"): (1, 32), (None, "many"
 INT_DOT_MANY_ROWS = 16384
 INT_DOT_LONG_ROWS = 8192
 INT_DOT_UNROLL = 2
+# ... except where more blocks in flight measured faster: Q6_K's few long rows (a 7B's down
+# projection, 3584 x 18944: 25.0 -> 23.7 us on an H200; Q4_K's kept 2, docs/journal.md,
+# session 52)
+INT_DOT_UNROLLS = {("Q6_K", "long"): 4}
 XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
@@ -577,7 +581,8 @@ def _emit_int_dot(ctx: Context, out: TRef, x2: TRef, w: TRef, defines: dict, n: 
     bindings = [out, planes, w]
     kind = "many" if n >= INT_DOT_MANY_ROWS else "long" if k >= INT_DOT_LONG_ROWS else "few"
     nr, wg = INT_DOT_SHAPES.get((defines["VARIANT"], kind), INT_DOT_SHAPES[None, kind])
-    defines = defines | {"NR": nr, "UNROLL": INT_DOT_UNROLL, "PLANES": count}
+    unroll = INT_DOT_UNROLLS.get((defines["VARIANT"], kind), INT_DOT_UNROLL)
+    defines = defines | {"NR": nr, "UNROLL": unroll, "PLANES": count}
     if residual is not None:
         defines["RESIDUAL"] = 1
         bindings.append(residual)

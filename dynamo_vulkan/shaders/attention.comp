@@ -113,6 +113,10 @@ shared float c_w[SPLITS];
 shared float c_acc[WG];
 #ifdef PLANES_BINDING
 shared float c_row[DV];     // the merged row, for its planes
+shared ivec2 c_sums[DV / 4u];
+#if DV / 4 > WG
+#error "the output's planes take an invocation per word of a plane"
+#endif
 void row_planes(uint row);
 #endif
 #define C_NS ((SPLITS + C_G - 1) / C_G)   // splits per invocation of an output lane
@@ -169,42 +173,46 @@ void combine(uint row) {
 }
 
 #ifdef PLANES_BINDING
-// the merged row's planes (c_row), 8 invocations a block: each makes its word of every
-// plane; the first of a block also its scales and sums, over all 32 values
+// the merged row's planes (c_row), 8 invocations a block, each making its word of every
+// plane; the block's largest magnitude and plane sums meet in shared memory (c_acc, free
+// after the merge's last barrier). Every invocation calls it (barriers).
 void row_planes(uint row) {
-    for (uint w = gl_LocalInvocationID.x; w < DV / 4u; w += WG) {
-        uint j = w >> 3, l = w & 7u, b0 = 32u * j;
-        float amax = 0.0;
-        bool nan_in = false;
-        for (uint i = 0u; i < 32u; ++i) {
-            float x = c_row[b0 + i];
-            nan_in = nan_in || isnan(x);
-            amax = max(amax, abs(x));
-        }
-        vec2 sc = xp_scale(amax, nan_in);
-        ivec4 i0, i1, i2;
-        vec4 v = vec4(c_row[b0 + xp_element(l, 0u)], c_row[b0 + xp_element(l, 1u)],
-                      c_row[b0 + xp_element(l, 2u)], c_row[b0 + xp_element(l, 3u)]);
-        xp_quantize(v, sc.y, i0, i1, i2);
-        uint o = XP_WPB * (row * (DV / 32u) + j);
+    uint lid = gl_LocalInvocationID.x, j = lid >> 3, l = lid & 7u, b0 = 32u * j, first = lid & ~7u;
+    bool live = lid < DV / 4u;
+    vec4 v = vec4(0.0);
+    if (live)
+        v = vec4(c_row[b0 + xp_element(l, 0u)], c_row[b0 + xp_element(l, 1u)],
+                 c_row[b0 + xp_element(l, 2u)], c_row[b0 + xp_element(l, 3u)]);
+    vec4 av = abs(v);
+    c_acc[lid] = any(isnan(v)) ? -1.0 : max(max(av.x, av.y), max(av.z, av.w));   // -1: a NaN
+    barrier();
+    float amax = 0.0;
+    bool nan_in = false;
+    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
+        amax = max(amax, c_acc[first + i]);
+        nan_in = nan_in || c_acc[first + i] < 0.0;
+    }
+    vec2 sc = xp_scale(amax, nan_in);
+    ivec4 i0, i1, i2;
+    xp_quantize(v, sc.y, i0, i1, i2);
+    uint o = XP_WPB * (row * (DV / 32u) + j);
+    ivec2 part = xp_sums(i0, i1, i2);
+    if (live) {
         planesb[o + l] = xp_packed(i0);
         planesb[o + 8u + l] = xp_packed(i1);
 #if PLANES == 3
         planesb[o + 16u + l] = xp_packed(i2);
 #endif
-        if (l == 0u) {
-            ivec2 sums = ivec2(0);
-            for (uint k = 0u; k < 8u; ++k) {
-                vec4 vk = vec4(c_row[b0 + xp_element(k, 0u)], c_row[b0 + xp_element(k, 1u)],
-                               c_row[b0 + xp_element(k, 2u)], c_row[b0 + xp_element(k, 3u)]);
-                xp_quantize(vk, sc.y, i0, i1, i2);
-                sums += xp_sums(i0, i1, i2);
-            }
-            planesb[o + 8u * PLANES] = floatBitsToUint(sc.x);
-            planesb[o + 8u * PLANES + 1u] = floatBitsToUint(sc.x / XP_S1_DIV);
-            planesb[o + 8u * PLANES + 2u] = uint(sums.x);
-            planesb[o + 8u * PLANES + 3u] = uint(sums.y);
-        }
+        c_sums[lid] = part;
+    }
+    barrier();
+    if (live && l == 0u) {
+        ivec2 sums = ivec2(0);
+        [[unroll]] for (uint i = 0u; i < 8u; ++i) sums += c_sums[first + i];
+        planesb[o + 8u * PLANES] = floatBitsToUint(sc.x);
+        planesb[o + 8u * PLANES + 1u] = floatBitsToUint(sc.x / XP_S1_DIV);
+        planesb[o + 8u * PLANES + 2u] = uint(sums.x);
+        planesb[o + 8u * PLANES + 3u] = uint(sums.y);
     }
 }
 #endif
