@@ -95,17 +95,17 @@ INT_DOT_MIN_COLS = 2048     # rows of W at least this long, for "auto" either wa
 # loads before summing any. Swept on the H100 with x in two planes at 7B and 8B shapes
 # (docs/journal.md, sessions 41 and 42): few long rows (a 7B's down, 3584 x 18944) run best
 # a row to 32 threads, which keeps more of each thread's blocks in flight; few short rows
-# (3584 or 4096 square) two rows to 64; many rows two rows to 32 threads (on the H200, Q6_K's
-# too with four blocks in flight, below: a 7B's head chunk of 45652 x 3584 51.1 -> 43.8 us
-# against two rows to 64, docs/journal.md, session 52).
-INT_DOT_SHAPES = {(None, "few"): (2, 64), (None, "long"): (1, 32), (None, "many"): (2, 32)}
+# (3584 or 4096 square) two rows to 64; many rows two rows to 32 threads, except Q6_K's,
+# whose larger blocks favour 64.
+INT_DOT_SHAPES = {(None, "few"): (2, 64), (None, "long"): (1, 32), (None, "many"): (2, 32),
+                  ("Q6_K", "many"): (2, 64)}
 INT_DOT_MANY_ROWS = 16384
 INT_DOT_LONG_ROWS = 8192
 INT_DOT_UNROLL = 2
 # ... except where more blocks in flight measured faster: Q6_K's few long rows (a 7B's down
-# projection, 3584 x 18944: 25.0 -> 23.7 us on an H200; Q4_K's kept 2) and its many rows
-# (docs/journal.md, session 52)
-INT_DOT_UNROLLS = {("Q6_K", "long"): 4, ("Q6_K", "many"): 4}
+# projection, 3584 x 18944: 25.0 -> 23.7 us on an H200; Q4_K's kept 2, docs/journal.md,
+# session 52)
+INT_DOT_UNROLLS = {("Q6_K", "long"): 4}
 XPLANES_WG = 64
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)
