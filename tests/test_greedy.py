@@ -341,6 +341,26 @@ def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypa
     assert len(idot) >= 7 * 2 * 4, len(idot)     # 7 weights a layer, 2 layers, 4 steps
 
 
+@pytest.mark.parametrize("types", INT_DOT_TYPES, ids=["legacy", "k_quants"])
+def test_same_tokens_with_the_output_projection_reading_attentions_planes(
+        as_gpu, plans, tmp_path, monkeypatch, types):
+    """A cache long enough for decode attention to split its keys: each head's merge writes
+    its output's int8 planes, and the output projection takes integer dots from them with
+    no planes kernel of its own; eager's tokens across k steps per call."""
+    require_int_dot()
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
+    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", "high")
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
+    model, tok = load_model(path, max_ctx=80), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=4, warmup=False)
+    assert got.tokens == want.tokens
+    merged = [d.note for p in plans for d in p.dispatches
+              if d.name.startswith("attention") and "int8 planes" in d.note]
+    assert len(merged) >= 2 * 4, [d.note for p in plans for d in p.dispatches if d.name.startswith("attention")]
+
+
 def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu, monkeypatch):
     """On a CPU device with DYNAMO_VULKAN_CPU_MATMUL=host (its default) a prompt's products
     and attention run in torch, the decode steps' mat-vecs on Vulkan, and the caches that
