@@ -316,6 +316,20 @@ INT_DOT_TYPES = [_layer_types("Q4_0", "Q4_0", "Q8_0", "Q4_1", "Q4_1", "Q4_1", "Q
                  _layer_types("Q4_K", "Q4_K", "Q6_K", "Q4_K", "Q4_K", "Q4_K", "Q6_K", "Q6_K")]
 
 
+def _int_dot_tokens_as_eager(tmp_path, monkeypatch, types, precision: str, max_ctx: int) -> None:
+    """A tiny llama of these weight types with DYNAMO_VULKAN_INT_DOT=on under `precision`
+    generates eager's tokens, 4 steps a call."""
+    require_int_dot()
+    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
+    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
+    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
+    model, tok = load_model(path, max_ctx=max_ctx), GGUFTokenizer.from_file(path)
+    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
+    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
+                   steps_per_call=4, warmup=False)
+    assert got.tokens == want.tokens
+
+
 @pytest.mark.parametrize("precision", ["highest", "high"])
 @pytest.mark.parametrize("types", INT_DOT_TYPES, ids=["legacy", "k_quants"])
 def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypatch, types,
@@ -324,15 +338,7 @@ def test_same_tokens_with_integer_dot_products(as_gpu, plans, tmp_path, monkeypa
     decodes reads x's int8 planes (three, or two under matmul precision "high"), made once
     per x with the RMSNorm or silu(gate) * up folded in, across k steps per call and their
     in-place cache writes; eager's tokens."""
-    require_int_dot()
-    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
-    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
-    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
-    model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
-    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
-    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
-                   steps_per_call=4, warmup=False)
-    assert got.tokens == want.tokens
+    _int_dot_tokens_as_eager(tmp_path, monkeypatch, types, precision, max_ctx=24)
     notes = [d.note for p in plans for d in p.dispatches if d.name.startswith("gguf_xplanes")]
     assert any(n.startswith("rms_norm + ") for n in notes), notes
     assert any(n.startswith("elementwise + ") for n in notes), notes
@@ -347,15 +353,7 @@ def test_same_tokens_with_the_output_projection_reading_attentions_planes(
     """A cache long enough for decode attention to split its keys: each head's merge writes
     its output's int8 planes, and the output projection takes integer dots from them with
     no planes kernel of its own; eager's tokens across k steps per call."""
-    require_int_dot()
-    monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "on")
-    monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", "high")
-    path = write_tiny_model(tmp_path / "tiny-llama.gguf", "llama", types=types)
-    model, tok = load_model(path, max_ctx=80), GGUFTokenizer.from_file(path)
-    want = generate(model, PROMPT, tok, max_new_tokens=12, backend=None, stop_at_eos=False)
-    got = generate(model, PROMPT, tok, max_new_tokens=12, backend="vulkan", stop_at_eos=False,
-                   steps_per_call=4, warmup=False)
-    assert got.tokens == want.tokens
+    _int_dot_tokens_as_eager(tmp_path, monkeypatch, types, "high", max_ctx=80)
     merged = [d.note for p in plans for d in p.dispatches
               if d.name.startswith("attention") and "int8 planes" in d.note]
     assert len(merged) >= 2 * 4, [d.note for p in plans for d in p.dispatches if d.name.startswith("attention")]
