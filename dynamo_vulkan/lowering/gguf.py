@@ -103,12 +103,11 @@ INT_DOT_MANY_ROWS = 16384
 INT_DOT_LONG_ROWS = 8192
 INT_DOT_UNROLL = 2
 # ... except where more blocks in flight measured faster: Q6_K's few long rows (a 7B's down
-# projection, 3584 x 18944: 25.0 -> 23.7 us on an H200; Q4_K's kept 2, docs/journal.md,
-# session 52)
+# projection; Q4_K's keep 2: docs/journal.md, session 52)
 INT_DOT_UNROLLS = {("Q6_K", "long"): 4}
 # invocations of a planes workgroup: with an RMSNorm each workgroup sums x^2 over the whole
-# row, so fewer, wider workgroups take fewer loads a thread (a 7B's decode 389 -> 394 tok/s
-# against 64 on an H200, 393 at 256: docs/journal.md, session 52)
+# row, so fewer, wider workgroups take fewer loads a thread (64 and 256 measured slower:
+# docs/journal.md, session 52)
 XPLANES_WG = 128
 NORM_MAX_ROWS = 16384   # rows of W up to which an RMSNorm before it is folded in
 MAX_SUBGROUPS = 32   # subgroups per mat-vec workgroup at most (wg_reduce.glsl holds 64)

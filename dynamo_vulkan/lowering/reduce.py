@@ -329,8 +329,8 @@ def var_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
 # --- arg reductions: (value, index) pairs --------------------------------------------------
 ARG_SPLIT_ROW = 8192      # rows at least this long, of few outputs, reduce in two passes
 # elements a workgroup of the first pass, and the invocations of either pass: one element an
-# invocation, so no invocation waits on a chain of loads (2,048 a workgroup of 64 took 18 us
-# for a 7B's 152,064 logits on an H200)
+# invocation, so no invocation waits on a chain of loads (an LM head's logits: many
+# workgroups, not a few that each walk thousands; docs/journal.md, session 52)
 ARG_CHUNK = 256
 ARG_SPLIT_WG = 256
 

@@ -183,15 +183,11 @@ void row_planes(uint row) {
     if (live)
         v = vec4(c_row[b0 + xp_element(l, 0u)], c_row[b0 + xp_element(l, 1u)],
                  c_row[b0 + xp_element(l, 2u)], c_row[b0 + xp_element(l, 3u)]);
-    vec4 av = abs(v);
-    c_acc[lid] = any(isnan(v)) ? -1.0 : max(max(av.x, av.y), max(av.z, av.w));   // -1: a NaN
+    c_acc[lid] = xp_word_max(v);
     barrier();
-    float amax = 0.0;
-    bool nan_in = false;
-    [[unroll]] for (uint i = 0u; i < 8u; ++i) {
-        amax = max(amax, c_acc[first + i]);
-        nan_in = nan_in || c_acc[first + i] < 0.0;
-    }
+    float amax;
+    bool nan_in;
+    XP_BLOCK_MAX(c_acc, first, amax, nan_in)
     vec2 sc = xp_scale(amax, nan_in);
     ivec4 i0, i1, i2;
     xp_quantize(v, sc.y, i0, i1, i2);

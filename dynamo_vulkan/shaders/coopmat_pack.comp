@@ -211,6 +211,7 @@ void main() {
         }
 #endif
 #ifdef FROM_MAX
+    // m is the row's already
 #elif SROWS > 1
     row_max[lid] = m;
     barrier();

@@ -70,16 +70,12 @@ void main() {
     rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
     v *= vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
 #endif
-    vec4 av = abs(v);
-    smax[lid] = any(isnan(v)) ? -1.0 : max(max(av.x, av.y), max(av.z, av.w));   // -1: a NaN
+    smax[lid] = xp_word_max(v);
     barrier();
     uint first = lid & ~7u;
-    float amax = 0.0;
-    bool nan_in = false;
-    [[unroll]] for (uint i = 0; i < 8u; ++i) {
-        amax = max(amax, smax[first + i]);
-        nan_in = nan_in || smax[first + i] < 0.0;
-    }
+    float amax;
+    bool nan_in;
+    XP_BLOCK_MAX(smax, first, amax, nan_in)
     vec2 sc = xp_scale(amax, nan_in);
     ivec4 i0, i1, i2;
     xp_quantize(v, sc.y, i0, i1, i2);

@@ -26,6 +26,22 @@ uint xp_packed(ivec4 a) {
     return u.x | (u.y << 8) | (u.z << 16) | (u.w << 24);
 }
 
+// a word's part of its block's largest magnitude; -1 marks a NaN, which max() may drop
+float xp_word_max(vec4 v) {
+    vec4 a = abs(v);
+    return any(isnan(v)) ? -1.0 : max(max(a.x, a.y), max(a.z, a.w));
+}
+
+// amax, nan_in: the block's largest magnitude and whether a NaN is in it, from its 8
+// words' xp_word_max in shared array `words` from index `first`
+#define XP_BLOCK_MAX(words, first, amax, nan_in) { \
+    amax = 0.0; \
+    nan_in = false; \
+    [[unroll]] for (uint i_ = 0u; i_ < 8u; ++i_) { \
+        amax = max(amax, words[(first) + i_]); \
+        nan_in = nan_in || words[(first) + i_] < 0.0; \
+    } }
+
 // A block's scale s and the factor its values are multiplied by before rounding, from its
 // largest magnitude; a NaN in the block (nan_in) makes s NaN, so the mat-vec's sums come
 // out NaN as the fp32 kernel's do (an infinity gives an infinite scale)
