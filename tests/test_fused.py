@@ -97,8 +97,10 @@ def _check_attention(plans, hq, hkv, t, c, d, dv):
     tpk = att_lowering.split_invocations_per_key(d // (4 if d % 4 == 0 and dv % 4 == 0 else 1))
     split = att_lowering.splits_keys(info, hq * t, c, att_lowering.workgroup_size(info), tpk)
     lanes = att_lowering.cpu_lanes(info, t) and d % 4 == 0 and dv % 4 == 0   # a prompt, CPU device
-    assert _names(plans) == ["attention:lanes" if lanes else "attention"]
-    assert ("splits merged by the last" in plans[-1].dispatches[0].note) == split
+    # split keys take each mask row's live range from mask_ranges.comp
+    assert _names(plans) == ["attention:lanes" if lanes else "attention"] if not split else \
+        ["mask_ranges", "attention"]
+    assert ("splits merged by the last" in plans[-1].dispatches[-1].note) == split
 
 
 # prompts (16 rows or more) on a GPU: the register-tiled kernel; rows past a block, keys
@@ -262,7 +264,7 @@ def test_decode_splits_follow_the_heads(as_gpu, plans, hq, hkv, d, splits):
     q, k, v = torch.randn(hq, 1, d), torch.randn(hkv, c, d), torch.randn(hkv, c, d)
     mask = _causal(1, c, 700)
     check(lambda q, k, v, m: attention(q, k, v, m, 0.1), q, k, v, mask, rtol=1e-5, atol=1e-5)
-    note = plans[-1].dispatches[0].note
+    note = plans[-1].dispatches[-1].note
     assert f", {splits} splits merged by the last" in note, note
     assert hq * splits <= att_lowering.SPLIT_WORKGROUPS or splits == 1
 
@@ -403,8 +405,12 @@ def test_decode_attention_computes_the_steps_cache_rows(as_gpu, plans, neox, hq,
         assert note.startswith("rope + ") and "the step's k/v rows computed here" in note, note
         source = str(plan.sources[plan.dispatches[at[0]].spirv_key])
         assert "uint[](" not in source, "a table of row offsets in the kernel"
-        assert not waits[at[0]], "the attention waits for the cache scatters"
-        assert not any(waits), waits        # the scatters and the attention: one level
+        # the scatters and the attention: one level, the mask's ranges (a kernel reading
+        # the mask, which is an input here) before it
+        ranges = [i for i, x in enumerate(plan.dispatches) if x.name == "mask_ranges"]
+        assert len(ranges) == 1 and ranges[0] < at[0], [x.name for x in plan.dispatches]
+        waits = barriers([x for x in plan.dispatches if x.name != "mask_ranges"])
+        assert not any(waits), "the attention waits for the cache scatters"
     else:
         assert "rope" not in note and "computed here" not in note, note
         assert waits[at[0]]

@@ -357,6 +357,18 @@ def test_same_tokens_with_the_output_projection_reading_attentions_planes(
     merged = [d.note for p in plans for d in p.dispatches
               if d.name.startswith("attention") and "int8 planes" in d.note]
     assert len(merged) >= 2 * 4, [d.note for p in plans for d in p.dispatches if d.name.startswith("attention")]
+    from dynamo_vulkan.runtime.plan import barriers
+    steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
+    for p in steps:
+        # each step's mask ranges (one kernel for both layers' split attention) join a
+        # level before its first attention's, which then waits for its q only
+        names, waits = [d.name for d in p.dispatches], barriers(p.dispatches)
+        ranges = [i for i, n in enumerate(names) if n == "mask_ranges"]
+        assert ranges and names.count("attention") == 2 * len(ranges), names
+        for r in ranges:
+            at = names.index("attention", r)
+            assert not waits[r] and any(waits[r + 1:at]), names
+    assert steps
 
 
 def test_cpu_device_runs_a_prompt_on_the_host_and_decodes_on_vulkan(tiny, as_cpu, monkeypatch):

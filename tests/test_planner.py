@@ -287,3 +287,42 @@ def test_only_copies_of_unwritten_weights_move(monkeypatch):
     move_copies_ahead(plan, {0, 3, 6})
     assert [d.name for d in plan.dispatches] == ["P1", "M1", "N2", "P2", "M2", "P3", "N3", "M3"]
     assert plan.dispatches[7].disjoint == [(11, 6)]
+
+
+def test_mask_ranges_move_to_where_the_mask_is_ready():
+    """schedule.hoist_early: a mask_ranges dispatch emitted right before the attention that
+    first reads it (after the scatters beside that attention) moves to the end of the
+    level after the mask's writer, so the attention waits for nothing but its own inputs;
+    one whose input is written in the level before it, or that writes a buffer bound
+    earlier, stays; other dispatches' disjoint indices follow the new order."""
+    from dynamo_vulkan.lowering.schedule import hoist_early
+    bufs = [Buffer(4, "input"), Buffer(4, "temp"), Buffer(4, "temp"), Buffer(4, "temp"),
+            Buffer(4, "temp"), Buffer(8, "temp"), Buffer(4, "output")]
+    pos, mask, q, x, ranges, cache, out = range(7)
+
+    def d(name, bindings, writes=(0,), disjoint=()):
+        return Dispatch(name, "s", list(bindings), list(writes), [], (1, 1, 1), disjoint=list(disjoint))
+
+    def plan_of(*ds):
+        return Plan(buffers=list(bufs), dispatches=list(ds))
+
+    # the mask from the position, q from x by two products, then the step's scatter, the
+    # mask's ranges and the attention (disjoint from the scatter's cache row)
+    plan = plan_of(d("mask", [mask, pos]), d("x", [x, pos]), d("q", [q, x]),
+                   d("scatter", [cache, q]), d("mask_ranges", [ranges, mask]),
+                   d("attention", [out, q, cache, mask, ranges], disjoint=[(cache, 3)]))
+    assert _levels(plan) == [["mask", "x"], ["q"], ["scatter", "mask_ranges"], ["attention"]]
+    moved = hoist_early(plan)
+    assert [x.name for x in plan.dispatches] == ["mask", "x", "q", "mask_ranges", "scatter", "attention"]
+    assert moved == {0: 0, 1: 1, 2: 2, 3: 4, 4: 3, 5: 5}
+    assert _levels(plan) == [["mask", "x"], ["q", "mask_ranges"], ["scatter", "attention"]]
+    assert plan.dispatches[5].disjoint == [(cache, 4)]
+
+    # the mask written in the level just before: nowhere earlier to go
+    plan = plan_of(d("x", [x, pos]), d("mask", [mask, x]), d("mask_ranges", [ranges, mask]),
+                   d("attention", [out, q, mask, ranges]))
+    assert hoist_early(plan) == {}
+    # its output bound by an earlier dispatch: not moved
+    plan = plan_of(d("mask", [mask, pos]), d("x", [x, pos]), d("q", [q, x]), d("r0", [ranges, x]),
+                   d("mask_ranges", [ranges, mask]), d("attention", [out, q, mask, ranges]))
+    assert hoist_early(plan) == {}

@@ -258,6 +258,9 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
         extra |= {"Q_LAZY": q_lazy.decls, **q_defines}
         note = "rope + " + note
     if splits > 1:
+        # the row's live keys, cut evenly into the splits (attention.comp RANGES_BINDING)
+        extra["RANGES_BINDING"] = len(bindings)
+        bindings.append(_ranges_of(ctx, mask))
         extra["SCRATCH_BINDING"] = len(bindings)
         writes.append(len(bindings))
         bindings.append(ctx.empty((rows * splits * (dv + 2),), "f32"))
@@ -309,16 +312,22 @@ def _emit_tiled(ctx, tile: TiledConfig, out: TRef, q: TRef, k: TRef, v: TRef, ma
             defines[name] = 1
     if tile.kv_apart:
         defines["KV_APART"] = 1
-    ranges = ctx.derived(("mask_ranges", mask.buf, mask.offset, mask.strides, mask.shape), {mask.buf},
-                         lambda: _mask_ranges(ctx, mask))
-    ctx.dispatch("attention_tiled", defines, [out, q, k, v, mask, ranges], [0], spec,
+    ctx.dispatch("attention_tiled", defines, [out, q, k, v, mask, _ranges_of(ctx, mask)], [0], spec,
                  groups_for(hq * _ceil_div(t, tile.bq)),
                  note=note + f", tiled {tile.bq} rows x {tile.bk} keys, {tile.rpt}x{tile.tprg}")
 
 
+def _ranges_of(ctx, mask: TRef) -> TRef:
+    """The mask's live ranges (_mask_ranges), made once for every attention that reads the
+    same mask while it holds (a step's layers)."""
+    return ctx.derived(("mask_ranges", mask.buf, mask.offset, mask.strides, mask.shape), {mask.buf},
+                       lambda: _mask_ranges(ctx, mask))
+
+
 def _mask_ranges(ctx, mask: TRef) -> TRef:
     """mask_ranges.comp: each row's first and one-past-last unmasked key and whether all
-    keys between are unmasked, [T, 3] int32, for the tiled prompt attention."""
+    keys between are unmasked, [T, 3] int32, for the tiled prompt attention and decode's
+    splits."""
     t, c = mask.shape
     ranges = ctx.empty((t, 3), "i32")
     defines = {}

@@ -31,7 +31,7 @@ from .elementwise import ew
 from .fusion import Deferred, Lazy, materialize, residual_adds, writes_in_place
 from .gguf import packed_input, place_packed
 from .registry import Lowered, OpSpec, Request, spec_of
-from .schedule import move_copies_ahead
+from .schedule import hoist_early, move_copies_ahead
 from .views import RESHAPES
 
 log = logging.getLogger(__name__)
@@ -245,7 +245,9 @@ def lower(gm: fx.GraphModule, args: list, resident: list[bool], caps: dict, cfg=
             ctx.run_before_dispatch()       # outputs computed as siblings (elementwise._join)
         else:
             raise LoweringError(f"unsupported node kind {node.op}")
-    assign_buffers(plan, move_copies_ahead(plan, ctx.weight_copies))
+    moved = hoist_early(plan)
+    copies = {moved.get(i, i) for i in ctx.weight_copies}
+    assign_buffers(plan, move_copies_ahead(plan, copies))
     return plan
 
 

@@ -1,4 +1,5 @@
-"""Dispatch order: copies of weights moved beside earlier products.
+"""Dispatch order: copies of weights moved beside earlier products; a step's mask ranges
+moved to where the mask is ready.
 
 A prompt's GGUF weight decoded whole into the tensor cores' fp16 copy (or into fp32) is a
 function of the program's weights alone. Left where its rule emits it, just before its
@@ -8,7 +9,12 @@ it runs in that product's level, on the processors and bandwidth the product lea
 (a 7B's q, o and down products fill fewer workgroups than an H100 has SMs).
 
 Its temporaries then live from the start of that level, so that assign_buffers never
-gives them a buffer that another dispatch of the level binds."""
+gives them a buffer that another dispatch of the level binds.
+
+A decode step's mask ranges (attention's mask_ranges.comp) are made when its first
+attention is lowered, right before it: there they would put a barrier between that
+attention and the cache scatters beside it. They read only the mask, so they move to the
+first level where it is ready (hoist_early)."""
 from __future__ import annotations
 
 from ..runtime.plan import Plan, barriers
@@ -20,6 +26,8 @@ AHEAD_DEPTH = 1
 # beside a product saves less than the memory its earlier start holds is worth to a small
 # model (SmolLM2's prompt: 3.4 MiB more, past its memory goal; docs/journal.md, session 45)
 AHEAD_MIN_BYTES = 16 << 20
+# kernels hoist_early moves to the first level where their inputs are ready
+EARLY = ("mask_ranges",)
 
 
 def _movable(plan: Plan, index: int, first: dict, written: set) -> bool:
@@ -73,3 +81,42 @@ def move_copies_ahead(plan: Plan, copies: set[int], depth: int = AHEAD_DEPTH) ->
         level_start = i if wait else level_start
         starts.append(level_start)
     return {ds[i].bindings[w]: starts[position[i]] for i in moved for w in ds[i].writes}
+
+
+def hoist_early(plan: Plan, names: tuple = EARLY) -> dict[int, int]:
+    """Move each dispatch named in `names` that writes only buffers it binds first to the end
+    of the first barrier level after the last dispatch writing a buffer it reads, where that
+    level comes before its own: it then joins that level with no barrier of its own, and
+    its readers wait for nothing new. Returns {old index: new index} for every dispatch
+    ({} when none moved)."""
+    ds = list(plan.dispatches)
+    order = list(range(len(ds)))          # order[new index] = old index
+    moved_any = False
+    for old in [i for i, d in enumerate(ds) if d.name in names]:
+        i = order.index(old)
+        d = ds[i]
+        outs = {d.bindings[w] for w in d.writes}
+        reads = set(d.bindings) - outs
+        if not outs or any(b in outs for e in ds[:i] for b in e.bindings):
+            continue
+        writer = max((j for j in range(i) if any(e in reads for e in
+                                                 (ds[j].bindings[w] for w in ds[j].writes))),
+                     default=-1)
+        level, levels = -1, []
+        for j, wait in enumerate(barriers(ds)):
+            level += wait or j == 0
+            levels.append(level)
+        target = levels[writer] + 1 if writer >= 0 else 0
+        if target >= levels[i]:
+            continue
+        at = max(j for j in range(i) if levels[j] == target) + 1
+        ds.insert(at, ds.pop(i))
+        order.insert(at, order.pop(i))
+        moved_any = True
+    if not moved_any:
+        return {}
+    position = {o: n for n, o in enumerate(order)}
+    for d in ds:
+        d.disjoint = [(b, position[j]) for b, j in d.disjoint]
+    plan.dispatches = ds
+    return position

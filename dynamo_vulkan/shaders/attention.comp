@@ -18,11 +18,13 @@
 // is loaded; PENDING, the step's K and V rows, which a scatter writes into the caches
 // beside this kernel (same barrier level), are computed here for key P (read from
 // the scatter's index) and the caches are never read at P.
-// Each workgroup first finds its keys' live range in the mask: chunks outside it (a
-// prompt's keys past its last row in a longer cache, a decode step's past its position,
-// a sliding window's before it) cost no loads and no barriers; a split with none
-// (most of decode's splits early in a long cache) loads nothing else and only counts
-// itself in for the merge.
+// RANGES_BINDING (decode's splits): the row's live keys come from mask_ranges.comp, made
+// once for every layer, and are cut evenly into the splits (whole chunks each), so the
+// splits walk as few chunks as those keys allow and none scans the mask; the keys in
+// range still read the mask. Without it, each workgroup finds its keys' live range in
+// the mask: chunks outside it (a prompt's keys past its last row in a longer cache, a
+// decode step's past its position, a sliding window's before it) cost no loads and no
+// barriers; a split with none loads nothing else and only counts itself in for the merge.
 // PLANES_BINDING (decode's splits, DV a multiple of 32): the merge also writes each row's
 // output as int8 planes (xplanes.glsl, PLANES and NIBBLES; row r's blocks r * DV / 32 ..),
 // which the output projection's integer-dot mat-vec reads (its x is the heads' outputs in
@@ -85,6 +87,10 @@ K_NEW
 V_NEW
 float knew(uint kvh, uint e) { return klazy(kvh * K_RPH + e / K_W, e % K_W); }
 float vnew(uint kvh, uint e) { return vlazy(kvh * V_RPH + e / V_W, e % V_W); }
+#endif
+#ifdef RANGES_BINDING
+// decode's splits: each mask row's live keys (mask_ranges.comp: first, one past the last)
+IN_BUFFER(RANGES_BINDING, rangesb)
 #endif
 #ifdef PLANES_BINDING
 #if DV % 32 != 0
@@ -343,8 +349,16 @@ void main() {
     if (wid >= HQ * T * SPLITS) return;
     uint row = wid / SPLITS, split = wid % SPLITS;
     uint h = row / T, t = row % T, kvh = h / GROUP;
-    uint k0 = split * SPLIT_KEYS, k1 = SPLITS > 1 ? min(C, k0 + SPLIT_KEYS) : C;
     uint lid = gl_LocalInvocationID.x;
+#ifdef RANGES_BINDING
+    // the row's live keys [lo, hi) cut into SPLITS runs of whole chunks (at least one), so
+    // a split walks as few chunks as the live keys allow and no split scans the mask; a
+    // split past the live keys gets an empty range
+    uint lo = min(rangesb[3u * t], C), hi = max(lo, min(rangesb[3u * t + 1u], C));
+    uint per = ((hi - lo + SPLITS - 1u) / SPLITS + KPP - 1u) / KPP * KPP;
+    uint k0 = min(hi, lo + split * per), k1 = min(hi, k0 + per);
+#else
+    uint k0 = split * SPLIT_KEYS, k1 = SPLITS > 1 ? min(C, k0 + SPLIT_KEYS) : C;
     // the keys between the split's first and last unmasked ones, found in one pass over
     // its mask before anything else is loaded. Key indices are exact as floats (below
     // 2^24). No live key: an empty range, as if every chunk were skipped.
@@ -356,6 +370,7 @@ void main() {
     hi_f = wg_max(hi_f);
     k0 = uint(lo_f);
     k1 = max(k0, uint(hi_f));
+#endif
 #if SPLITS > 1
     if (k0 >= k1) {     // no live key in this split (uniform): an empty part for the merge
         if (lid == 0u) { part_b[wid * (DV + 2u)] = st_f32(NEG_INF); part_b[wid * (DV + 2u) + 1u] = st_f32(0.0); }
