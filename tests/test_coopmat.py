@@ -389,28 +389,6 @@ def test_scaled_pack_rows_per_workgroup(precision, plans, monkeypatch, m, k, n):
     assert scaled_rows(True, 4096) == 8 and scaled_rows(False, 64, plain=False) == 1
 
 
-@pytest.mark.parametrize("target", [512, 1])
-def test_transposed_pack_in_slices_of_k(precision, plans, monkeypatch, target):
-    """A scaled operand packed along its rows with few rows (a backward's weight-gradient
-    operands) is cut into slices of k (coopmat_pack.k_slices): each row's scale comes from
-    the largest magnitude of all its slices, so a row whose largest value sits in the last
-    slice and one whose values are all tiny come out as eager's; with the workgroup target
-    at 1 it stays one pass."""
-    from dynamo_vulkan.lowering import coopmat_pack
-    monkeypatch.setattr(coopmat_pack, "KSPLIT_TARGET_WGS", target)
-    plan_apart(monkeypatch, f"k slices {target}")
-    torch.manual_seed(3)
-    a, b = torch.randn(64, 2000), torch.randn(2000, 48)
-    b[1990, 5] = 3e4            # column 5's largest, in the last slice
-    b[:, 7] *= 1e-6
-    a[40, 1999] = -5e4          # row 40 of A^T's pack below: its largest in the last slice
-    check_product(precision, monkeypatch, "high", a, b)
-    check_product(precision, monkeypatch, "high", a.t().contiguous().t(), b)    # A along its rows too
-    packs = [d.note for p in plans for d in p.dispatches if d.name.startswith("coopmat_pack")]
-    sliced = [n for n in packs if "slices" in n]
-    assert (len(sliced) >= 2) == (target > 1), packs
-
-
 def test_an_operand_read_by_several_products_is_packed_once(precision, plans, monkeypatch):
     """Three scaled products of one A (a prompt's q, k and v projections of one normalised
     x): A's 16-bit copy is made once and read by all three; an A written in between (the

@@ -12,11 +12,6 @@ WG = 256    # coopmat_pack.comp's workgroup
 # (LZ_OCT, its expression computed once); past that it computes them again for the stores
 LAZY_KEPT_OCTETS = 12
 ALONG_ROWS_SROWS = 8     # rows a workgroup scales along its rows: one 32-byte sector a read
-# ... over slices of k where the rows alone make fewer than this many workgroups (a
-# backward's transposed operand: a layer's width in rows, its tokens along k), each slice
-# at least SLICE_MIN_OCTETS octets: a pass for the rows' maxima, then one that converts
-KSPLIT_TARGET_WGS = 512
-SLICE_MIN_OCTETS = 32
 
 
 def scaled_rows(along_rows: bool, kp: int, plain: bool = True) -> int:
@@ -88,24 +83,8 @@ def pack_operand(ctx, plan, ref, rows: int, k: int, rows_p: int, kp: int, sb: in
         bindings.append(norm[0])
         spec += [core.f32_bits(norm[1]), norm[0].offset]
         note = f"rms_norm of {note}"
-    splits = k_slices(count // WG, kp // 8) if plan.scaled and "ALONG_ROWS" in defines else 1
-    if splits > 1:
-        # the rows' maxima over slices of k, then the conversion slice by slice
-        maxima = ctx.empty((batches * rows_p * splits,), "f32")
-        grid = core.groups_for(count * splits, WG)
-        ctx.dispatch("coopmat_pack", defines | {"KSPLITS": f"{splits}u", "MAX_PASS": 1},
-                     [maxima, ref], [0], spec, grid, note=f"{note}: row maxima over {splits} slices")
-        ctx.dispatch("coopmat_pack", defines | {"KSPLITS": f"{splits}u", "FROM_MAX": 1},
-                     [dst, ref, maxima], [0], spec, grid, note=f"{note}, {splits} slices")
-        return dst
     ctx.dispatch("coopmat_pack", defines, bindings, [0], spec, core.groups_for(count, WG), note=note)
     return dst
-
-
-def k_slices(workgroups: int, octets: int) -> int:
-    """Slices of k a scaled pack along its rows takes: enough for KSPLIT_TARGET_WGS
-    workgroups, each slice SLICE_MIN_OCTETS octets or more."""
-    return max(1, min(-(-KSPLIT_TARGET_WGS // max(1, workgroups)), octets // SLICE_MIN_OCTETS))
 
 
 # GGUF types whose blocks bound their magnitudes from their scales alone and load apart from

@@ -16,11 +16,6 @@
 // several where they are short (a short row leaves most of one workgroup idle); along its
 // rows, 8 neighbouring rows (a 32-byte sector a read) by 32 lanes along k (many
 // workgroups, and few octets an invocation walks).
-// KSPLITS (SCALED, ALONG_ROWS, a plain operand): k is cut into KSPLITS slices, a workgroup
-// a (group of rows, slice), so that a backward's transposed operand (few rows, long along
-// k) fills the GPU: MAX_PASS writes each (row, slice)'s largest magnitude (binding 0), and
-// FROM_MAX (binding 2: those maxima) takes each row's over its slices, then converts its
-// slice; the first slice's workgroup writes the row's exponent.
 // One invocation an octet (not SCALED). ALONG_ROWS: the source's unit stride runs along the rows (B of
 // x @ W with W [K, N]), so neighbouring invocations take neighbouring rows of one octet
 // column (their reads coalesce); else neighbouring octets of one row.
@@ -126,33 +121,11 @@ shared float row_max[gl_WorkGroupSize.x];
 #include "wg_reduce.glsl"
 #endif
 layout(set = 0, binding = 0) writeonly buffer Buf0e { int dst_exp[]; };
-#ifdef KSPLITS
-#if !defined(ALONG_ROWS) || defined(NORM) || defined(X_LAZY) || defined(GGUF)
-#error KSPLITS cuts a plain operand packed along its rows
-#endif
-#if defined(MAX_PASS) == defined(FROM_MAX)
-#error KSPLITS takes one of MAX_PASS and FROM_MAX
-#endif
-#ifdef MAX_PASS
-layout(set = 0, binding = 0) writeonly buffer Buf0m { float slice_max[]; };
-#else
-layout(set = 0, binding = 2) readonly buffer Buf2m { float slice_max_in[]; };
-#endif
-#endif
 
 
 void main() {
     uint ko = KP / 8u, groups = ROWS_P / uint(SROWS);
     uint wg = flat_workgroup(), lid = gl_LocalInvocationID.x;
-#ifdef KSPLITS
-    // this workgroup's slice of the octets along k
-    uint slice = wg % KSPLITS, per = (ko + KSPLITS - 1u) / KSPLITS;
-    uint o0 = slice * per, o1 = min(ko, o0 + per);
-    wg /= KSPLITS;
-#else
-    const uint o0 = 0u;
-    uint o1 = ko;
-#endif
     uint b = wg / groups;
     if (b >= BATCHES) return;
 #ifdef ALONG_ROWS
@@ -196,12 +169,9 @@ void main() {
         if (r < ROWS && o < ko) load8(base, o, kept[2u * i], kept[2u * i + 1u]);
         m = max(m, finite_max8(kept[2u * i], kept[2u * i + 1u]));
     }
-#elif defined(FROM_MAX)
-    // the row's largest magnitude: the largest of its slices'
-    for (uint i = 0u; i < KSPLITS; ++i) m = max(m, slice_max_in[(b * ROWS_P + r) * KSPLITS + i]);
 #else
     if (r < ROWS)
-        for (uint o = o0 + lane; o < o1; o += SLANES) {
+        for (uint o = lane; o < ko; o += SLANES) {
             vec4 x0, x1;
             load8(base, o, x0, x1);
 #ifdef NORM
@@ -210,9 +180,7 @@ void main() {
             m = max(m, finite_max8(x0, x1));
         }
 #endif
-#ifdef FROM_MAX
-    // m is the row's already
-#elif SROWS > 1
+#if SROWS > 1
     row_max[lid] = m;
     barrier();
     m = 0.0;
@@ -223,10 +191,6 @@ void main() {
 #endif
 #else
     m = wg_max(m);
-#endif
-#ifdef MAX_PASS
-    if (lane == 0u) slice_max[(b * ROWS_P + r) * KSPLITS + slice] = m;
-    return;
 #endif
     int e = scaled_exp(m);
     float scale = pow2(e);
@@ -240,7 +204,7 @@ void main() {
         dst[at + o] = hi;
     }
 #else
-    for (uint o = o0 + lane; o < o1; o += SLANES) {
+    for (uint o = lane; o < ko; o += SLANES) {
         vec4 x0 = vec4(0.0), x1 = vec4(0.0);
         if (r < ROWS) load8(base, o, x0, x1);
 #ifdef NORM
@@ -251,7 +215,7 @@ void main() {
         dst[at + o] = hi;
     }
 #endif
-    if (lane == 0u && o0 == 0u) dst_exp[4u * BATCHES * ROWS_P * ko + b * ROWS_P + r] = e;
+    if (lane == 0u) dst_exp[4u * BATCHES * ROWS_P * ko + b * ROWS_P + r] = e;
 }
 #else
 void main() {
