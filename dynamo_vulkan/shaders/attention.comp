@@ -131,19 +131,9 @@ void row_planes(uint row);
 // C_G-th split. Each invocation loads all its splits' values into registers before it
 // adds any: the scratch is coherent, and a load followed by its add waits for the value
 // before the next load issues (one invocation looping over every split waits on each
-// load in turn: docs/journal.md, session 29). The first pass's values are loaded with
-// the maxima and sums, before their reductions. Every invocation calls it.
+// load in turn: docs/journal.md, session 29). Every invocation calls it.
 void combine(uint row) {
     uint base = row * SPLITS * (DV + 2u), lid = gl_LocalInvocationID.x;
-    uint lane = lid % C_DVC, grp = lid / C_DVC;
-    float vs[C_NS];
-    bool loads = grp < C_G && lane < DV;
-    if (loads) {
-        [[unroll]] for (uint i = 0u; i < C_NS; ++i) {
-            uint s = min(grp + i * C_G, SPLITS - 1u);      // past the last: unused
-            vs[i] = ld_f32(part_b[base + s * (DV + 2u) + 2u + lane]);
-        }
-    }
     float ms = NEG_INF, ls = 0.0;
     if (lid < SPLITS) {
         uint p = base + lid * (DV + 2u);
@@ -155,15 +145,15 @@ void combine(uint row) {
     float l = wg_sum(ls * w);
     if (lid < SPLITS) c_w[lid] = w;
     barrier();
+    uint lane = lid % C_DVC, grp = lid / C_DVC;
     for (uint d0 = 0u; d0 < DV; d0 += C_DVC) {
         uint d = d0 + lane;
         float a = 0.0;
         if (grp < C_G && d < DV) {
-            if (d0 > 0u) {
-                [[unroll]] for (uint i = 0u; i < C_NS; ++i) {
-                    uint s = min(grp + i * C_G, SPLITS - 1u);
-                    vs[i] = ld_f32(part_b[base + s * (DV + 2u) + 2u + d]);
-                }
+            float vs[C_NS];
+            [[unroll]] for (uint i = 0u; i < C_NS; ++i) {
+                uint s = min(grp + i * C_G, SPLITS - 1u);      // past the last: unused
+                vs[i] = ld_f32(part_b[base + s * (DV + 2u) + 2u + d]);
             }
             [[unroll]] for (uint i = 0u; i < C_NS; ++i) {
                 uint s = grp + i * C_G;

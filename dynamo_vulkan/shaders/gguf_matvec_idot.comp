@@ -41,10 +41,6 @@ shared float red[MAXSG][NR];
 void main() {
     uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint n0 = flat_workgroup() * NR;
-#ifdef RESIDUAL
-    // read before the loop, so its latency overlaps the loop's
-    float res = lid < NR ? ld_f32(resb[RES_OFF + OUT_OFF + min(n0 + lid, N - 1u)]) : 0.0;
-#endif
     float acc[NR];
     uint ro[NR];
     [[unroll]] for (uint r = 0; r < NR; ++r) { acc[r] = 0.0; ro[r] = min(n0 + r, N - 1u) * ROW_BYTES; }
@@ -78,7 +74,7 @@ void main() {
         float t = 0.0;
         for (uint j = 0; j < gl_NumSubgroups; ++j) t += red[j][lid];
 #ifdef RESIDUAL
-        t += res;
+        t += ld_f32(resb[RES_OFF + OUT_OFF + n0 + lid]);
 #endif
         outb[OUT_OFF + n0 + lid] = st_f32(t);
     }
