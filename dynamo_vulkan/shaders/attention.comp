@@ -340,12 +340,6 @@ layout(set = 0, binding = 3) readonly buffer Buf3v { vec4 vv4[]; };
 #define LDV_AT(c, o, h, e) LDV(o)
 #endif
 shared VT qs[D / VW];
-// q's row into qs (read after the barrier that follows)
-#ifdef Q_LAZY
-#define LOAD_Q() for (uint i = lid; i < D / VW; i += WG) qs[i] = QLAZY(h * T + t, i * VW)
-#else
-#define LOAD_Q() for (uint i = lid; i < D / VW; i += WG) qs[i] = LDQ(Q_OFF + h * Q_SH + t * Q_ST + i * VW * Q_SD)
-#endif
 shared float ps[KPP];
 shared float sdot[TPK > 1 ? WG : 1];
 shared VT red[WG * DPT];
@@ -377,10 +371,6 @@ void main() {
     k0 = uint(lo_f);
     k1 = max(k0, uint(hi_f));
 #endif
-#ifdef RANGES_BINDING
-    // q is loaded before the split's range is known, so its loads overlap the range's
-    LOAD_Q();
-#endif
 #if SPLITS > 1
     if (k0 >= k1) {     // no live key in this split (uniform): an empty part for the merge
         if (lid == 0u) { part_b[wid * (DV + 2u)] = st_f32(NEG_INF); part_b[wid * (DV + 2u) + 1u] = st_f32(0.0); }
@@ -390,8 +380,10 @@ void main() {
         return;
     }
 #endif
-#ifndef RANGES_BINDING
-    LOAD_Q();
+#ifdef Q_LAZY
+    for (uint i = lid; i < D / VW; i += WG) qs[i] = QLAZY(h * T + t, i * VW);
+#else
+    for (uint i = lid; i < D / VW; i += WG) qs[i] = LDQ(Q_OFF + h * Q_SH + t * Q_ST + i * VW * Q_SD);
 #endif
 #ifdef PENDING
     int pi = int(idxb[IDX_OFF]);

@@ -55,8 +55,6 @@ void main() {
     vec4 v = vec4(XLOAD(m, k0), XLOAD(m, k0 + de), XLOAD(m, k0 + 2u * de), XLOAD(m, k0 + 3u * de));
     float rn = 1.0;      // NORM: rsqrt(mean(x^2) + eps)
 #ifdef NORM
-    // the norm's weights loaded with x, before the row's sum of squares waits on its loads
-    vec4 nw = vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
     float ss = 0.0;
 #ifdef X_VEC4
     for (uint k = lid; k < 8u * NB; k += gl_WorkGroupSize.x) {
@@ -70,7 +68,7 @@ void main() {
     }
 #endif
     rn = inversesqrt(wg_sum(ss) / float(32u * NB) + uintBitsToFloat(EPS_BITS));
-    v *= nw;
+    v *= vec4(ld_f32(nwb[k0]), ld_f32(nwb[k0 + de]), ld_f32(nwb[k0 + 2u * de]), ld_f32(nwb[k0 + 3u * de]));
 #endif
     smax[lid] = xp_word_max(v);
     barrier();
