@@ -241,6 +241,24 @@ def test_attention_masks_with_windows_and_holes(request, plan_as, t, c):
     check(lambda q, k, v, m: attention(q, k, v, m, 0.125), q, k, v, mask, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("lo,hi", [(0, 2048), (37, 2900), (2990, 2999)], ids=str)
+def test_decode_splits_share_the_live_keys(as_gpu, plans, lo, hi):
+    """Decode's splits take even shares of the row's live interval (mask_ranges), in whole
+    chunks: keys from lo to hi of a 3,000-slot cache with holes in between, so a split
+    walks up to two chunks, or all the keys sit in the first split's one chunk; eager's
+    output, and the ranges kernel is the plan's first."""
+    hq, hkv, c, d = 4, 1, 3000, 64
+    g = torch.Generator().manual_seed(hi)
+    q, k, v = torch.randn(hq, 1, d, generator=g), torch.randn(hkv, c, d, generator=g), \
+        torch.randn(hkv, c, d, generator=g)
+    keys = torch.arange(c)[None, :]
+    mask = (keys >= lo) & (keys < hi) & (torch.rand(1, c, generator=g) > 0.3)
+    mask[0, lo] = mask[0, hi - 1] = True
+    check(lambda q, k, v, m: attention(q, k, v, m, 0.125), q, k, v, mask, rtol=1e-5, atol=1e-5)
+    assert _names(plans) == ["mask_ranges", "attention"]
+    assert "47 splits merged by the last" in plans[-1].dispatches[-1].note
+
+
 def test_split_attention_called_again(as_gpu, plans):
     """The row counters are reset by the kernel, so a second call (new q, same program)
     merges right, in the one kernel whose last split merges (planned as a GPU: lavapipe
