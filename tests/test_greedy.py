@@ -20,6 +20,7 @@ from dynamo_vulkan.llm.models import load_model  # noqa: E402
 from dynamo_vulkan.llm.models.greedy import GreedySteps  # noqa: E402
 from dynamo_vulkan.lowering import decompositions  # noqa: E402
 from dynamo_vulkan.lowering import planner  # noqa: E402
+from dynamo_vulkan.runtime.plan import barriers  # noqa: E402
 
 from gguf_fixtures import write_tiny_model  # noqa: E402
 from vk import require_int_dot  # noqa: E402
@@ -33,6 +34,11 @@ def tiny(tmp_path_factory):
     model, tok = load_model(path, max_ctx=24), GGUFTokenizer.from_file(path)
     want = generate(model, PROMPT, tok, max_new_tokens=30, backend=None, stop_at_eos=False)
     return model, tok, want
+
+
+def _step_plans(plans) -> list:
+    """The plans of decode steps (replayed k steps a call: the ones with step_feed)."""
+    return [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
 
 
 def _submits(fn):
@@ -262,7 +268,7 @@ def test_same_tokens_with_the_gpu_decode_fusions(as_gpu, plans, tmp_path, arch):
         assert any("post-norm by the last workgroup" in n for n in notes)
         # the decode steps' q and k norms (head dim 64, two layers): the mat-vecs' grouped
         # post-norms, no rowwise kernel of their own
-        steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
+        steps = _step_plans(plans)
         for p in steps:
             grouped = sum("rms_norm of each 64 " in d.note for d in p.dispatches)
             assert grouped == 2 * sum(d.name == "attention" for d in p.dispatches) > 0   # q's, k's
@@ -280,7 +286,7 @@ def test_qwen2_biases_are_added_by_the_decode_matvecs(as_gpu, plans, tmp_path):
     got = generate(model, PROMPT, tok, max_new_tokens=8, backend="vulkan", stop_at_eos=False,
                    steps_per_call=2, warmup=False)
     assert got.tokens == want.tokens
-    steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
+    steps = _step_plans(plans)
     for p in steps:
         attention = sum(d.name == "attention" for d in p.dispatches)
         biased = [d.note for d in p.dispatches
@@ -357,8 +363,7 @@ def test_same_tokens_with_the_output_projection_reading_attentions_planes(
     merged = [d.note for p in plans for d in p.dispatches
               if d.name.startswith("attention") and "int8 planes" in d.note]
     assert len(merged) >= 2 * 4, [d.note for p in plans for d in p.dispatches if d.name.startswith("attention")]
-    from dynamo_vulkan.runtime.plan import barriers
-    steps = [p for p in plans if any("step_feed" in d.name for d in p.dispatches)]
+    steps = _step_plans(plans)
     for p in steps:
         # each step's mask ranges (one kernel for both layers' split attention) join a
         # level before its first attention's, which then waits for its q only

@@ -76,11 +76,17 @@ def move_copies_ahead(plan: Plan, copies: set[int], depth: int = AHEAD_DEPTH) ->
     plan.dispatches = [ds[i] for i in order]
     for d in plan.dispatches:
         d.disjoint = [(b, position[i]) for b, i in d.disjoint]
+    starts = _level_starts(plan.dispatches)
+    return {ds[i].bindings[w]: starts[position[i]] for i in moved for w in ds[i].writes}
+
+
+def _level_starts(ds: list) -> list[int]:
+    """For each dispatch, the index of the first dispatch of its barrier level."""
     starts, level_start = [], 0
-    for i, wait in enumerate(barriers(plan.dispatches)):
+    for i, wait in enumerate(barriers(ds)):
         level_start = i if wait else level_start
         starts.append(level_start)
-    return {ds[i].bindings[w]: starts[position[i]] for i in moved for w in ds[i].writes}
+    return starts
 
 
 def hoist_early(plan: Plan, names: tuple = EARLY) -> dict[int, int]:
@@ -99,17 +105,14 @@ def hoist_early(plan: Plan, names: tuple = EARLY) -> dict[int, int]:
         reads = set(d.bindings) - outs
         if not outs or any(b in outs for e in ds[:i] for b in e.bindings):
             continue
-        writer = max((j for j in range(i) if any(e in reads for e in
-                                                 (ds[j].bindings[w] for w in ds[j].writes))),
+        writer = max((j for j in range(i) if any(ds[j].bindings[w] in reads for w in ds[j].writes)),
                      default=-1)
-        level, levels = -1, []
-        for j, wait in enumerate(barriers(ds)):
-            level += wait or j == 0
-            levels.append(level)
-        target = levels[writer] + 1 if writer >= 0 else 0
-        if target >= levels[i]:
+        starts = _level_starts(ds)
+        # the level after the writer's (the first level where nothing it reads is written)
+        target = next((j for j in range(writer + 1, i + 1) if starts[j] == j), i) if writer >= 0 else 0
+        if target >= starts[i]:
             continue
-        at = max(j for j in range(i) if levels[j] == target) + 1
+        at = next(j for j in range(target + 1, i + 1) if starts[j] == j)    # that level's end
         ds.insert(at, ds.pop(i))
         order.insert(at, order.pop(i))
         moved_any = True
