@@ -13,7 +13,7 @@ import shutil
 # kp.dynamo_vulkan_patches of the kp this runtime is written against: the marker the last of
 # packaging/kp-dynamo-vulkan/patches/ sets (tests/test_install.py checks that the two, and
 # pyproject's kp pin, agree)
-KP_PATCHES = 13
+KP_PATCHES = 14
 # what each patch adds that Python can see (01, 04, 05, 11 and 12 change kp's C++ only), by patch
 # file: a kp that lacks one was built without that patch (tests/test_install.py checks
 # each name against the patch's added lines)

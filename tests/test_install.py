@@ -24,11 +24,11 @@ PACKAGING = ROOT / "packaging" / "kp-dynamo-vulkan"
 KP_SDISTS = [ROOT.parent / "shared" / "device" / "kp-0.9.0.tar.gz", ROOT / ".device-kit" / "kp-0.9.0.tar.gz"]
 KP_SDIST = next((p for p in KP_SDISTS if p.is_file()), None)
 needs_sdist = pytest.mark.skipif(KP_SDIST is None, reason="no kp-0.9.0.tar.gz at hand (shared/device, .device-kit)")
-# the patched files that kp 0.9.0+dynamovulkan.13 is built from: a patch that changes them
+# the patched files that kp 0.9.0+dynamovulkan.14 is built from: a patch that changes them
 # must raise the marker (99-patch-set-marker.patch, prerequisites.KP_PATCHES) and these
 PATCHED_SHA256 = {
     "setup.py": "f9d11ccd5797cae8addd7e93b930a84fdf7c11163a61f91611f41e6bde9f0ccd",
-    "python/src/main.cpp": "101a2174bed18ecb6618d12032f592846b81894ca7b0af459f083c3e562fbc2e",
+    "python/src/main.cpp": "3ac60f3a751f54f3d8048ea44ece336d21d9e2315db8462b2dfa6f9eba7f4431",
     "src/Algorithm.cpp": "d3821dce5c1ed8a2dd30c184438cf75937f5831181e6b91eeccad3963dfb8c64",
     "src/Manager.cpp": "93096ef8588ace33c1f4e41cdccd4a4311010f36db55894a1c6585ade2626e9e",
     "src/Sequence.cpp": "af4c9b7eb457fd0c1e9ebd6bcb877c80dc701717254694cda129479c7fb35f0d",
@@ -358,7 +358,7 @@ def test_applier_refuses_other_sources(tmp_path):
 
 @needs_sdist
 def test_patches_apply_to_the_sdist(tmp_path):
-    """The real sdist: the patches apply exactly and give the sources kp 0.9.0+dynamovulkan.13
+    """The real sdist: the patches apply exactly and give the sources kp 0.9.0+dynamovulkan.14
     is built from; again, they change nothing; a tree patched otherwise is refused."""
     kpp = _kp_patches()
     src = kpp.unpack(KP_SDIST, tmp_path)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn as nn
 
 import dynamo_vulkan
-from dynamo_vulkan.runtime import placeholder
+from dynamo_vulkan.runtime import placeholder, program
 from dynamo_vulkan.training import gpt_workload, train
 from vk import compiled
 
@@ -128,3 +129,103 @@ def test_a_gpt_step_submits_three_programs_and_copies_only_the_batch_and_the_los
     assert ours.extra["gpu_to_host_bytes"][2:] == [4] * 3, ours.extra
     sent = ours.extra["host_to_gpu_bytes"][2:]
     assert len(set(sent)) == 1 and sent[0] <= 2 * batch + 4, ours.extra
+
+
+def _kept_linear():
+    """A Linear whose SGD optimizer is keep_on_device, its loss and step compiled, beside an
+    eager twin: (model, twin, our optimizer, twin's optimizer, step)."""
+    torch.manual_seed(0)
+    model = nn.Linear(5, 4)
+    twin = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    dynamo_vulkan.keep_on_device(model)
+    dynamo_vulkan.keep_on_device(opt)
+    return model, twin, opt, twin_opt, compiled(opt.step)
+
+
+def test_the_backward_and_the_optimizer_step_return_at_their_submit():
+    """A backward whose gradients all stay on the GPU, and the optimizer step after it,
+    return while the GPU runs them (the host prepares the next program meanwhile); the
+    forward, whose loss the host reads, waits. The results are the waiting runtime's, to
+    the bit, and equal eager's."""
+    model, twin, opt, twin_opt, step = _kept_linear()
+    x = torch.randn(6, 5)
+    loss_fn = compiled(lambda: model(x).square().mean())
+    for n in range(4):
+        opt.zero_grad()
+        loss = loss_fn()
+        assert not program._IN_FLIGHT           # the loss was copied out: the forward waited
+        loss.backward()
+        backward = len(program._IN_FLIGHT)
+        step()
+        if n >= 2:          # the first steps make the optimizer's state (outputs to the host)
+            assert backward == 1 and len(program._IN_FLIGHT) == 2, (n, backward, program._IN_FLIGHT)
+        twin_opt.zero_grad()
+        twin(x).square().mean().backward()
+        twin_opt.step()
+    dynamo_vulkan.read_back(model)
+    assert not program._IN_FLIGHT               # reading the GPU's memory waits first
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_submits_without_a_wait_give_the_waiting_runtimes_bits(monkeypatch):
+    """A GPT's training steps with every eligible submit returning at once, and with every
+    submit waited for: the same losses and parameters, bit for bit (no embedding, whose
+    gradient adds with atomics in any order: a CNN)."""
+    from dynamo_vulkan.training import cnn_workload
+    w = cnn_workload(channels=(3, 4, 8), size=12, batch=4, steps=4)
+    runs = []
+    for wait in (False, True):
+        monkeypatch.setattr(program, "SUBMIT_WITHOUT_WAIT", not wait)
+        deferred = []
+        monkeypatch.setattr(program.Program, "_defers", lambda self, seq, f=program.Program._defers:
+                            deferred.append(f(self, seq)) or deferred[-1])
+        runs.append((train(w, "vulkan"), sum(deferred)))
+    (run, n), (waited, none) = runs
+    assert n >= 2 * len(w.batches) - 2 and none == 0, (n, none)
+    assert run.losses == waited.losses
+    for p, q in zip(run.model.parameters(), waited.model.parameters()):
+        assert torch.equal(p, q)
+
+
+class _PickRows(torch.autograd.Function):
+    """y itself forward; its gradient's rows picked by `rows` backward: an index that only
+    the backward reads."""
+
+    @staticmethod
+    def forward(ctx, y, rows):
+        ctx.save_for_backward(rows)
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        rows, = ctx.saved_tensors
+        return g.index_select(0, rows), None
+
+
+def test_a_failed_check_of_a_backward_that_did_not_wait_raises_before_anything_runs_after_it():
+    """A backward whose index is out of range returns at its submit; the optimizer step after
+    it raises the backward's IndexError before it submits, so no parameter takes the wrong
+    gradient, and training goes on with eager's results."""
+    model, twin, opt, twin_opt, step = _kept_linear()
+    x = torch.randn(4, 5)
+    loss_fn = compiled(lambda x, rows: _PickRows.apply(model(x), rows).square().sum())
+    good, bad = torch.tensor([3, 1, 2, 0]), torch.tensor([3, 1, 7, 0])
+    for rows in (good, good, bad, good):
+        opt.zero_grad()
+        loss_fn(x, rows).backward()
+        if rows is bad:
+            submits = dynamo_vulkan.runtime_stats()["submits"]
+            with pytest.raises(IndexError, match="index_select.*without a wait"):
+                step()
+            assert dynamo_vulkan.runtime_stats()["submits"] == submits
+            continue
+        step()
+        twin_opt.zero_grad()
+        _PickRows.apply(twin(x), rows).square().sum().backward()
+        twin_opt.step()
+    dynamo_vulkan.read_back(model)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

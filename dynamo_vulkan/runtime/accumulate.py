@@ -73,7 +73,9 @@ def flush() -> None:
     if not _queue:
         return
     import kp
-    from .program import SHADER_READ, SHADER_WRITE, STAGE_COMPUTE, STAGE_TRANSFER, TRANSFER_WRITE
+    from .program import (SHADER_READ, SHADER_WRITE, STAGE_COMPUTE, STAGE_TRANSFER, TRANSFER_WRITE,
+                          settle)
+    settle(checks_only=True)    # a gradient from a program whose check failed is not added
     todo = list(_queue)
     _queue.clear()
     for mgr in {id(m): m for m, _, _ in todo}.values():

@@ -7,6 +7,7 @@ submits the sequence once, and copies outputs out. Resident inputs
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import math
@@ -30,6 +31,7 @@ SHADER_READ, SHADER_WRITE = 0x20, 0x40
 TRANSFER_READ, TRANSFER_WRITE = 0x800, 0x1000
 STAGE_COMPUTE, STAGE_TRANSFER = 0x800, 0x1000
 
+SUBMIT_WITHOUT_WAIT = True   # calls whose outputs all stay on the GPU return at their submit
 PROGRESS_BYTES = 256 << 20   # weight uploads of a call from which a progress bar shows
 _VERSION = operator.attrgetter("_version")
 _RECORDED = operator.attrgetter("version")      # a Resident's: its tensor's, on the GPU
@@ -38,6 +40,53 @@ _expired = torch.UntypedStorage._expired         # of a StorageWeakRef's cdata
 # inputs and outputs, and kp's queue: one call at a time in a process, whichever thread
 # makes it (a call releases it only when its outputs are copied out).
 RUN_LOCK = threading.RLock()
+
+
+# Programs submitted without waiting (Program._defers: every output it copies out is left
+# pending on the GPU), oldest first, with the sequence each ran. The host prepares the next
+# program while they run: a training step's backward runs while autograd, the gradients'
+# hooks and the optimizer step's call prepare. The queue runs them in order (each sequence
+# starts with a global barrier); settle() waits for them where the host reads the GPU's
+# memory or writes memory they read, and raises a failed check of theirs there.
+_IN_FLIGHT: list = []
+
+
+def settle(checks_only: bool = False) -> None:
+    """Wait for the programs still running (only those with runtime checks, and the older
+    ones, where checks_only: before anything else is submitted) and raise the first failed
+    check among them. A program whose check failed wrote wrong values: nothing that reads
+    them is submitted before the error is raised."""
+    if not _IN_FLIGHT:
+        return
+    if checks_only:
+        last = max((n for n, (program, _) in enumerate(_IN_FLIGHT) if program._checks is not None),
+                   default=-1)
+        if last < 0:
+            return
+    else:
+        last = len(_IN_FLIGHT) - 1
+    done = _IN_FLIGHT[:last + 1]
+    del _IN_FLIGHT[:last + 1]
+    failed = None
+    for program, seq in done:
+        seq.eval_await()
+        program._running = None
+        if failed is None and program._checks is not None and program._checks[0]:
+            failed = program
+    if failed is not None:
+        raise_failed_checks(failed.plan.checks, int(failed._checks[0]),
+                            " (found after its program ran without a wait: the call that "
+                            "raises is the next to read or submit)")
+
+
+@atexit.register
+def _settle_at_exit() -> None:
+    """The device is not torn down under a running submit; a failed check nothing read is
+    logged."""
+    try:
+        settle()
+    except Exception as e:      # noqa: BLE001 - at exit only: nothing can raise to the caller
+        logging.getLogger(__name__).warning("a compiled program's check failed: %s", e)
 
 
 def serialised(fn):
@@ -564,11 +613,13 @@ def staging_view(t) -> np.ndarray:
 
 def _sync_device(mgr, t) -> None:
     """Copy a kp device tensor's staging memory into its device buffer."""
+    settle()
     mgr.sequence().record(_kp().OpTensorSyncDevice([t])).eval()
 
 
 def download(mgr, src, words: int) -> np.ndarray:
     """Words of a device-only kp tensor, through a staging tensor freed after."""
+    settle()
     kp = _kp()
     staging = mgr.tensor_t(np.zeros(src.size(), np.uint32))
     mgr.sequence().record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
@@ -588,6 +639,7 @@ def _download_output(mgr, src, words: int) -> np.ndarray:
     staging memory over the copy's on the host side)."""
     if src.tensor_type() == _kp().TensorTypes.storage:
         return download(mgr, src, words)
+    settle()
     kp = _kp()
     mgr.sequence().record(kp.OpMemoryBarrier([src], SHADER_WRITE, TRANSFER_READ,
                                              STAGE_COMPUTE, STAGE_TRANSFER)) \
@@ -619,6 +671,8 @@ class Program:
         self.plan = plan
         self.mgr = mgr = device.manager()
         self.profile = profile
+        self._running = None        # its sequence, submitted and not yet waited for
+        self._family = share._family if share is not None else self    # who shares its staging
         storage = kp.TensorTypes.storage
         self.tensors: list = [None] * len(plan.buffers)
         self._staging: dict[int, np.ndarray] = {}
@@ -719,6 +773,7 @@ class Program:
             self.mutations.append((i, staging[:max(1, args[i].numel())], plan.buffers[b].kind,
                                    r, bump))
         _count(self, held, staged)
+        self._staged_outputs = [n for n, o in enumerate(self.outputs) if o[0] is not None]
         self._out_bytes = sum(s.nbytes for s, _, kind, _ in self.outputs if kind != "const"
                               and s is not None)
         self._readback_bytes = sum(4 * rb.size() for _, rb in self._readbacks)
@@ -894,6 +949,14 @@ class Program:
         hand-off outputs whose host tensors are left pending (see _Held): only the GPU
         holds their value until a host reader materialises them; a dict names the
         parameter whose gradient each is."""
+        try:
+            settle(checks_only=True)    # an earlier program's failed check raises first
+        except Exception:
+            self._absorb_bumps(args)
+            raise
+        if self._running is not None or \
+                any(p._family is self._family for p, _ in _IN_FLIGHT):
+            settle()            # its staging memory is written below
         accumulate.flush()      # additions that read buffers this call may write
         now = frozenset(n for n, _ in self._out_buffers if n in lazy)
         if now != self._lazy:
@@ -939,8 +1002,15 @@ class Program:
             self._seed[:2] = torch.randint(0, 1 << 32, (2,)).numpy().astype(np.uint32)
         if sequence is None and self.sequence is None:
             self.sequence, self._labels = self.record(self.plan.dispatches)
+        defer = self._defers(sequence)
         try:
-            (sequence or self.sequence).eval()
+            if defer:
+                self.sequence.eval_async()
+                self._running = self.sequence
+                _IN_FLIGHT.append((self, self.sequence))
+            else:
+                (sequence or self.sequence).eval()
+                settle()        # the earlier ones finished before it (its first barrier)
         except Exception as e:
             if sequence is None:
                 self.sequence = None        # recorded again by the next call
@@ -948,7 +1018,7 @@ class Program:
                               f"kernels) failed: {e}. The next call records and submits it "
                               "again; if the device was lost, restart the process") from e
         _stats["submits"] += 1
-        if self._checks is not None and self._checks[0]:
+        if not defer and self._checks is not None and self._checks[0]:
             raise_failed_checks(self.plan.checks, int(self._checks[0]))
         if self.profile and sequence is None:
             self._report()
@@ -987,6 +1057,21 @@ class Program:
             _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, n in self._lazy,
                   lazy.get(n) if isinstance(lazy, dict) else None)
         return out
+
+    def _absorb_bumps(self, args) -> None:
+        """The caller bumped the versions of the inputs this program mutates, and the call
+        raised before it submitted: their GPU copies still hold their values."""
+        for i, r, bump in self.kept + [(m[0], m[3], m[4]) for m in self.mutations]:
+            if bump and r is not None and args[i]._version == r.version + 1:
+                r.version = args[i]._version
+
+    def _defers(self, sequence) -> bool:
+        """Whether this call submits without waiting: the host reads nothing the call writes
+        (every output it would copy out is a pending hand-off; no mutation is copied back)
+        and no profile is asked for."""
+        return SUBMIT_WITHOUT_WAIT and sequence is None and not self.profile and \
+            not self.mutations and not self._readbacks and \
+            all(n in self._lazy for n in self._staged_outputs)
 
     def _sync_residents(self, args) -> None:
         """Upload the resident inputs whose GPU copy is stale, in one upload batch (a submit
@@ -1050,13 +1135,14 @@ class KernelIndexError(IndexError, RuntimeError):
     RuntimeError, as eager's gather and scatter raise."""
 
 
-def raise_failed_checks(checks: list[str], word: int) -> None:
-    """Raise the first failed check of plan.checks (bit min(k, 31) of `word` is check k)."""
+def raise_failed_checks(checks: list[str], word: int, where: str = "") -> None:
+    """Raise the first failed check of plan.checks (bit min(k, 31) of `word` is check k);
+    `where` ends the message."""
     failed = [c for k, c in enumerate(checks) if word >> min(k, 31) & 1]
     exc, _, message = failed[0].partition(": ")
     more = f" (and {len(failed) - 1} more failed checks)" if len(failed) > 1 else ""
     cls = {"IndexError": KernelIndexError, "OverflowError": OverflowError}.get(exc, RuntimeError)
-    raise cls(message + more)
+    raise cls(message + more + where)
 
 
 def _progress(total: int):

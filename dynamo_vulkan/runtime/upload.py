@@ -110,7 +110,8 @@ class Batch:
             return
         import kp
 
-        from .program import SHADER_READ, STAGE_COMPUTE, STAGE_TRANSFER, TRANSFER_WRITE
+        from .program import SHADER_READ, STAGE_COMPUTE, STAGE_TRANSFER, TRANSFER_WRITE, settle
+        settle()        # programs still running may read the buffers written here
         mgr = self.mgr
         if self._staging is None:
             size = self._pending if last else self.capacity
