@@ -51,8 +51,10 @@ def _all_vulkan(n_reports: int) -> None:
     assert reports and not [n for r in reports for n in r.cpu_nodes], "a node ran on the CPU"
 
 
-@pytest.mark.parametrize("fault", ["device_lost", "ctrl_c"])
+@pytest.mark.parametrize("fault", ["device_lost", "ctrl_c", "ctrl_c_in_wait"])
 def test_failed_or_interrupted_submit_then_the_next_call_works(monkeypatch, fault):
+    """The submit fails in the driver, or Ctrl-C comes at the submit or while the call
+    waits (its sequence still running): the next calls run and give eager's values."""
     fn = compiled(_graph)
     x = torch.randn(4, 33)
     n = len(dynamo_vulkan.reports())
@@ -60,13 +62,14 @@ def test_failed_or_interrupted_submit_then_the_next_call_works(monkeypatch, faul
     _all_vulkan(n)
     calls = []
 
-    def failing_eval(self, *args):
+    def failing(self, *args):
         calls.append(self)
-        if fault == "ctrl_c":
+        if fault.startswith("ctrl_c"):
             raise KeyboardInterrupt
         raise RuntimeError("vkQueueSubmit: ErrorDeviceLost (simulated)")
-    monkeypatch.setattr(kp.Sequence, "eval", failing_eval)
-    if fault == "ctrl_c":
+    monkeypatch.setattr(kp.Sequence, "eval_await" if fault == "ctrl_c_in_wait" else "eval_async",
+                        failing)
+    if fault.startswith("ctrl_c"):
         with pytest.raises(KeyboardInterrupt):
             fn(x)
     else:
@@ -96,14 +99,14 @@ def test_ctrl_c_inside_a_generate_loop_then_generate_again(monkeypatch, tmp_path
                     stop_at_eos=False)
     first = generate(model, "hello the world", tok, max_new_tokens=4, stop_at_eos=False)
     assert first.tokens == want.tokens
-    original, evals = kp.Sequence.eval, []
+    original, evals = kp.Sequence.eval_async, []
 
     def interrupted(self, *args):
         evals.append(1)
         if len(evals) == 3:
             raise KeyboardInterrupt
         return original(self, *args)
-    monkeypatch.setattr(kp.Sequence, "eval", interrupted)
+    monkeypatch.setattr(kp.Sequence, "eval_async", interrupted)
     with pytest.raises(KeyboardInterrupt):
         generate(model, "hello the world", tok, max_new_tokens=4, stop_at_eos=False)
     monkeypatch.undo()

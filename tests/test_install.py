@@ -367,7 +367,7 @@ def test_patches_apply_to_the_sdist(tmp_path):
     assert kpp.apply(src) == "already applied"
     assert {rel: kpp._sha256((src / rel).read_bytes()) for rel in PATCHED_SHA256} == PATCHED_SHA256
     main = src / "python" / "src" / "main.cpp"
-    main.write_text(main.read_text().replace("= 13;", "= 14;"))
+    main.write_text(main.read_text().replace("= 14;", "= 15;"))
     with pytest.raises(kpp.PatchError, match="python/src/main.cpp differ"):
         kpp.apply(src)
 

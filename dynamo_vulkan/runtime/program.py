@@ -1003,21 +1003,25 @@ class Program:
         if sequence is None and self.sequence is None:
             self.sequence, self._labels = self.record(self.plan.dispatches)
         defer = self._defers(sequence)
-        try:
-            if defer:
-                self.sequence.eval_async()
-                self._running = self.sequence
-                _IN_FLIGHT.append((self, self.sequence))
-            else:
-                (sequence or self.sequence).eval()
+        seq = sequence or self.sequence
+        self._submit(seq, sequence is None, wait=False)
+        if defer:
+            self._running = seq
+            _IN_FLIGHT.append((self, seq))
+        try:            # the host's share of the outputs while the GPU runs
+            out = [None] * len(self.outputs)
+            for n in self._lazy:      # pending; a visible one reads as NaN until read back
+                _, shape, _, dtype = self.outputs[n]
+                out[n] = self._placeholders.get(n, shape, dtype) if self._visible and \
+                    dtype.is_floating_point else torch.empty(shape, dtype=dtype)
+            for n, buffer in self._out_buffers:
+                if n in self._lazy:
+                    _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, True,
+                          lazy.get(n) if isinstance(lazy, dict) else None)
+        finally:
+            if not defer:
+                self._submit(seq, sequence is None, wait=True)
                 settle()        # the earlier ones finished before it (its first barrier)
-        except Exception as e:
-            if sequence is None:
-                self.sequence = None        # recorded again by the next call
-            raise SubmitError(f"the Vulkan submit of a compiled program ({len(self.plan.dispatches)} "
-                              f"kernels) failed: {e}. The next call records and submits it "
-                              "again; if the device was lost, restart the process") from e
-        _stats["submits"] += 1
         if not defer and self._checks is not None and self._checks[0]:
             raise_failed_checks(self.plan.checks, int(self._checks[0]))
         if self.profile and sequence is None:
@@ -1036,27 +1040,40 @@ class Program:
         seen = self._res_seen
         for n, r, bump in self._res_moved:    # what the caller's bump before the next call makes them
             seen[n] = r.version + bump
-        out = []
         for n, (staging, shape, kind, dtype) in enumerate(self.outputs):
-            if n in self._lazy:      # pending; a visible one reads as NaN until read back
-                out.append(self._placeholders.get(n, shape, dtype) if self._visible and
-                           dtype.is_floating_point else torch.empty(shape, dtype=dtype))
+            if n in self._lazy:
                 continue
             if staging is None:
-                out.append(dtype if kind == "const" else args[shape])   # a size, or an input
+                out[n] = dtype if kind == "const" else args[shape]   # a size, or an input
                 continue
             a = staging.view(NUMPY_OF_KIND[kind])
             if kind == "b":
                 a = a != 0
             want = NUMPY_OF_DTYPE.get(dtype)
             if want is not None:     # one numpy copy into the caller's dtype
-                out.append(torch.from_numpy(a.astype(want)).view(shape))
+                out[n] = torch.from_numpy(a.astype(want)).view(shape)
             else:
-                out.append(torch.from_numpy(a.copy()).to(dtype).view(shape))
+                out[n] = torch.from_numpy(a.copy()).to(dtype).view(shape)
         for n, buffer in self._out_buffers:
-            _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, n in self._lazy,
-                  lazy.get(n) if isinstance(lazy, dict) else None)
+            if n not in self._lazy:
+                _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, False)
         return out
+
+    def _submit(self, seq, own: bool, wait: bool) -> None:
+        """seq's submit, or (wait) the wait for it; a driver's failure raised as a SubmitError
+        (`own`: seq is the program's recorded sequence, which the next call records again)."""
+        try:
+            if not wait and seq.is_running():
+                seq.eval_await()        # a wait that an interrupt cut short
+            seq.eval_await() if wait else seq.eval_async()
+        except Exception as e:
+            if own:
+                self.sequence = None
+            raise SubmitError(f"the Vulkan submit of a compiled program ({len(self.plan.dispatches)} "
+                              f"kernels) failed: {e}. The next call records and submits it "
+                              "again; if the device was lost, restart the process") from e
+        if not wait:
+            _stats["submits"] += 1
 
     def _absorb_bumps(self, args) -> None:
         """The caller bumped the versions of the inputs this program mutates, and the call
