@@ -950,60 +950,10 @@ class Program:
         holds their value until a host reader materialises them; a dict names the
         parameter whose gradient each is."""
         try:
-            settle(checks_only=True)    # an earlier program's failed check raises first
-        except Exception:
-            self._absorb_bumps(args)
+            seq, defer = self._prepare(args, sequence, lazy)
+        except BaseException:
+            self._absorb_bumps(args)        # nothing was submitted
             raise
-        if self._running is not None or \
-                any(p._family is self._family for p, _ in _IN_FLIGHT):
-            settle()            # its staging memory is written below
-        accumulate.flush()      # additions that read buffers this call may write
-        now = frozenset(n for n, _ in self._out_buffers if n in lazy)
-        if now != self._lazy:
-            self._lazy, self.sequence = now, None      # recorded again, without their copies
-        ts = [args[i] for i in self._res_args]
-        if not self._residents_current(ts):
-            self._res_seen = None
-            self._sync_residents(args)
-            self._res_seen = [r.version for _, r in self.residents]
-        sent = 0
-        if _HELD or Resident._newer:    # pending hand-offs; kept tensors newer on the GPU
-            refresh_host([args[i] for i, *_ in self.streamed])
-        for i, staging, kind, span in self.streamed:
-            words = host_words(args[i], kind, span)
-            staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
-            sent += words.nbytes
-        for i, buffer, staging, kind in self.handed:
-            if _still_holds(buffer, args[i]):
-                continue
-            held_in = _held_in(args[i])
-            if held_in is not None and held_in[0] is not buffer and held_in[1] == kind and \
-                    held_in[0].size() == buffer.size():
-                raise StaleBinding(i)     # another program produces it now: bind its buffer
-            if held_in is None or held_in[0] is not buffer:
-                materialise([args[i]])
-                _release(buffer)    # a pending value there is read back before the upload
-                accumulate.flush()
-                words = host_words(args[i], kind)     # not the value left there: upload it
-                staging[:words.size] = words
-                sent += words.nbytes
-                _sync_device(self.mgr, buffer)
-                _hold(buffer, self.mgr, args[i], kind)
-        for _, buffer in self._out_buffers:
-            _release(buffer)
-        accumulate.flush()          # gradients moved to their accumulators first
-        _stats["input_bytes"] += sent
-        _stats["output_bytes"] += self._out_bytes - sum(
-            self.outputs[n][0].nbytes for n in self._lazy)
-        _stats["readback_bytes"] += self._readback_bytes
-        if self._checks is not None:
-            self._checks[0] = 0
-        if self._seed is not None:
-            self._seed[:2] = torch.randint(0, 1 << 32, (2,)).numpy().astype(np.uint32)
-        if sequence is None and self.sequence is None:
-            self.sequence, self._labels = self.record(self.plan.dispatches)
-        defer = self._defers(sequence)
-        seq = sequence or self.sequence
         self._submit(seq, sequence is None, wait=False)
         if defer:
             self._running = seq
@@ -1058,6 +1008,60 @@ class Program:
             if n not in self._lazy:
                 _hold(buffer, self.mgr, out[n], self.outputs[n][2], self._visible, False)
         return out
+
+    def _prepare(self, args, sequence, lazy) -> tuple:
+        """Everything a call does before its submit: (the sequence to submit, whether the
+        call returns without waiting for it)."""
+        if self._running is not None or \
+                any(p._family is self._family for p, _ in _IN_FLIGHT):
+            settle()            # its staging memory is written below
+        accumulate.flush()      # additions that read buffers this call may write
+        now = frozenset(n for n, _ in self._out_buffers if n in lazy)
+        if now != self._lazy:
+            self._lazy, self.sequence = now, None      # recorded again, without their copies
+        ts = [args[i] for i in self._res_args]
+        if not self._residents_current(ts):
+            self._res_seen = None
+            self._sync_residents(args)
+            self._res_seen = [r.version for _, r in self.residents]
+        sent = 0
+        if _HELD or Resident._newer:    # pending hand-offs; kept tensors newer on the GPU
+            refresh_host([args[i] for i, *_ in self.streamed])
+        for i, staging, kind, span in self.streamed:
+            words = host_words(args[i], kind, span)
+            staging[:words.size] = words        # an empty input has 0 words in a 1-word buffer
+            sent += words.nbytes
+        for i, buffer, staging, kind in self.handed:
+            if _still_holds(buffer, args[i]):
+                continue
+            held_in = _held_in(args[i])
+            if held_in is not None and held_in[0] is not buffer and held_in[1] == kind and \
+                    held_in[0].size() == buffer.size():
+                raise StaleBinding(i)     # another program produces it now: bind its buffer
+            if held_in is None or held_in[0] is not buffer:
+                materialise([args[i]])
+                _release(buffer)    # a pending value there is read back before the upload
+                accumulate.flush()
+                words = host_words(args[i], kind)     # not the value left there: upload it
+                staging[:words.size] = words
+                sent += words.nbytes
+                _sync_device(self.mgr, buffer)
+                _hold(buffer, self.mgr, args[i], kind)
+        for _, buffer in self._out_buffers:
+            _release(buffer)
+        accumulate.flush()          # gradients moved to their accumulators first
+        _stats["input_bytes"] += sent
+        _stats["output_bytes"] += self._out_bytes - sum(
+            self.outputs[n][0].nbytes for n in self._lazy)
+        _stats["readback_bytes"] += self._readback_bytes
+        if self._checks is not None:
+            self._checks[0] = 0
+        if self._seed is not None:
+            self._seed[:2] = torch.randint(0, 1 << 32, (2,)).numpy().astype(np.uint32)
+        if sequence is None and self.sequence is None:
+            self.sequence, self._labels = self.record(self.plan.dispatches)
+        settle(checks_only=True)    # an earlier program's failed check raises before this runs
+        return sequence or self.sequence, self._defers(sequence)
 
     def _submit(self, seq, own: bool, wait: bool) -> None:
         """seq's submit, or (wait) the wait for it; a driver's failure raised as a SubmitError
