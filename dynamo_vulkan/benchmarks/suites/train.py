@@ -30,6 +30,17 @@ WARM = 3            # steps left out of the timing
 LOSS_RTOL = 1e-4    # issue 29: every step's loss within this of eager CPU's, relatively
 
 
+def _train_cuda(w, precision: str):
+    """Eager torch CUDA's run under our matmul precision (TF32 under "high", as torch
+    defines it), torch's own setting restored after."""
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        return train(w, "eager", "cuda")
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
 def workloads(quick: bool) -> list:
     """Factories of dynamo_vulkan.training Workloads (issue 29's sizes; --quick: tiny)."""
     if quick:
@@ -56,7 +67,9 @@ def _mib(n: float) -> str:
 
 def run(bench) -> None:
     import dynamo_vulkan
+    from dynamo_vulkan import config
 
+    precision = config.load().matmul_precision
     for make in workloads(bench.quick):
         w = make()
         if bench.over_budget("train", w.name):
@@ -109,12 +122,12 @@ def run(bench) -> None:
                                                               "eager_cpu_float64": exact}
         if bench.opts.cuda:
             torch.cuda.reset_peak_memory_stats()
-            gpu = train(w, "eager", "cuda")
+            gpu = _train_cuda(w, precision)
             gpu_ms = _stat(gpu)
             bench.add(Row("train", w.name, "cuda", gpu_ms,
                           err=max(abs(a - b) for a, b in zip(gpu.losses, ref.losses)),
                           ref_scale=scale, tol=None, speedup=ref_ms.median / gpu_ms.median,
-                          note=f"eager torch CUDA; losses within "
+                          note=f"eager torch CUDA, matmul precision {precision!r} as ours; losses within "
                                f"{max_relative_difference(gpu.losses, exact):.1e} of float64's; peak memory "
                                f"{_mib(torch.cuda.max_memory_allocated())}"))
             bench.extra["train_losses"][w.name]["cuda"] = gpu.losses
