@@ -13,6 +13,7 @@ import torch
 
 from .checks import check_bit, index_check
 from .core import Context, LoweringError, TRef, groups_for, lowering
+from .determinism import arg, float_atomics_check
 from .elementwise import ew
 from .index import advanced_index
 
@@ -97,17 +98,18 @@ def scatter(ctx, x, dim, index, src):
     return _scatter(ctx, x, dim, index, src)
 
 
-@lowering(aten.scatter.reduce, aten.scatter.value_reduce)
+@lowering(aten.scatter.reduce, aten.scatter.value_reduce,
+          check=float_atomics_check(lambda n: arg(n, 4, "reduce")))
 def scatter_reduce_legacy(ctx, x, dim, index, src, *, reduce):
     return _scatter(ctx, x, dim, index, src, REDUCE[reduce])
 
 
-@lowering(aten.scatter_add.default)
+@lowering(aten.scatter_add.default, check=float_atomics_check(lambda n: "add"))
 def scatter_add(ctx, x, dim, index, src):
     return _scatter(ctx, x, dim, index, src, True)
 
 
-@lowering(aten.scatter_reduce.two)
+@lowering(aten.scatter_reduce.two, check=float_atomics_check(lambda n: arg(n, 4, "reduce")))
 def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
     return _scatter(ctx, x, dim, index, src, REDUCE[reduce], bool(include_self),
                     mean=reduce == "mean")

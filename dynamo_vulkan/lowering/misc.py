@@ -8,6 +8,7 @@ import torch
 
 from .checks import index_check
 from .core import Context, TRef, contiguous_strides, lowering
+from .determinism import arg, float_atomics_check
 from .elementwise import contiguous, ew
 from .matmul import matmul
 from .reduce import reduce
@@ -31,7 +32,8 @@ def take(ctx, x, index):
               gather=[(1, 0, 1, max(1, x.numel))], check=index_check(ctx))
 
 
-@lowering(aten.put.default)
+@lowering(aten.put.default,
+          check=float_atomics_check(lambda n: "add" if arg(n, 3, "accumulate", False) else None))
 def put(ctx, x, index, source, accumulate=False):
     x, idx, src = ctx.ref(x), ctx.ref(index), ctx.ref(source)
     out = ew(ctx, "$0", [x], x.kind, compute=x.kind)

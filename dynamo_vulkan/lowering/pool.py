@@ -8,6 +8,7 @@ import torch
 
 from .conv import _triple
 from .core import Context, LoweringError, TRef, groups_for, lowering
+from .determinism import float_atomics_check
 from .elementwise import ew
 
 aten = torch.ops.aten
@@ -79,7 +80,7 @@ def adaptive_max_pool(ctx, x, output_size):
 
 
 @lowering(aten.max_pool2d_with_indices_backward.default,
-          aten.max_pool3d_with_indices_backward.default)
+          aten.max_pool3d_with_indices_backward.default, check=float_atomics_check(lambda n: "add"))
 def max_pool_backward(ctx, grad_out, x, kernel_size, stride, padding, dilation, ceil_mode,
                       indices):
     """grad_input: each output gradient added at its argmax (an index into the plane)."""
