@@ -1,7 +1,8 @@
 """A Plan made real: kp tensors, algorithms, and ONE recorded sequence.
 
 Calling a Program copies the streamed inputs into their staging memory,
-submits the sequence once, and copies outputs out. Resident inputs
+submits the sequence once, and copies outputs out, waiting for the GPU only where
+the host reads what the call wrote (settle()). Resident inputs
 (parameters, buffers) are uploaded once and again only when their
 `_version` changes; nothing else happens per node on the call path.
 """
@@ -38,7 +39,8 @@ _RECORDED = operator.attrgetter("version")      # a Resident's: its tensor's, on
 _expired = torch.UntypedStorage._expired         # of a StorageWeakRef's cdata
 # Programs share the device's temporaries (Scratch), the staging memory of a Program's
 # inputs and outputs, and kp's queue: one call at a time in a process, whichever thread
-# makes it (a call releases it only when its outputs are copied out).
+# makes it (a call holds it until it returns: at its submit, or once its outputs are
+# copied out).
 RUN_LOCK = threading.RLock()
 
 
@@ -179,10 +181,11 @@ class Resident:
 
 class Scratch:
     """A temporary buffer shared by the Programs of a device: the i-th largest temporary
-    buffer of every program is one kp tensor. A call submits and waits before it
-    returns, kp's eval holding the GIL, and a temporary lives within one call,
-    so programs never use one at the same time: the programs built for each prompt
-    length, or a model's prefill and its decode step, need not each hold their own."""
+    buffer of every program is one kp tensor. A temporary lives within one call, and the
+    queue runs calls one after another (each sequence starts with a global barrier, also
+    where a call returned before the GPU finished), so programs never use one at the same
+    time: the programs built for each prompt length, or a model's prefill and its decode
+    step, need not each hold their own."""
 
     _slots: dict[tuple, "weakref.ref[Scratch]"] = {}     # (manager, rank) -> the newest
 
@@ -664,9 +667,10 @@ class Program:
     @serialised
     def __init__(self, plan: Plan, args: list, profile: bool = False, bumped=None, share=None):
         """share: a Program whose plan's buffers are this plan's first ones (a replay of its
-        step, runtime/replay.py) and which never runs at the same time (submits wait): its
-        kp tensors and algorithms serve this program too, so it holds no second copy of
-        them (H100, SmolLM2: ~220 pipelines and descriptor sets, the step's temps)."""
+        step, runtime/replay.py) and which never runs at the same time (the queue runs calls
+        in order, and a call waits for a running one of its family before it writes their
+        staging): its kp tensors and algorithms serve this program too, so it holds no second
+        copy of them (H100, SmolLM2: ~220 pipelines and descriptor sets, the step's temps)."""
         kp = _kp()
         self.plan = plan
         self.mgr = mgr = device.manager()
