@@ -86,7 +86,9 @@ def run(bench) -> None:
                            f"within {fp32_floor:.1e} of the float64 run's (relative, worst step)"))
 
         before = len(dynamo_vulkan.reports())
-        # the earlier workloads' programs freed first, so the growth is this one's own
+        # the earlier workloads' programs and models (the last run's, which holds its
+        # parameters' GPU copies) freed first, so the growth is this one's own
+        ours = None
         torch._dynamo.reset()
         gc.collect()
         held = dynamo_vulkan.runtime_stats()["device_bytes"]
