@@ -34,8 +34,3 @@ def float_atomics_check(combine) -> "callable":
         return (f"torch.use_deterministic_algorithms(True): {node.target} adds floats into one "
                 "element with atomics in any order on the GPU; the host adds them in order")
     return check
-
-
-def arg(node: fx.Node, index: int, name: str, default=None):
-    """Argument `index` (or keyword `name`) of the node."""
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)

@@ -9,9 +9,10 @@ import torch
 
 from .checks import index_check
 from .core import LoweringError, TRef, broadcast_shapes, groups_for, lowering, meta_view
-from .determinism import arg, float_atomics_check
+from .determinism import float_atomics_check
 from .elementwise import contiguous, copy_to, ew
 from .fusion import Lazy, materialize
+from .registry import node_arg
 
 aten = torch.ops.aten
 WG = 256
@@ -143,7 +144,7 @@ def index_put_into(ctx, out: TRef, indices, values, accumulate=False) -> TRef:
 
 
 @lowering(aten.index_put.default, folds=True,
-          check=float_atomics_check(lambda n: "add" if arg(n, 3, "accumulate", False) else None))
+          check=float_atomics_check(lambda n: "add" if node_arg(n, 3, "accumulate", False) else None))
 def index_put(ctx, x, indices, values, accumulate=False):
     """Functional index_put; in place on x's own buffer when the planner found
     that it only feeds copy_ back into the input x (a KV-cache update). An elementwise

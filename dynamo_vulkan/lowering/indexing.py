@@ -13,9 +13,10 @@ import torch
 
 from .checks import check_bit, index_check
 from .core import Context, LoweringError, TRef, groups_for, lowering
-from .determinism import arg, float_atomics_check
+from .determinism import float_atomics_check
 from .elementwise import ew
 from .index import advanced_index
+from .registry import node_arg
 
 aten = torch.ops.aten
 WG = 64
@@ -99,7 +100,7 @@ def scatter(ctx, x, dim, index, src):
 
 
 @lowering(aten.scatter.reduce, aten.scatter.value_reduce,
-          check=float_atomics_check(lambda n: arg(n, 4, "reduce")))
+          check=float_atomics_check(lambda n: node_arg(n, 4, "reduce")))
 def scatter_reduce_legacy(ctx, x, dim, index, src, *, reduce):
     return _scatter(ctx, x, dim, index, src, REDUCE[reduce])
 
@@ -109,7 +110,7 @@ def scatter_add(ctx, x, dim, index, src):
     return _scatter(ctx, x, dim, index, src, True)
 
 
-@lowering(aten.scatter_reduce.two, check=float_atomics_check(lambda n: arg(n, 4, "reduce")))
+@lowering(aten.scatter_reduce.two, check=float_atomics_check(lambda n: node_arg(n, 4, "reduce")))
 def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
     return _scatter(ctx, x, dim, index, src, REDUCE[reduce], bool(include_self),
                     mean=reduce == "mean")

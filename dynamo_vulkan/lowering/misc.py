@@ -8,10 +8,11 @@ import torch
 
 from .checks import index_check
 from .core import Context, TRef, contiguous_strides, lowering
-from .determinism import arg, float_atomics_check
+from .determinism import float_atomics_check
 from .elementwise import contiguous, ew
 from .matmul import matmul
 from .reduce import reduce
+from .registry import node_arg
 from .scan import scan
 from .sort import rank_select
 
@@ -33,7 +34,7 @@ def take(ctx, x, index):
 
 
 @lowering(aten.put.default,
-          check=float_atomics_check(lambda n: "add" if arg(n, 3, "accumulate", False) else None))
+          check=float_atomics_check(lambda n: "add" if node_arg(n, 3, "accumulate", False) else None))
 def put(ctx, x, index, source, accumulate=False):
     x, idx, src = ctx.ref(x), ctx.ref(index), ctx.ref(source)
     out = ew(ctx, "$0", [x], x.kind, compute=x.kind)

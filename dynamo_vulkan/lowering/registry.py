@@ -119,3 +119,8 @@ def specs() -> Mapping[object, OpSpec]:
     """Every registered record, by target (read-only view)."""
     from types import MappingProxyType
     return MappingProxyType(_SPECS)
+
+
+def node_arg(node, index: int, name: str, default=None):
+    """Argument `index` of an fx node, or its keyword `name` (for checks, which see nodes)."""
+    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)

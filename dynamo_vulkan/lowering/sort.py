@@ -7,6 +7,7 @@ import torch
 
 from .core import Context, TRef, contiguous_strides, groups_for, lowering
 from .elementwise import row_walk
+from .registry import node_arg
 
 aten = torch.ops.aten
 WG = 64
@@ -48,7 +49,7 @@ def rank_select(ctx: Context, x: TRef, dim: int, descending: bool, k_lo: int, k_
 
 def _dim_len(node, dim_pos: int, default: int) -> int:
     x = node.args[0].meta["val"]
-    dim = node.args[dim_pos] if len(node.args) > dim_pos else node.kwargs.get("dim", default)
+    dim = node_arg(node, dim_pos, "dim", default)
     return x.shape[dim] if x.dim() else 1
 
 

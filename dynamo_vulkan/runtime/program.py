@@ -72,7 +72,6 @@ def settle(checks_only: bool = False) -> None:
     failed = None
     for program, seq in done:
         seq.eval_await()
-        program._running = None
         if failed is None and program._checks is not None and program._checks[0]:
             failed = program
     if failed is not None:
@@ -675,8 +674,7 @@ class Program:
         self.plan = plan
         self.mgr = mgr = device.manager()
         self.profile = profile
-        self._running = None        # its sequence, submitted and not yet waited for
-        self._family = share._family if share is not None else self    # who shares its staging
+        self._family = share._family if share is not None else self    # who shares its staging (itself too)
         storage = kp.TensorTypes.storage
         self.tensors: list = [None] * len(plan.buffers)
         self._staging: dict[int, np.ndarray] = {}
@@ -792,6 +790,9 @@ class Program:
         self._res_bump = [moved.get(id(r), 0) for _, r in self.residents]
         self._res_moved = [(n, r, self._res_bump[n]) for n, (_, r) in enumerate(self.residents)
                            if id(r) in moved]
+        # (arg index, Resident) of the inputs its caller bumps before each call
+        self._bumped = [(i, r) for i, r, bump in self.kept + [(m[0], m[3], m[4]) for m in self.mutations]
+                        if bump and r is not None]
         self._kept_args = [i for i, _, _ in self.kept]
         self._kept_res = [r for _, r, _ in self.kept]
         self._res_objs = [r for _, r in self.residents]
@@ -960,7 +961,6 @@ class Program:
             raise
         self._submit(seq, sequence is None, wait=False)
         if defer:
-            self._running = seq
             _IN_FLIGHT.append((self, seq))
         try:            # the host's share of the outputs while the GPU runs
             out = [None] * len(self.outputs)
@@ -1016,9 +1016,8 @@ class Program:
     def _prepare(self, args, sequence, lazy) -> tuple:
         """Everything a call does before its submit: (the sequence to submit, whether the
         call returns without waiting for it)."""
-        if self._running is not None or \
-                any(p._family is self._family for p, _ in _IN_FLIGHT):
-            settle()            # its staging memory is written below
+        if any(p._family is self._family for p, _ in _IN_FLIGHT):
+            settle()            # its (or its family's) staging memory is written below
         accumulate.flush()      # additions that read buffers this call may write
         now = frozenset(n for n, _ in self._out_buffers if n in lazy)
         if now != self._lazy:
@@ -1086,8 +1085,8 @@ class Program:
     def _absorb_bumps(self, args) -> None:
         """The caller bumped the versions of the inputs this program mutates, and the call
         raised before it submitted: their GPU copies still hold their values."""
-        for i, r, bump in self.kept + [(m[0], m[3], m[4]) for m in self.mutations]:
-            if bump and r is not None and args[i]._version == r.version + 1:
+        for i, r in self._bumped:
+            if args[i]._version == r.version + 1:
                 r.version = args[i]._version
 
     def _defers(self, sequence) -> bool:
@@ -1132,9 +1131,7 @@ class Program:
         for (a replay of its step, runtime/replay.py): it bumps the versions of the inputs
         that wrapper would bump, before the call as the wrapper does, so the GPU copies
         stay in step with them and are not uploaded again."""
-        _increment_versions([(args[i], r) for i, r, bump in
-                             self.kept + [(m[0], m[3], m[4]) for m in self.mutations]
-                             if bump and r is not None])
+        _increment_versions([(args[i], r) for i, r in self._bumped])
         return self(args, sequence)
 
     def _report(self):
