@@ -412,3 +412,27 @@ def test_a_node_on_another_device_runs_eagerly():
     assert "device cuda" in why_not_vulkan(node)
     node.meta["val"] = torch.empty(5, device="meta")
     assert why_not_vulkan(node) is None
+
+
+def test_streamed_layouts_key_every_property_of_every_input():
+    """A program is looked up by its streamed inputs' layouts (backend._layouts): inputs
+    that differ in shape, strides, dtype or storage offset get different keys, equal
+    layouts the same key, and a non-tensor input falls back to each input's own layout."""
+    from dynamo_vulkan.backend import _layout, _layouts
+    base = torch.zeros(4, 6)
+    same = [torch.ones(4, 6), torch.ones(3)]
+    key = _layouts([base, torch.zeros(3)])
+    assert _layouts(same) == key
+    for other in (torch.zeros(6, 4), base.t().contiguous().t(), base.double(),
+                  torch.zeros(25)[1:].view(4, 6), nn.Parameter(torch.zeros(4, 6)).t()):
+        assert _layouts([other, torch.zeros(3)]) != key, other.shape
+    assert _layouts([nn.Parameter(torch.zeros(4, 6)), torch.zeros(3)]) == key
+    assert _layouts([base, 7]) == (_layout(base), 7) != _layouts([base, 8])
+
+
+def test_a_transposed_input_after_a_contiguous_one_gets_its_own_program():
+    """The same shape with other strides between calls: each call's result is eager's."""
+    fn = torch.compile(lambda a, b: a @ b + 1, backend="vulkan", dynamic=False)
+    a, b = torch.randn(5, 5), torch.randn(5, 3)
+    for x in (a, a.t(), a, a.t().contiguous().t()):
+        torch.testing.assert_close(fn(x, b), x @ b + 1)
