@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -117,6 +118,27 @@ def _float64_at_boundary(node: fx.Node) -> bool:
                for n in outs)
 
 
+def _unbacked(vals) -> set:
+    """The data-dependent sizes (unbacked symbols) in the shapes of vals."""
+    out = set()
+    for v in vals if isinstance(vals, (list, tuple)) else [vals]:
+        if isinstance(v, (torch.Tensor, torch.SymInt)):
+            out |= free_unbacked_symbols(v)
+    return out
+
+
+def _data_dependent_shape(node: fx.Node) -> bool:
+    """Whether the node's output has a size that its inputs' shapes do not give, only its
+    values (a boolean mask's index, nonzero): a program is specialised to the shapes of
+    its inputs and knows all of its own before it runs."""
+    new = _unbacked(node.meta.get("val"))
+    if not new:
+        return False
+    for a in node.all_input_nodes:
+        new -= _unbacked(a.meta.get("val"))
+    return bool(new)
+
+
 def why_not_vulkan(node: fx.Node) -> str | None:
     """None if the node can run on Vulkan, else the reason it cannot."""
     t = node.target
@@ -143,6 +165,8 @@ def why_not_vulkan(node: fx.Node) -> str | None:
             return f"dtype {v.dtype} is not supported on Vulkan"
         if v.device.type not in ("cpu", "meta"):       # e.g. a *_like(..., device="cuda")
             return f"a tensor on device {v.device} (Vulkan results are CPU tensors)"
+    if _data_dependent_shape(node):
+        return "its output's size depends on the values it reads (a data-dependent shape)"
     if _float64_at_boundary(node):
         return ("a float64 graph input or output (Vulkan computes float64 in float32, so only "
                 "inside a graph, where decompositions upcast)")

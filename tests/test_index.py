@@ -57,3 +57,20 @@ def test_inplace_update_of_input_buffer():
     got = torch.compile(step, backend="vulkan", dynamic=False)(cache, x, 3)
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(cache, expected_cache)
+
+
+def test_a_boolean_mask_index_runs_on_the_host_inside_a_full_graph():
+    """x[mask]'s size is the mask's count of True: no program knows it before it runs, so
+    the index runs on the host (the report says why) and what reads its result stays on
+    Vulkan, specialised to the size it got; with fullgraph=True as without."""
+    import dynamo_vulkan
+    x = torch.randn(5, 4, 3)
+    before = len(dynamo_vulkan.reports())
+    fn = torch.compile(lambda x, m: (x[m] * 2 + 1).sum(0), backend="vulkan", fullgraph=True)
+    for m in (torch.tensor([True, False, True, True, False]), torch.tensor([False, True] + [False] * 3)):
+        torch.testing.assert_close(fn(x, m), (x[m] * 2 + 1).sum(0))
+    reports = dynamo_vulkan.reports()[before:]
+    cpu = [n for r in reports for n in r.cpu_nodes]
+    assert {n.op for n in cpu} == {"aten.index.Tensor"}, cpu
+    assert all("data-dependent shape" in n.reason for n in cpu)
+    assert any(n.op == "aten.mul.Tensor" for r in reports for n in r.vulkan_nodes)
