@@ -74,3 +74,23 @@ def test_a_boolean_mask_index_runs_on_the_host_inside_a_full_graph():
     assert {n.op for n in cpu} == {"aten.index.Tensor"}, cpu
     assert all("data-dependent shape" in n.reason for n in cpu)
     assert any(n.op == "aten.mul.Tensor" for r in reports for n in r.vulkan_nodes)
+
+
+def test_a_partition_whose_shapes_its_values_give_falls_back_whole(monkeypatch):
+    """Where such a node reaches a Vulkan partition anyway (the partition check patched
+    out), specialising the partition refuses it as a LoweringError: the partition runs
+    eagerly with the fallback's warning (an error under DYNAMO_VULKAN_FALLBACK=error), not
+    the fake-tensor exception."""
+    import dynamo_vulkan
+    from dynamo_vulkan import partition
+    monkeypatch.setattr(partition, "_data_dependent_shape", lambda node: False)
+    x, m = torch.randn(5, 4), torch.tensor([True, False, True, True, False])
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "warn")
+    torch._dynamo.reset()
+    with pytest.warns(UserWarning, match="output shape depends on the values it reads"):
+        out = torch.compile(lambda x, m: x[m] * 2, backend="vulkan", fullgraph=True)(x, m)
+    torch.testing.assert_close(out, x[m] * 2)
+    monkeypatch.setenv("DYNAMO_VULKAN_FALLBACK", "error")
+    torch._dynamo.reset()
+    with pytest.raises(dynamo_vulkan.VulkanFallbackError, match="output shape depends on the values"):
+        torch.compile(lambda x, m: x[m] * 3, backend="vulkan", fullgraph=True)(x, m)

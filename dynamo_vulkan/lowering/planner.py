@@ -69,6 +69,16 @@ def _values_fit(gm: fx.GraphModule, args: list) -> bool:
 VIEW = torch.ops.aten.view.default
 
 
+def _data_dependent_errors() -> tuple:
+    """What fake-tensor propagation raises for an output whose shape only its values give."""
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+    return DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode
+
+
+_DATA_DEPENDENT = _data_dependent_errors()
+
+
 def specialise(gm: fx.GraphModule, args: list) -> None:
     """Refresh node.meta['val'] with concrete shapes from the real args (kept where they
     are those already: _values_fit).
@@ -90,6 +100,10 @@ def specialise(gm: fx.GraphModule, args: list) -> None:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
     try:
         propagate()
+    except _DATA_DEPENDENT as e:
+        raise LoweringError(f"a node's output shape depends on the values it reads, which the "
+                            f"program must know before it runs ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0] if str(e) else ''})") from e
     except (RuntimeError, ValueError):
         views = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is VIEW]
         if not (views and _restrided(gm, args)):
