@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
@@ -119,10 +118,14 @@ def _float64_at_boundary(node: fx.Node) -> bool:
 
 
 def _unbacked(vals) -> set:
-    """The data-dependent sizes (unbacked symbols) in the shapes of vals."""
+    """The data-dependent sizes (unbacked symbols) in the shapes of vals. Only symbolic
+    sizes are looked into, so that a static graph does not load torch's symbolic-shape
+    machinery (a few tenths of a second of a cold start's imports)."""
     out = set()
     for v in vals if isinstance(vals, (list, tuple)) else [vals]:
-        if isinstance(v, (torch.Tensor, torch.SymInt)):
+        sizes = v.shape if isinstance(v, torch.Tensor) else [v]
+        if any(isinstance(s, torch.SymInt) for s in sizes):
+            from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
             out |= free_unbacked_symbols(v)
     return out
 

@@ -70,13 +70,11 @@ VIEW = torch.ops.aten.view.default
 
 
 def _data_dependent_errors() -> tuple:
-    """What fake-tensor propagation raises for an output whose shape only its values give."""
+    """What fake-tensor propagation raises for an output whose shape only its values give
+    (imported when a propagation fails: not on a cold start's path)."""
     from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
     return DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode
-
-
-_DATA_DEPENDENT = _data_dependent_errors()
 
 
 def specialise(gm: fx.GraphModule, args: list) -> None:
@@ -100,7 +98,7 @@ def specialise(gm: fx.GraphModule, args: list) -> None:
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*fake)
     try:
         propagate()
-    except _DATA_DEPENDENT as e:
+    except _data_dependent_errors() as e:
         raise LoweringError(f"a node's output shape depends on the values it reads, which the "
                             f"program must know before it runs ({type(e).__name__}: "
                             f"{str(e).splitlines()[0] if str(e) else ''})") from e
