@@ -188,3 +188,17 @@ def test_saved_rows_keep_placement_and_basis(tmp_path):
     doc = record.load_json(_saved_run(tmp_path / "r.json", rows))
     assert [(r.ms_basis, r.placement) for r in doc["rows"]] == [("device", ""), ("wall", "host")]
     assert json.loads((tmp_path / "r.json").read_text())["rows"][1]["placement"] == "host"
+
+
+def test_barrier_level_probe_in_the_limits():
+    """The barrier-level probe times a chain of dependent one-workgroup kernels (a positive
+    time per kernel) and the table's header names it among the limits."""
+    from dynamo_vulkan.benchmarks import probes
+    got = probes.barrier_level_us(links=4, rounds=1, calls=3)
+    assert got["us"] > 0 and got["links"] == 4
+    env = {"date": "d", "command": "c", "device": {"name": "dev"},
+           "machine": {"cpu": "cpu", "cpu_count": 2}, "versions": {"torch": "t", "kp": "k"}, "git": {}}
+    head = table.header(env, {"barrier_level": got})
+    assert "a barrier level (one-workgroup kernels in a chain)" in head
+    assert probes.barrier_level({"barrier_level": got}) == got["us"]
+    assert probes.barrier_level({"barrier_level": {"error": "x"}}) is None

@@ -47,6 +47,37 @@ def _submits(fn):
     return out, dynamo_vulkan.runtime_stats()["submits"] - before
 
 
+def test_the_replayed_step_plan_and_its_levels_row(tiny, tmp_path):
+    """generate() with replayed steps leaves the step's plan where the benchmark harness
+    finds it (step_plan), and the harness's levels row sets our decode against that many
+    barrier levels at the probe's cost each; a decoder never replayed has no plan (no row)."""
+    from types import SimpleNamespace
+
+    from dynamo_vulkan.benchmarks.record import Row
+    from dynamo_vulkan.benchmarks.suites import llm as llm_suite
+    from dynamo_vulkan.benchmarks.timing import Stat
+    from dynamo_vulkan.llm.generate import step_plan
+    model, tok, _ = tiny
+    generate(model, PROMPT, tok, max_new_tokens=8, backend="vulkan", stop_at_eos=False,
+             steps_per_call=3, warmup=False)
+    plan = step_plan(model)
+    assert plan is not None and plan is step_replay(model, "vulkan").replayer.plan
+    levels = 1 + sum(barriers(plan.dispatches))
+    assert 1 < levels <= len(plan.dispatches)
+    rows = []
+    bench = SimpleNamespace(probes={"barrier_level": {"us": 2.0}}, add=rows.append)
+    dec = Row("llm", "tiny decode", "vulkan", Stat.of([4.0]), work=1, unit="tok/s")
+    llm_suite._level_row(bench, SimpleNamespace(decode="tiny decode"), dec, model)
+    assert len(rows) == 1 and rows[0].workload == "tiny decode levels"
+    assert rows[0].limit == pytest.approx(1e6 / (levels * 2.0))
+    assert rows[0].of_limit == pytest.approx(levels * 2.0 / 4000.0)
+    assert rows[0].note.startswith(f"{levels} barrier levels ({len(plan.dispatches)} kernels) a step")
+    other = load_model(write_tiny_model(tmp_path / "other.gguf", "llama"), max_ctx=24)
+    assert step_plan(other) is None
+    llm_suite._level_row(bench, SimpleNamespace(decode="other decode"), dec, other)
+    assert len(rows) == 1
+
+
 @pytest.mark.parametrize("k", [3, 4, 3])       # 3 again: k is guarded, never a stale graph
 def test_same_tokens_as_one_step_per_call(tiny, k):
     model, tok, want = tiny

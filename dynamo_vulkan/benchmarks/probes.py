@@ -8,7 +8,10 @@
   fp32 matmul rate with TF32 off (the peak FLOP/s we hold matmuls against).
 - a chained streaming read of N bytes: distinct buffers read one after another, a
   barrier between (as a decoder's mat-vecs run): what any kernel that reads a weight
-  of N bytes once can reach, launch and barrier included (GGUF mat-vec rows).
+  of N bytes once can reach, launch and barrier included (GGUF mat-vec rows);
+- a barrier level: a chain of one-workgroup kernels, each behind a barrier after the
+  last: the least a program's level of kernels costs, so a decode step of L levels
+  takes at least L of it whatever its kernels do.
 """
 from __future__ import annotations
 
@@ -132,6 +135,54 @@ class ChainedRead:
         self.tensors = []
 
 
+# Each link of a dependent chain: one workgroup reads the word the last one wrote and
+# writes the next (two buffers in turn), so the chain's order is a true dependency.
+LINK_SHADER = """#version 450
+layout(local_size_x = 64) in;
+layout(binding = 0) readonly buffer Src { uint src[]; };
+layout(binding = 1) writeonly buffer Dst { uint dst[]; };
+void main() {
+    if (gl_LocalInvocationID.x == 0u) dst[0] = src[0] + 1u;
+}
+"""
+
+
+def barrier_level_us(links: int = 64, rounds: int = 4, calls: int = 10) -> dict:
+    """Microseconds a barrier level costs at least: a chain of `links` one-workgroup
+    kernels, a global barrier before each (as a program records its levels), recorded
+    `rounds` and 2 * rounds times; the difference of their median wall times over
+    rounds * links, so the submit and wait cancel (no timestamps between the kernels)."""
+    import kp
+
+    from dynamo_vulkan.device import manager
+    from dynamo_vulkan.runtime.program import SHADER_READ, SHADER_WRITE, STAGE_COMPUTE
+    from dynamo_vulkan.runtime.shaders import compile_source
+
+    mgr = manager()
+    storage = kp.TensorTypes.storage
+    bufs = [mgr.tensor_t(np.zeros(4, np.uint32), tensor_type=storage) for _ in range(2)]
+    spv, empty = compile_source(LINK_SHADER, "bench_link"), np.zeros(0, np.uint32)
+    algos = [mgr.algorithm([bufs[i], bufs[1 - i]], spv, [1, 1, 1], empty, empty) for i in range(2)]
+    try:
+        def chain(n):
+            seq = mgr.sequence()
+            for i in range(n):
+                seq.record(kp.OpGlobalBarrier(SHADER_WRITE, SHADER_READ | SHADER_WRITE,
+                                              STAGE_COMPUTE, STAGE_COMPUTE))
+                seq.record(kp.OpDispatchBare(algos[i % 2]))
+            seq.eval()                   # first-use costs
+            return seq
+        short, long = chain(rounds * links), chain(2 * rounds * links)
+        s = wall_difference(short.eval, long.eval, calls) / (rounds * links)
+    finally:
+        for b in bufs:
+            b.destroy()
+    return {"us": s * 1e6, "links": links,
+            "how": f"a chain of one-workgroup kernels, a global barrier before each, recorded "
+                   f"{rounds * links} and {2 * rounds * links} times: the difference of the median "
+                   f"wall times of {calls} submits each, per kernel"}
+
+
 def vulkan_copy_gbps(nbytes: int, iters: int = 10) -> dict:
     """GB/s (read + write) of a copy kernel over ``nbytes`` on the Vulkan device."""
     import kp
@@ -243,6 +294,10 @@ def run_all(quick: bool, plan: Plan) -> dict:
         out["empty_submit"] = empty_submit(Plan(reps=200 if not quick else 50, warmup=10, max_s=2.0))
     except Exception as e:
         out["empty_submit"] = {"error": f"{type(e).__name__}: {e}"}
+    try:
+        out["barrier_level"] = barrier_level_us(links=16 if quick else 64, calls=5 if quick else 10)
+    except Exception as e:
+        out["barrier_level"] = {"error": f"{type(e).__name__}: {e}"}
     if cuda_available():
         try:
             out["cuda_copy"] = cuda_copy_gbps(size, plan)
@@ -275,4 +330,9 @@ def peak_gflops(probes: dict) -> float | None:
     return probes.get("cuda_fp32_matmul", {}).get("gflops")
 
 
-__all__ = ["run_all", "copy_limit", "ChainedRead", "empty_submit_ms", "peak_gflops", "Stat"]
+def barrier_level(probes: dict) -> float | None:
+    """The least microseconds a barrier level of kernels costs (barrier_level_us), if measured."""
+    return probes.get("barrier_level", {}).get("us")
+
+
+__all__ = ["run_all", "copy_limit", "ChainedRead", "barrier_level", "empty_submit_ms", "peak_gflops", "Stat"]

@@ -98,6 +98,8 @@ def header(env: dict, probes: dict) -> str:
         if "kp_as_released_ms" in es:
             lim.append(f"the same with kp 0.9 as released (a fence made per submit, no polling) "
                        f"{num(es['kp_as_released_ms']['median'] * 1e3)} us")
+    if "us" in probes.get("barrier_level", {}):
+        lim.append(f"a barrier level (one-workgroup kernels in a chain) {num(probes['barrier_level']['us'])} us")
     if lim:
         lines.append("limits: " + "; ".join(lim))
     return "\n".join(lines)

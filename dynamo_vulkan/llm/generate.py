@@ -310,12 +310,16 @@ def _kept(model, key, make):
     lowering them again (a fresh compile_decoder has a code object of its own, which
     Dynamo compiles anew); on the decoder, not in a module-level table, so it goes with
     the decoder."""
-    from dynamo_vulkan import config
-    key = (*key, config.load().key())
+    key = _kept_key(key)
     kept = model.__dict__.setdefault("_dynamo_vulkan_compiled", {})
     if key not in kept:
         kept[key] = make()
     return kept[key]
+
+
+def _kept_key(key) -> tuple:
+    from dynamo_vulkan import config
+    return (*key, config.load().key())
 
 
 def _steps_now(multi, steps_per_call: int, auto: bool) -> int:
@@ -360,6 +364,13 @@ def step_replay(model, backend: str | None):
         why_not = None if backend == "vulkan" else f"backend {backend!r} has no Vulkan program to replay"
         return StepReplay(greedy_steps(model, backend), model, why_not)
     return _kept(model, ("replay", backend), make)
+
+
+def step_plan(model, backend: str = "vulkan"):
+    """The Plan of this decoder's replayed decode step (its kernels, in order), where
+    generate() has replayed one on this backend; else None."""
+    replay = model.__dict__.get("_dynamo_vulkan_compiled", {}).get(_kept_key(("replay", backend)))
+    return None if replay is None else replay.replayer.plan
 
 
 def generate(model, prompt: str, tokenizer=None, *, max_new_tokens: int = 64, temperature: float = 0.0,

@@ -379,6 +379,7 @@ def _one_case(bench, model, tok, c: Case, compiled, reps: int, eager_check: bool
         bench.add(Row("llm", c.first_token, "vulkan", Stat.of(first_token),
                       note="generate() of one token: tokenize, prefill (its program already built), the token"))
         _work_rows(bench, c, "vulkan", ours, work)
+        _level_row(bench, c, ours[1], model)
     return compiled, first.warmup_s
 
 
@@ -442,6 +443,25 @@ def _work_rows(bench, c: Case, backend: str, rows: tuple[Row, Row], work) -> Non
     bench.add(Row("llm", f"{c.decode} weights", backend, dec.ms, work=work.step_bytes, unit="GB/s",
                   limit=bytes_limit, limit_name=bytes_name,
                   note=f"{work.step_bytes / 2**20:,.0f} MiB of weights a step reads, over the time per token"))
+
+
+def _level_row(bench, c: Case, dec: Row, model) -> None:
+    """Our decode against the least its program's barrier levels cost: a level of kernels
+    waits for the one before it, and costs at least what a chain of one-workgroup kernels
+    measures a level (probes.barrier_level_us), whatever its kernels do. No row where the
+    step is not replayed (a CPU device) or that probe did not run."""
+    from dynamo_vulkan.llm.generate import step_plan
+    from dynamo_vulkan.runtime.plan import barriers
+
+    from .. import probes
+    plan, us = step_plan(model), probes.barrier_level(bench.probes)
+    if plan is None or not plan.dispatches or not us:
+        return
+    levels = 1 + sum(barriers(plan.dispatches))
+    bench.add(Row("llm", f"{c.decode} levels", "vulkan", dec.ms, work=1, unit="tok/s",
+                  limit=1e6 / (levels * us), limit_name="barrier_level",
+                  note=f"{levels} barrier levels ({len(plan.dispatches)} kernels) a step, at least "
+                       f"{us:.1f} us each (a chain of one-workgroup kernels): {levels * us / 1e3:.2f} ms a token"))
 
 
 def _peer(bench, label: str, path: Path, cases: list[Case], ctx: int, reps: int, work) -> None:
