@@ -57,7 +57,8 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
                   dump: bool = False, context: int | None = None, prompt: bool = False) -> None:
     from .llm_models import resolve
     from .llm_work import model_work
-    from dynamo_vulkan.llm.generate import generate, load
+    from dynamo_vulkan.llm.generate import generate, load, step_plan
+    from dynamo_vulkan.runtime.plan import barriers
 
     bench = resolve(entry, skeleton_dir, layers)
     model, tok = load(bench.path)
@@ -92,6 +93,10 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
     print(f"decode {res.decode_tok_s:.1f} tok/s unprofiled-ish ({res.decode_steps} steps); "
           f"GPU busy {busy:.1f} us/step over {sum(c for _n, c, _u in summary):.0f} dispatches; "
           f"weights {work.step_bytes / 1e9:.3f} GB/step -> {work.step_bytes / busy / 1e3:.0f} GB/s while busy")
+    plan = step_plan(model)
+    if plan is not None and plan.dispatches:
+        print(f"{1 + sum(barriers(plan.dispatches))} barrier levels a step "
+              f"({len(plan.dispatches)} kernels; kernels of a level run side by side)")
     print(f"{'kernel':40s} {'per step':>9s} {'us/step':>10s} {'share':>6s}")
     for name, c, us in summary:
         print(f"{name[:40]:40s} {c:9.1f} {us:10.1f} {us / busy:6.1%}")
