@@ -6,6 +6,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +35,53 @@ def peer_python_path(tmp: Path) -> Path | None:
     with zipfile.ZipFile(whl[-1]) as z:
         z.extractall(tmp)
     return tmp
+
+
+def run_peer(script: str, jobs, tmp: Path, update_var: str, timeout: int):
+    """What `script` prints as JSON, run in a subprocess with the llama.cpp peer on its path
+    (its ggml stays out of this process) and jobs() as JSON on its stdin; None where the
+    peer is absent, which `update_var` (rewriting the stored references) cannot do without."""
+    pypath = peer_python_path(tmp)
+    if pypath is None:
+        assert os.environ.get(update_var) != "1", f"{update_var} needs the llama.cpp peer in {PEER_DIR}"
+        return None
+    r = subprocess.run([sys.executable, "-c", script], input=json.dumps(jobs()), capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=str(pypath)), timeout=timeout)
+    assert r.returncode == 0, f"llama.cpp failed:\n{r.stderr[-3000:]}"
+    return json.loads(r.stdout)
+
+
+def add_fields(w, fields: dict, prefix: str = "") -> None:
+    """Write GGUF metadata by each value's Python type: strings, bools, float32s, arrays,
+    int32s (negative) or uint32s; None writes nothing."""
+    for key, value in fields.items():
+        key = prefix + key
+        if value is None:
+            continue
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, list):
+            w.add_array(key, value)
+        elif value < 0:
+            w.add_int32(key, value)
+        else:
+            w.add_uint32(key, int(value))
+
+
+def add_tiny_tokenizer(w, pre: str, tokens: list, ttypes: list) -> None:
+    """The tiny byte-level BPE vocabulary (tiny_vocab, TINY_MERGES) as a GGUF tokenizer."""
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_string("tokenizer.ggml.pre", pre)
+    w.add_array("tokenizer.ggml.tokens", tokens)
+    w.add_array("tokenizer.ggml.token_type", ttypes)
+    w.add_array("tokenizer.ggml.merges", TINY_MERGES)
+    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
+    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
 
 LEGACY = ("F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # gguf.quants can quantize these
 KQUANTS = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")  # it can only dequantize these
@@ -172,23 +222,10 @@ def write_tiny_model(path, arch: str = "llama", *, n_layers: int = 2, hidden: in
         if swa_pattern is None:
             swa_pattern = [i % 2 == 0 for i in range(n_layers)]
         w.add_array(f"{a}.attention.sliding_window_pattern", list(swa_pattern))
-    for key, value in (extra_kv or {}).items():  # "{arch}" in a key is the architecture
-        key = key.format(arch=a)
-        if isinstance(value, str):
-            w.add_string(key, value)
-        elif isinstance(value, float):
-            w.add_float32(key, value)
-        else:
-            w.add_uint32(key, int(value))
+    # "{arch}" in a key is the architecture
+    add_fields(w, {key.format(arch=a): value for key, value in (extra_kv or {}).items()})
     if with_tokenizer:
-        w.add_string("tokenizer.ggml.model", "gpt2")
-        w.add_string("tokenizer.ggml.pre", "smollm")
-        w.add_array("tokenizer.ggml.tokens", tokens)
-        w.add_array("tokenizer.ggml.token_type", ttypes)
-        w.add_array("tokenizer.ggml.merges", TINY_MERGES)
-        w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-        w.add_uint32("tokenizer.ggml.eos_token_id", 2)
-        w.add_bool("tokenizer.ggml.add_bos_token", False)
+        add_tiny_tokenizer(w, "smollm", tokens, ttypes)
         w.add_string("tokenizer.chat_template", CHATML)
 
     def add(name, shape, default_type="F32", std=0.05):
@@ -375,30 +412,8 @@ def write_arch_model(path, name: str, *, quantized: bool = True, overrides: dict
     meta |= spec.get("kv_extra", {})
     meta |= overrides or {}
     w = gguf.GGUFWriter(str(path), arch)
-    for key, value in meta.items():
-        key = f"{arch}.{key}"
-        if value is None:
-            continue
-        if isinstance(value, str):
-            w.add_string(key, value)
-        elif isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, float):
-            w.add_float32(key, value)
-        elif isinstance(value, list):
-            w.add_array(key, value)
-        elif value < 0:
-            w.add_int32(key, value)
-        else:
-            w.add_uint32(key, value)
-    w.add_string("tokenizer.ggml.model", "gpt2")
-    w.add_string("tokenizer.ggml.pre", spec["pre"])
-    w.add_array("tokenizer.ggml.tokens", tokens)
-    w.add_array("tokenizer.ggml.token_type", ttypes)
-    w.add_array("tokenizer.ggml.merges", TINY_MERGES)
-    w.add_uint32("tokenizer.ggml.bos_token_id", 1)
-    w.add_uint32("tokenizer.ggml.eos_token_id", 2)
-    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    add_fields(w, meta, f"{arch}.")
+    add_tiny_tokenizer(w, spec["pre"], tokens, ttypes)
 
     def kind(name):
         stem = name.split(".")[-2]

@@ -21,8 +21,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +35,7 @@ from dynamo_vulkan.gguf import GGUFError  # noqa: E402
 from dynamo_vulkan.llm.reader import open_gguf  # noqa: E402
 from dynamo_vulkan.lowering import attention as att_lowering  # noqa: E402
 from dynamo_vulkan.llm.models import load_model  # noqa: E402
-from gguf_fixtures import ARCH_MODELS, PEER_DIR, peer_python_path, write_arch_model  # noqa: E402
+from gguf_fixtures import ARCH_MODELS, run_peer, write_arch_model  # noqa: E402
 from vk import check  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "data" / "arch_logits.json"
@@ -100,16 +98,10 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def live(files, tmp_path_factory):
     """llama.cpp's logits of every file, or None where the peer is absent."""
-    pypath = peer_python_path(tmp_path_factory.mktemp("llamacpp"))
-    if pypath is None:
-        assert not UPDATE, f"DYNAMO_VULKAN_UPDATE_ARCH_LOGITS needs the llama.cpp peer in {PEER_DIR}"
+    got = run_peer(LLAMACPP_SCRIPT, lambda: [{"path": str(p), "tokens": TOKENS} for p in files.values()],
+                   tmp_path_factory.mktemp("llamacpp"), "DYNAMO_VULKAN_UPDATE_ARCH_LOGITS", timeout=300)
+    if got is None:
         return None
-    jobs = [{"path": str(p), "tokens": TOKENS} for p in files.values()]
-    env = dict(os.environ, PYTHONPATH=str(pypath))
-    r = subprocess.run([sys.executable, "-c", LLAMACPP_SCRIPT], input=json.dumps(jobs), capture_output=True,
-                       text=True, env=env, timeout=300)
-    assert r.returncode == 0, f"llama.cpp failed:\n{r.stderr[-3000:]}"
-    got = json.loads(r.stdout)
     return {key: _decode(got[str(p)], "float32", (len(TOKENS), -1)) for key, p in files.items()}
 
 

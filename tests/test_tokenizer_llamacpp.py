@@ -24,8 +24,6 @@ import json
 import logging
 import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +35,7 @@ from dynamo_vulkan.gguf import GGUFError  # noqa: E402
 from dynamo_vulkan.llm.pretokenizers import PRE_TOKENIZERS  # noqa: E402
 from dynamo_vulkan.llm.reader import open_gguf  # noqa: E402
 from dynamo_vulkan.llm.tokenizer import GGUFTokenizer  # noqa: E402
-from gguf_fixtures import PEER_DIR, TINY_MERGES, bytes_to_unicode, peer_python_path, tiny_vocab  # noqa: E402
+from gguf_fixtures import TINY_MERGES, add_fields, bytes_to_unicode, run_peer, tiny_vocab  # noqa: E402
 
 STORED = Path(__file__).resolve().parent / "data" / "tokenizer_llamacpp_ids.json"
 UPDATE = os.environ.get("DYNAMO_VULKAN_UPDATE_TOKENIZER_IDS") == "1"
@@ -436,17 +434,7 @@ def write_vocab_gguf(path: Path, fields: dict) -> Path:
                 "attention.head_count", "attention.head_count_kv"):
         w.add_uint32(f"llama.{key}", 64 if "length" in key else 1)
     w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5)
-    for key, value in fields.items():
-        if isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        elif isinstance(value, float):
-            w.add_float32(key, value)
-        elif isinstance(value, str):
-            w.add_string(key, value)
-        else:  # lists: strings, int32 token types, float32 scores
-            w.add_array(key, value)
+    add_fields(w, fields)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -501,16 +489,9 @@ def _installed_cases() -> list[str]:
 @pytest.fixture(scope="module")
 def live(vocabs, tmp_path_factory):
     """llama.cpp's ids of every installed case, or None where the peer is absent."""
-    pypath = peer_python_path(tmp_path_factory.mktemp("llamacpp"))
-    if pypath is None:
-        assert not UPDATE, f"DYNAMO_VULKAN_UPDATE_TOKENIZER_IDS needs the llama.cpp peer in {PEER_DIR}"
-        return None
-    jobs = [{"name": c, "path": str(vocabs.file(c)), "strings": STRINGS, "full": c in CASES, "n_bos": N_BOS}
-            for c in _installed_cases()]
-    r = subprocess.run([sys.executable, "-c", LLAMACPP_SCRIPT], input=json.dumps(jobs), capture_output=True,
-                       text=True, env=dict(os.environ, PYTHONPATH=str(pypath)), timeout=600)
-    assert r.returncode == 0, f"llama.cpp failed:\n{r.stderr[-3000:]}"
-    return json.loads(r.stdout)
+    return run_peer(LLAMACPP_SCRIPT, lambda: [{"name": c, "path": str(vocabs.file(c)), "strings": STRINGS,
+                                              "full": c in CASES, "n_bos": N_BOS} for c in _installed_cases()],
+                    tmp_path_factory.mktemp("llamacpp"), "DYNAMO_VULKAN_UPDATE_TOKENIZER_IDS", timeout=600)
 
 
 def _strings_sha256() -> str:
