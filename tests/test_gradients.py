@@ -23,7 +23,6 @@ compared too.
 from __future__ import annotations
 
 import copy
-import os
 from dataclasses import dataclass, field
 
 import pytest
@@ -254,13 +253,9 @@ def _param(name: str):
 def _fallback_silent():
     """Ops without a lowering run on the CPU inside the compiled graph: their gradients
     are compared too (the decompositions apply to them all the same)."""
-    old = os.environ.get("DYNAMO_VULKAN_FALLBACK")
-    os.environ["DYNAMO_VULKAN_FALLBACK"] = "silent"
-    yield
-    if old is None:
-        del os.environ["DYNAMO_VULKAN_FALLBACK"]
-    else:
-        os.environ["DYNAMO_VULKAN_FALLBACK"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DYNAMO_VULKAN_FALLBACK", "silent")
+        yield
 
 
 def test_lists_name_existing_opinfos():

@@ -2,7 +2,6 @@
 the first samples of ops from every lowering family must pass (compiled with
 DYNAMO_VULKAN_FALLBACK=error, fullgraph, equal to eager). A regression in any
 family shows up here; `python -m dynamo_vulkan.coverage` runs them all."""
-import os
 
 import pytest
 import torch
@@ -39,13 +38,9 @@ OPS = [
 
 @pytest.fixture(scope="module", autouse=True)
 def _fallback_error():
-    old = os.environ.get("DYNAMO_VULKAN_FALLBACK")
-    os.environ["DYNAMO_VULKAN_FALLBACK"] = "error"
-    yield
-    if old is None:
-        del os.environ["DYNAMO_VULKAN_FALLBACK"]
-    else:
-        os.environ["DYNAMO_VULKAN_FALLBACK"] = old
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DYNAMO_VULKAN_FALLBACK", "error")
+        yield
 
 
 _OPS = {coverage.op_name(op): op for op in coverage.select_ops(OPS)[0]}
