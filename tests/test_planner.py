@@ -28,7 +28,7 @@ def test_a_level_keeps_its_temporaries_apart():
     SAME_LEVEL_BYTES or more shares (memory before levels), and the plan's levels are
     the same as with every temporary apart wherever nothing shares."""
     from dynamo_vulkan.lowering import planner
-    from dynamo_vulkan.runtime.plan import barriers
+    from dynamo_vulkan.runtime.plan import barriers, levels
 
     def plan_of(words):
         # W0 writes t0; R0 reads t0 and writes t1 (level 1); W2 writes t2, then R2 reads
@@ -51,6 +51,8 @@ def test_a_level_keeps_its_temporaries_apart():
     # buffer is free for t2, in a level t0 also lives in: shared, the level splits
     assert sum(b.role == "temp" for b in big.buffers) == 2
     assert sum(barriers(big.dispatches)) == sum(want) + 1
+    # levels: the first one, then one per barrier (W0 | R0 W2 | R2 apart; one more shared)
+    assert (levels(apart.dispatches), levels(big.dispatches), levels([])) == (3, 4, 0)
 
 
 def _plan(temps: list[tuple[int, int, int]]) -> tuple[Plan, list[tuple[int, int, int]]]:

@@ -58,7 +58,7 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
     from .llm_models import resolve
     from .llm_work import model_work
     from dynamo_vulkan.llm.generate import generate, load, step_plan
-    from dynamo_vulkan.runtime.plan import barriers
+    from dynamo_vulkan.runtime.plan import levels
 
     bench = resolve(entry, skeleton_dir, layers)
     model, tok = load(bench.path)
@@ -95,7 +95,7 @@ def profile_model(entry: str, steps: int, skeleton_dir: str | None, layers: int 
           f"weights {work.step_bytes / 1e9:.3f} GB/step -> {work.step_bytes / busy / 1e3:.0f} GB/s while busy")
     plan = step_plan(model)
     if plan is not None and plan.dispatches:
-        print(f"{1 + sum(barriers(plan.dispatches))} barrier levels a step "
+        print(f"{levels(plan.dispatches)} barrier levels a step "
               f"({len(plan.dispatches)} kernels; kernels of a level run side by side)")
     print(f"{'kernel':40s} {'per step':>9s} {'us/step':>10s} {'share':>6s}")
     for name, c, us in summary:

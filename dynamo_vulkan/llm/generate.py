@@ -303,6 +303,9 @@ def prompt_args(model, ids: list[int], backend: str | None, start: int = 0):
     return prompt_t, torch.tensor(start, dtype=torch.int64), torch.tensor(len(ids) - 1, dtype=torch.int64)
 
 
+KEPT_ATTR = "_dynamo_vulkan_compiled"   # the decoder's attribute that _kept's programs live in
+
+
 def _kept(model, key, make):
     """make(), once per decoder, key and setting that changes a compiled program (the
     config's key: device, DYNAMO_VULKAN_CPU_MATMUL and _INT_DOT), kept on the decoder
@@ -311,7 +314,7 @@ def _kept(model, key, make):
     Dynamo compiles anew); on the decoder, not in a module-level table, so it goes with
     the decoder."""
     key = _kept_key(key)
-    kept = model.__dict__.setdefault("_dynamo_vulkan_compiled", {})
+    kept = model.__dict__.setdefault(KEPT_ATTR, {})
     if key not in kept:
         kept[key] = make()
     return kept[key]
@@ -369,7 +372,7 @@ def step_replay(model, backend: str | None):
 def step_plan(model, backend: str = "vulkan"):
     """The Plan of this decoder's replayed decode step (its kernels, in order), where
     generate() has replayed one on this backend; else None."""
-    replay = model.__dict__.get("_dynamo_vulkan_compiled", {}).get(_kept_key(("replay", backend)))
+    replay = model.__dict__.get(KEPT_ATTR, {}).get(_kept_key(("replay", backend)))
     return None if replay is None else replay.replayer.plan
 
 

@@ -159,6 +159,12 @@ def barriers(dispatches: list[Dispatch]) -> list[bool]:
     return out
 
 
+def levels(dispatches: list[Dispatch]) -> int:
+    """How many barrier levels the dispatches run in (none for none): each level waits for
+    the one before it, its kernels run side by side."""
+    return int(bool(dispatches)) + sum(barriers(dispatches))
+
+
 # --- the disk format -------------------------------------------------------------------
 
 PLAN_MAGIC = b"DVKPLAN1\n"

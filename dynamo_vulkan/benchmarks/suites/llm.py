@@ -451,17 +451,17 @@ def _level_row(bench, c: Case, dec: Row, model) -> None:
     measures a level (probes.barrier_level_us), whatever its kernels do. No row where the
     step is not replayed (a CPU device) or that probe did not run."""
     from dynamo_vulkan.llm.generate import step_plan
-    from dynamo_vulkan.runtime.plan import barriers
+    from dynamo_vulkan.runtime.plan import levels
 
     from .. import probes
     plan, us = step_plan(model), probes.barrier_level(bench.probes)
     if plan is None or not plan.dispatches or not us:
         return
-    levels = 1 + sum(barriers(plan.dispatches))
+    n = levels(plan.dispatches)
     bench.add(Row("llm", f"{c.decode} levels", "vulkan", dec.ms, work=1, unit="tok/s",
-                  limit=1e6 / (levels * us), limit_name="barrier_level",
-                  note=f"{levels} barrier levels ({len(plan.dispatches)} kernels) a step, at least "
-                       f"{us:.1f} us each (a chain of one-workgroup kernels): {levels * us / 1e3:.2f} ms a token"))
+                  limit=1e6 / (n * us), limit_name="barrier_level",
+                  note=f"{n} barrier levels ({len(plan.dispatches)} kernels) a step, at least "
+                       f"{us:.1f} us each (a chain of one-workgroup kernels): {n * us / 1e3:.2f} ms a token"))
 
 
 def _peer(bench, label: str, path: Path, cases: list[Case], ctx: int, reps: int, work) -> None:
