@@ -229,6 +229,7 @@ class VulkanSubgraph(torch.nn.Module):
                     for r, a in zip(self.resident, args)]
         info = device.device_info(self.cfg.device_index)
         pkey = cache.digest("plan", self.graph_text, key, resident, shaders.sources_hash(),
+                            shaders.settings_hash(),
                             info.get("name"), info.get("driver_info"),
                             info.get("integer_dot_product"), self.cfg.key())
         plan = cache.memory_get("plan", pkey)

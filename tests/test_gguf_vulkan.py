@@ -471,6 +471,25 @@ def test_mat_vec_variants(monkeypatch, nr, unroll, wg, cpl):
         check(lambda *xs: [gguf_linear(x, b, qt, 7, k) for x in xs], *xs, rtol=3e-4, atol=3e-4)
 
 
+@pytest.mark.parametrize("rows", [67, 131])
+def test_mat_vec_of_many_rows_takes_several_a_subgroup(as_gpu, plans, monkeypatch, rows):
+    """A weight of many short rows (an LM head: MV_MANY_ROWS, lowered here to 64) takes
+    MV_MANY_NR rows a subgroup on a GPU: eager's result, with the last workgroup's last
+    rows past the weight's end (67 and 131 rows are not multiples of 4 rows a subgroup)."""
+    from dynamo_vulkan.runtime.shaders import head_defines
+    monkeypatch.setattr(gguf_lowering, "MV_MANY_ROWS", 64)
+    name = "Q8_0"
+    qt, k = quant_info(name).ggml_type, 640
+    b = blocks_of(name, rows, k, 10)
+    xs = [torch.randn(1, k), torch.randn(3, k)]
+    with torch.no_grad():
+        check(lambda *xs: [gguf_linear(x, b, qt, rows, k) for x in xs], *xs, rtol=3e-4, atol=3e-4)
+    mv = [(p, d) for p in plans for d in p.dispatches if d.name == "gguf_matvec:Q8_0"]
+    assert len(mv) == 2, [d.name for p in plans for d in p.dispatches]
+    assert all(head_defines(p.sources[d.spirv_key]).get("NR") == str(gguf_lowering.MV_MANY_NR)
+               for p, d in mv), [head_defines(p.sources[d.spirv_key]) for p, d in mv]
+
+
 @pytest.mark.parametrize("chunks,tpr,cpl,want", [(72, 32, 1, 3), (80, 32, 1, 3), (192, 32, 1, 3),
                                                   (512, 32, 1, 4), (1792, 32, 1, 4), (4, 32, 1, 1),
                                                   (96, 256, 1, 1), (72, 32, 2, 4), (0, 32, 1, 4)])

@@ -163,7 +163,7 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
     """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
     from dynamo_vulkan.lowering import gguf as lowering
     rows_out, t0 = [], time.perf_counter()
-    names = ("MV_NR", "MV_WG", "MV_UNROLL", "MV_CPL",
+    names = ("MV_NR", "MV_MANY_NR", "MV_WG", "MV_UNROLL", "MV_CPL",
              "INT_DOT_SHAPES", "INT_DOT_UNROLL", "INT_DOT_UNROLLS")
     saved = {k: getattr(lowering, k) for k in names}
     try:
@@ -176,7 +176,9 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                 lowering.INT_DOT_UNROLLS = {}
             else:
                 nr, wg, unroll, *cpl = variant
-                lowering.MV_NR, lowering.MV_WG, lowering.MV_UNROLL = nr, wg, unroll
+                # the variant's rows a thread group, for many rows of W as for few
+                lowering.MV_NR = lowering.MV_MANY_NR = nr
+                lowering.MV_WG, lowering.MV_UNROLL = wg, unroll
                 if cpl:
                     lowering.MV_CPL = cpl[0]
             for name in types:

@@ -55,6 +55,11 @@ MV_UNROLL = 4    # at most this many chunks per mat-vec thread and loop step (lo
                  # flight together); fewer where that wastes less (mv_unroll)
 MV_CPL = 1       # neighbouring chunks per mat-vec thread (MV_UNROLL a multiple of it)
 MV_SUBGROUP_ROWS = 64   # rows of W from which each subgroup takes its own rows
+# ... and from this many rows (an LM head of short rows: Gemma 3's 262144 x 640, SmolLM2's
+# 49152 x 576), MV_MANY_NR rows a subgroup: its x chunks serve four rows and its grid is
+# a quarter as many workgroups (docs/journal.md, sessions 56 and 57)
+MV_MANY_ROWS = 32768
+MV_MANY_NR = 4
 MV_CPU_NR = 16  # rows per thread group on a CPU device (lavapipe), for up to 3 rows of x
                 # (halved as those double), where every load costs alike and x's loads are
                 # shared by the group's rows; in workgroups of MV_CPU_SUBGROUPS subgroups, so
@@ -377,7 +382,8 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         if cpu:
             nr = max(1, MV_CPU_NR // max(1, m // 2))
         else:
-            nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else MV_NR
+            nr = MV_WG_NR if tpr == wg and chunks >= MV_WG_NR_CHUNKS else \
+                MV_MANY_NR if tpr < wg and n >= MV_MANY_ROWS else MV_NR
         # the partial sums' shared array, 4 * wg * (nr + 1) * m bytes at most, fits
         shared = int(ctx.caps.get("max_compute_shared_memory_size", 16384)) - 1024
         nr = max(1, min(nr, shared // (4 * wg * m) - 1))
