@@ -2,6 +2,9 @@
 # On the lent GPU machine (no glslc, no venv): make Vulkan, glslc and our
 # patched kp usable with the machine's own python3, then run "$@".
 # Needs the device kit copied to .device-kit (with glslc/libshaderc1 .debs).
+# "$@" runs in /tmp, so it imports the installed copy of this tree (/tmp/dvk); to time
+# another version beside it, give both to `python3 -m dynamo_vulkan.benchmarks.ab`
+# (--tree A=DIR --tree B=/tmp/dvk), which checks that each run imports its own tree.
 set -eo pipefail
 source .device-kit/on-device.sh
 for f in .device-kit/glslc_*.deb .device-kit/libshaderc1_*.deb; do dpkg -x "$f" /tmp/vkdev; done
