@@ -25,6 +25,7 @@ from .regions import inline_regions
 from .partition import PARTITION_PREFIX, HostPlacement, PartitionReport, partition
 from .lowering import LoweringError, decompositions as lowering_decompositions
 from .lowering import planner
+from .lowering.settings import settings_hash
 from .runtime import shaders
 from .runtime.plan import PlanFormatError, plan_from_bytes, plan_to_bytes
 from .runtime.program import (is_kept_on_device, Program, StaleBinding, gradient_may_stay_on_gpu,
@@ -229,7 +230,7 @@ class VulkanSubgraph(torch.nn.Module):
                     for r, a in zip(self.resident, args)]
         info = device.device_info(self.cfg.device_index)
         pkey = cache.digest("plan", self.graph_text, key, resident, shaders.sources_hash(),
-                            shaders.settings_hash(),
+                            settings_hash(),
                             info.get("name"), info.get("driver_info"),
                             info.get("integer_dot_product"), self.cfg.key())
         plan = cache.memory_get("plan", pkey)

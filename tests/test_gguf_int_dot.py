@@ -14,10 +14,11 @@ from dynamo_vulkan.gguf import GGUFLinear
 from dynamo_vulkan.gguf.op import gguf_linear
 from dynamo_vulkan.gguf.quants import quant_info
 from dynamo_vulkan.lowering import gguf as gguf_lowering
+from dynamo_vulkan.lowering import gguf_int_dot as int_dot_lowering
 from gguf_fixtures import blocks_of
 from vk import LinearPlus, check, compiled, lowered_plan, require_int_dot
 
-TYPES = gguf_lowering.INT_DOT_TYPES
+TYPES = int_dot_lowering.INT_DOT_TYPES
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +46,9 @@ SHAPES = [(name, rows, cols) for name in TYPES for rows, cols in (
 @pytest.mark.parametrize("nr,wg,unroll", [(2, 64, 1), (1, 32, 2), (2, 64, 2), (2, 8, 3), (1, 8, 4)])   # 8 x 3, 8 x 4: blocks past the row
 @pytest.mark.parametrize("name,rows,cols", SHAPES)
 def test_matches_cpu(plans, monkeypatch, name, rows, cols, nr, wg, unroll):
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_SHAPES", {(None, kind): (nr, wg) for kind in ("few", "long", "many")})
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_UNROLL", unroll)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_UNROLLS", {})
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_SHAPES", {(None, kind): (nr, wg) for kind in ("few", "long", "many")})
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_UNROLL", unroll)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_UNROLLS", {})
     torch.manual_seed(0)
     lin = GGUFLinear(blocks_of(name, rows, cols, rows), quant_info(name).ggml_type, rows, cols)
     for x in (torch.randn(1, cols), torch.randn(1, cols + 3)[:, 3:], torch.randn(1, 1, cols)):
@@ -177,8 +178,8 @@ def test_which_matvecs_take_it(monkeypatch):
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "off")
     assert kernels("Q4_0", 8, 256) == ["gguf_matvec"]
     monkeypatch.delenv("DYNAMO_VULKAN_INT_DOT")                  # auto
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 256)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 256)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_MIN_COLS", 256)
     info = device.device_info()
     monkeypatch.setitem(info, "device_type", "PHYSICAL_DEVICE_TYPE_CPU")
     assert kernels("Q4_1", 8, 256) == ["gguf_matvec"]            # a CPU device (lavapipe)
@@ -189,7 +190,7 @@ def test_which_matvecs_take_it(monkeypatch):
     assert kernels("Q4_0", 8, 256) == idot
     assert kernels("Q8_0", 8, 256) == ["gguf_matvec"]            # not faster unshared
     assert kernels("Q4_1", 7, 256) == ["gguf_matvec"]            # under the size
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 32)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_AUTO_WEIGHTS", 8 * 32)
     assert kernels("Q4_1", 8, 32) == ["gguf_matvec"]             # rows too short
     monkeypatch.setitem(info, "integer_dot_product", False)
     assert kernels("Q4_1", 8, 256) == ["gguf_matvec"]
@@ -276,9 +277,9 @@ def test_auto_takes_it_where_a_prologue_is_folded_in(as_gpu, plans, monkeypatch)
     type from INT_DOT_PROLOGUE_WEIGHTS and rows of INT_DOT_MIN_COLS; without one,
     Q8_0 keeps the fp32 kernel (the sizes set small here, to fit the test's weights)."""
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", "auto")
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 768)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_AUTO_WEIGHTS", 24 * 512)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_MIN_COLS", 768)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_AUTO_WEIGHTS", 24 * 512)
     torch.manual_seed(7)
     for cols, want in ((768, ["gguf_xplanes", "gguf_matvec_idot"]), (512, ["gguf_matvec"])):
         model = GatedDown("Q8_0", cols)     # 512: rows too short for it
@@ -313,8 +314,8 @@ def test_norm_before_a_weight_of_many_rows_goes_into_the_planes(as_gpu, plans, m
     normalise x again). The limits set small here, to fit the test's weight."""
     monkeypatch.setenv("DYNAMO_VULKAN_INT_DOT", mode)
     monkeypatch.setattr(gguf_lowering, "NORM_MAX_ROWS", 16)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 512)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_PROLOGUE_WEIGHTS", 24 * 512)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_MIN_COLS", 512)
     torch.manual_seed(8)
     model = NormHead("Q4_K", 40, 512)
     x = torch.randn(1, 512) * 3
@@ -347,7 +348,7 @@ def test_decode_attention_writes_the_output_projections_planes(as_gpu, plans, mo
     integer dots with no planes kernel and no level of its own; a row whose every key is
     masked (NaN, as eager's) gives NaN through the planes' scales."""
     monkeypatch.setenv("DYNAMO_VULKAN_MATMUL_PRECISION", precision)
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_MIN_COLS", 256)
     hq, hkv, c, d = 4, 2, 256, 64
     torch.manual_seed(9)
     model = AttentionOut(name, hq, d)
@@ -371,7 +372,7 @@ def test_attention_output_read_twice_keeps_the_planes_kernel(as_gpu, plans, monk
     """An attention output read by something beside the projection gets no planes from the
     merge (planes_for_reader follows one reader only): o makes its own where it takes
     integer dots."""
-    monkeypatch.setattr(gguf_lowering, "INT_DOT_MIN_COLS", 256)
+    monkeypatch.setattr(int_dot_lowering, "INT_DOT_MIN_COLS", 256)
     hq, hkv, c, d = 4, 2, 256, 64
     model = AttentionOut("Q4_K", hq, d)
 

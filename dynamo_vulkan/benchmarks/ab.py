@@ -136,7 +136,8 @@ def main(argv=None) -> int:
     for r in range(a.rounds):
         for name, tree in trees.items():
             runs[name].append(run_tree(name, tree, models, extra, work, r + 1))
-            print(f"[ab] {name} round {r + 1}: {len(runs[name][-1])} rows", flush=True)
+            print(f"[ab] {name} round {r + 1}: {len(runs[name][-1])} rows "
+                  f"(log: {work / f'{name}-{r + 1}.log'})", flush=True)
     for line in summary(runs, a.match):
         print(line)
     print(f"[ab] outputs and logs in {work}")

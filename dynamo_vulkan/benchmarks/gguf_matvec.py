@@ -161,19 +161,19 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
         budget_s=float("inf"), target_bytes=TARGET_BYTES, calls=20, warmup_s=WARMUP_S,
         log=print) -> list[dict]:
     """All (type, shape, variant, mode) rows; stops starting new ones past budget_s."""
-    from dynamo_vulkan.lowering import gguf as lowering
+    from dynamo_vulkan.lowering import gguf as lowering, gguf_int_dot as int_dot
     rows_out, t0 = [], time.perf_counter()
-    names = ("MV_NR", "MV_MANY_NR", "MV_WG", "MV_UNROLL", "MV_CPL",
-             "INT_DOT_SHAPES", "INT_DOT_UNROLL", "INT_DOT_UNROLLS")
-    saved = {k: getattr(lowering, k) for k in names}
+    settings = {lowering: ("MV_NR", "MV_MANY_NR", "MV_WG", "MV_UNROLL", "MV_CPL"),
+                int_dot: ("INT_DOT_SHAPES", "INT_DOT_UNROLL", "INT_DOT_UNROLLS")}
+    saved = {(mod, k): getattr(mod, k) for mod, names in settings.items() for k in names}
     try:
         for variant in variants:
-            for k, v in saved.items():         # what the variant leaves alone stays default
-                setattr(lowering, k, v)
+            for (mod, k), v in saved.items():  # what the variant leaves alone stays default
+                setattr(mod, k, v)
             if variant[0] == "idot":           # the integer-dot kernel's
-                nr, wg, lowering.INT_DOT_UNROLL = variant[1:]
-                lowering.INT_DOT_SHAPES = {(None, kind): (nr, wg) for kind in ("few", "long", "many")}
-                lowering.INT_DOT_UNROLLS = {}
+                nr, wg, int_dot.INT_DOT_UNROLL = variant[1:]
+                int_dot.INT_DOT_SHAPES = {(None, kind): (nr, wg) for kind in ("few", "long", "many")}
+                int_dot.INT_DOT_UNROLLS = {}
             else:
                 nr, wg, unroll, *cpl = variant
                 # the variant's rows a thread group, for many rows of W as for few
@@ -197,8 +197,8 @@ def run(types=TYPES, shapes=SHAPES, variants=((1, 128, 4),), modes=(True, False)
                                if r["read_floor_GB_per_s"] else "")
                             + f"  err {r['max_rel_err']:.1e}")
     finally:
-        for k, v in saved.items():
-            setattr(lowering, k, v)
+        for (mod, k), v in saved.items():
+            setattr(mod, k, v)
     return rows_out
 
 

@@ -17,7 +17,7 @@ from dynamo_vulkan import fused as _fused  # noqa: F401  (defines the custom ops
 from dynamo_vulkan import device
 
 from .core import LoweringError, TRef, f32_bits, groups_for, has_cpu_lanes, host_matmul, lowering
-from . import gguf
+from . import gguf, gguf_int_dot
 from .fusion import Lazy, LazyView, materialize, row_loader
 from .index import RowWrite
 
@@ -297,7 +297,7 @@ def attention(ctx, q, k, v, mask, scale, softcap=0.0):
     ctx.dispatch("attention", defines | extra, bindings, writes, spec, groups_for(rows * splits),
                  note=note, disjoint=disjoint)
     if planes is not None:
-        gguf.provide_planes(ctx, out, rows * dv, planes_of, planes)
+        gguf_int_dot.provide_planes(ctx, out, rows * dv, planes_of, planes)
     return out
 
 

@@ -7,7 +7,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,33 +30,6 @@ def read(name: str) -> str:
     """A shader file with its includes expanded (so the hash covers them)."""
     text = (shader_dir() / name).read_text()
     return _INCLUDE.sub(lambda m: read(m.group(1)), text)
-
-
-def _canonical(v) -> str | None:
-    """v's text, the same in every process (sets in sorted order), or None for a value that
-    is not made of numbers and strings (its repr may hold an address)."""
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return repr(v)
-    if isinstance(v, (tuple, list, set, frozenset, dict)):
-        items = [(_canonical(k), _canonical(x)) for k, x in v.items()] if isinstance(v, dict) \
-            else [(_canonical(x), "") for x in v]
-        if any(a is None or b is None for a, b in items):
-            return None
-        if isinstance(v, (set, frozenset, dict)):
-            items.sort()
-        return type(v).__name__ + repr(items)
-    return None
-
-
-def settings_hash() -> str:
-    """Hash of the lowering modules' settings as they are now: their upper-case module
-    constants of plain values (sizes, shapes by weight type, thresholds). Tests and
-    sweeps set them in place, which the files' bytes (sources_hash) do not show, so a plan
-    built under other settings is never taken for this one."""
-    parts = [(name, k, _canonical(v)) for name, mod in sorted(sys.modules.items())
-             if name.startswith("dynamo_vulkan.lowering.") and mod is not None
-             for k, v in sorted(vars(mod).items()) if k.isupper()]
-    return cache.digest(*parts)
 
 
 @functools.lru_cache(maxsize=1)
