@@ -70,3 +70,21 @@ def test_main_refuses_a_work_directory_inside_a_tree(tree):
     with pytest.raises(SystemExit):
         ab.main(["--tree", f"A={REPO}", "--tree", f"B={tree}", "--models", "smollm2",
                  "--work", str(tree / "work")])
+
+
+def test_two_trees_end_to_end(tree, tmp_path, monkeypatch, capsys):
+    """A tiny llama's skeleton timed by this checkout and by its copy, one round each: the
+    benchmark runs in each tree's process and the summary reads their results."""
+    from dynamo_vulkan.benchmarks import synth_model
+    from gguf_fixtures import write_tiny_model
+    skel = synth_model.save_skeleton(write_tiny_model(tmp_path / "tiny.gguf", "llama", context=64),
+                                     tmp_path / "tiny-llama.json.gz")
+    monkeypatch.setenv("DYNAMO_VULKAN_BENCH_MODELS", str(tmp_path / "models"))
+    work = tmp_path / "work"
+    assert ab.main(["--tree", f"A={REPO}", "--tree", f"B={tree}", "--models", str(skel),
+                    "--rounds", "1", "--work", str(work), "--",
+                    "--quick", "--layers", "1", "--prompt-tokens", "8", "--gen-tokens", "4"]) == 0
+    out = capsys.readouterr().out
+    line = next(l for l in out.splitlines() if l.startswith("tiny-llama 1-layer decode 4 after 8 [tok/s]: A "))
+    assert "; B " in line and line.endswith("x)"), out
+    assert (work / "A-1" / "results.json").is_file() and (work / "B-1" / "results.json").is_file()
