@@ -88,3 +88,8 @@ def test_two_trees_end_to_end(tree, tmp_path, monkeypatch, capsys):
     line = next(l for l in out.splitlines() if l.startswith("tiny-llama 1-layer decode 4 after 8 [tok/s]: A "))
     assert "; B " in line and line.endswith("x)"), out
     assert (work / "A-1" / "results.json").is_file() and (work / "B-1" / "results.json").is_file()
+
+
+def test_two_trees_of_one_name_are_refused(tree):
+    with pytest.raises(SystemExit):
+        ab.main(["--tree", f"A={REPO}", "--tree", f"A={tree}", "--models", "smollm2"])

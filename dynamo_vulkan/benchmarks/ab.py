@@ -39,15 +39,16 @@ def tree_env(tree: Path, cache: Path) -> dict:
     """The environment of a tree's processes: the tree first on PYTHONPATH (before what
     the caller's PYTHONPATH holds), its own cache directory."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([str(tree), *rest])
     env["DYNAMO_VULKAN_CACHE_DIR"] = str(cache)
     return env
 
 
 def imported_from(env: dict, cwd: Path) -> Path:
     """Where a process with this environment and working directory imports dynamo_vulkan."""
-    out = subprocess.run([sys.executable, "-c", "import dynamo_vulkan, sys; sys.stdout.write(dynamo_vulkan.__file__)"],
-                         env=env, cwd=cwd, capture_output=True, text=True)
+    code = "import dynamo_vulkan, sys; sys.stdout.write(dynamo_vulkan.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
     if out.returncode:
         raise TreeError(f"importing dynamo_vulkan failed:\n{out.stderr.strip()[-2000:]}")
     return Path(out.stdout).resolve().parent
@@ -121,6 +122,8 @@ def main(argv=None) -> int:
         name, sep, path = spec.partition("=")
         if not sep or not name or not path:
             p.error(f"--tree takes NAME=DIR, got {spec!r}")
+        if name in trees:
+            p.error(f"two trees named {name!r}")
         trees[name] = Path(path).resolve()
     if len(trees) < 2:
         p.error("give two or more trees to compare")
