@@ -110,6 +110,12 @@ def i32_bits(x: int) -> int:
     return x & 0xFFFFFFFF
 
 
+def vec4_rows(x2: TRef) -> bool:
+    """Whether every row of x2 starts on 16 bytes, so a kernel may read it as vec4s
+    (X_VEC4: its binding seen as vec4s)."""
+    return x2.offset % 4 == 0 and (x2.shape[0] == 1 or x2.strides[0] % 4 == 0)
+
+
 class Context:
     """Builds one Plan: buffers, constants, dispatches, and the GLSL they use."""
 

@@ -33,7 +33,7 @@ from dynamo_vulkan.runtime.plan import base_kind
 
 from .core import (NO_REQUEST, Context, Lowered, LoweringError, TRef, cpu_lanes,
                    cpu_lanes_groups, f32_bits, groups_for, host_matmul, k_splits, lowering,
-                   meta_view, spec_of)
+                   meta_view, spec_of, vec4_rows)
 from .checks import index_check
 from . import gguf_int_dot as int_dot
 from .elementwise import add_slices, contiguous, ew
@@ -345,7 +345,7 @@ def emit_linear(ctx: Context, out: TRef, x2: TRef, w: TRef, qtype: int, rows: in
         defines |= {"MROWS": m, "NR": nr, "UNROLL": unroll, "TPR": tpr, "CPL": MV_CPL, "MAXWG": wg}
         if chunks % (tpr * unroll) == 0:
             defines["FULL_STEPS"] = 1
-        if loader is None and int_dot.vec4_rows(x2):
+        if loader is None and vec4_rows(x2):
             defines["X_VEC4"] = 1
         bindings = [out, loader.buffers[0] if loader else x2, w]
         spec += [f32_bits(norm[1]) if norm else 0, residual.offset if residual else 0,

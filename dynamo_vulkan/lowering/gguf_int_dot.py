@@ -9,7 +9,7 @@ from dynamo_vulkan import device
 from dynamo_vulkan.gguf.quants import QUANT_TYPES
 
 from .coopmat import precision
-from .core import Context, LoweringError, TRef, f32_bits, groups_for
+from .core import Context, LoweringError, TRef, f32_bits, groups_for, vec4_rows
 from .fusion import RowLoader
 
 # The integer-dot mat-vec (gguf_matvec_idot.comp; devices created with
@@ -62,12 +62,6 @@ def _name_of(qtype) -> str | None:
     """The GGUF type's name (Q4_K, ...), None for a number that is not one."""
     info = QUANT_TYPES.get(qtype)
     return info.name if info is not None else None
-
-
-def vec4_rows(x2: TRef) -> bool:
-    """Whether every row of x2 starts on 16 bytes, so a kernel may read it as vec4s
-    (X_VEC4: its binding seen as vec4s)."""
-    return x2.offset % 4 == 0 and (x2.shape[0] == 1 or x2.strides[0] % 4 == 0)
 
 
 def use_int_dot(ctx: Context, qtype: int, m: int, n: int, k: int, x2: TRef,
